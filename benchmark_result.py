@@ -362,5 +362,5 @@ def read_result_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str,
     if not rows:
         return [], []
     header, body = rows[0], rows[1:]
-    complete = [dict(zip(header, row)) for row in body if len(row) == len(header)]
+    complete = [dict(zip(header, row, strict=True)) for row in body if len(row) == len(header)]
     return header, complete
