@@ -1,0 +1,432 @@
+"""PNG renderers for the summary and regression reports (matplotlib, optional).
+
+The summarizer builds one result model and hands these functions its tables; they
+only lay out what they are given: which rows to draw (status ok), how to facet and
+colour them, where the roof and gate lines go. Nothing is measured or aggregated here.
+
+matplotlib is imported inside the functions, and figures are drawn on their own Agg
+canvas (``matplotlib.figure.Figure``), so rendering needs no display, never changes
+the process-wide pyplot backend and leaves no open pyplot figures. The PNGs carry no
+software-version metadata: the same table gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from benchmark_result import STATUS_LEGACY_OK, STATUS_OK, case_columns
+
+PLOTTED_STATUSES = (STATUS_OK, STATUS_LEGACY_OK)
+SEQ_LEN_COLUMNS = ("seq_len_kv", "seq_len", "seq_len_q")  # first present one is the x axis
+BATCH_COLUMN = "batch_size"
+# Columns of the summarizer's model that are neither case parameters nor registered.
+MODEL_COLUMNS = frozenset({"case_label", "arithmetic_intensity", "state", "speedup"})
+MAX_PANELS = 6
+PANEL_COLUMNS = 3
+MAX_CASE_TICKS = 40
+MAX_BARS = 80  # more cases than this are drawn as dots
+LOG_SPEEDUP_RATIO = 4.0  # a speedup axis spanning more than this ratio is logarithmic
+DPI = 100
+PNG_METADATA: Mapping[str, None] = {"Software": None}
+ARTEFACT_PCT = 100.0  # pct_peak_bw above this is marked as a measurement artefact
+
+STATE_COLORS: Mapping[str, str] = {
+    "regression": "#d62728",
+    "compared": "#4c72b0",
+    "improvement": "#2ca02c",
+}
+OTHER_STATE_COLORS = ("#ff7f0e", "#9467bd", "#8c564b", "#7f7f7f", "#17becf", "#bcbd22")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def safe_file_stem(api: str) -> str:
+    """A deterministic file-name stem for an API name (unsafe names get a short hash)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", str(api)).strip("._") or "api"
+    if stem != api:
+        stem = f"{stem}_{hashlib.sha1(str(api).encode()).hexdigest()[:8]}"
+    return stem
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _save(figure, path: Path) -> Path:
+    figure.savefig(path, dpi=DPI, metadata=dict(PNG_METADATA))
+    return path
+
+
+def _numeric(frame, column: str):
+    import pandas as pd
+
+    if column not in frame.columns:
+        return pd.Series(float("nan"), index=frame.index)
+    return pd.to_numeric(frame[column], errors="coerce")
+
+
+def _format_value(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _format_tokens(value: float, _position=None) -> str:
+    if value >= 1024 and value % 1024 == 0:
+        return f"{int(value) // 1024}k"
+    return f"{value:g}"
+
+
+def _plotted_rows(rows):
+    status = rows["status"] if "status" in rows.columns else None
+    if status is None:
+        return rows.iloc[0:0]
+    return rows[status.isin(PLOTTED_STATUSES)]
+
+
+def _batch_colors(values: Sequence) -> dict:
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    count = len(values)
+    return {v: cmap(0.85 * i / (count - 1) if count > 1 else 0.0) for i, v in enumerate(values)}
+
+
+def _sorted_unique(series) -> list:
+    values = series.dropna().unique().tolist()
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=str)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _seq_column(frame) -> str | None:
+    for column in SEQ_LEN_COLUMNS:
+        if column in frame.columns and _numeric(frame, column).gt(0).any():
+            return column
+    return None
+
+
+def _facet_columns(frame, fixed: Sequence[str]) -> list[str]:
+    """Case parameters that vary within this API, other than the x axis and the lines."""
+    names = [c for c in case_columns(frame.columns) if c not in MODEL_COLUMNS and c not in fixed]
+    return [c for c in names if frame[c].nunique(dropna=False) > 1]
+
+
+def _panels(frame, facets: Sequence[str]) -> tuple[list[tuple[str, object]], int]:
+    """(title, rows) per facet combination, at most MAX_PANELS (the largest), and how
+    many combinations were left out."""
+    if not facets:
+        return [("", frame)], 0
+    groups = list(frame.groupby(list(facets), dropna=False, sort=True))
+    ranked = sorted(range(len(groups)), key=lambda i: (-len(groups[i][1]), i))
+    kept = sorted(ranked[:MAX_PANELS])
+    panels = []
+    for index in kept:
+        key, rows = groups[index]
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(f"{c}={_format_value(v)}" for c, v in zip(facets, key, strict=True))
+        panels.append(("\n".join(textwrap.wrap(label, 44)), rows))
+    return panels, len(groups) - len(kept)
+
+
+def _draw_lines(ax, rows, seq_col: str, value_col: str, colors: Mapping) -> None:
+    series_keys = list(colors) if colors else [None]
+    for key in series_keys:
+        part = rows if key is None else rows[rows[BATCH_COLUMN] == key]
+        x, y = _numeric(part, seq_col), _numeric(part, value_col)
+        keep = (x > 0) & (y > 0)
+        if not keep.any():
+            continue
+        order = x[keep].sort_values(kind="mergesort").index
+        color = colors.get(key, "C0") if colors else "C0"
+        label = f"{BATCH_COLUMN}={_format_value(key)}" if key is not None else value_col
+        ax.plot(x[order], y[order], marker="o", markersize=3.5, lw=1.2, color=color, label=label)
+
+
+def _mark_artefacts(ax, rows, seq_col: str) -> bool:
+    above = _numeric(rows, "pct_peak_bw") > ARTEFACT_PCT
+    if not above.any():
+        return False
+    ax.scatter(
+        _numeric(rows, seq_col)[above],
+        _numeric(rows, "bandwidth_GB_s")[above],
+        marker="x",
+        s=60,
+        color="#d62728",
+        zorder=4,
+        label=f"> {ARTEFACT_PCT:g}% of peak: artefact (e.g. L2 hits)",
+    )
+    return True
+
+
+def _style_seq_axis(ax, seq_col: str, ylabel: str, show_xlabel: bool) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(_format_tokens))
+    ax.set_ylabel(ylabel)
+    if show_xlabel:
+        ax.set_xlabel(f"{seq_col} (tokens)")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _legend(target, sources: Sequence) -> None:
+    """One legend on ``target`` holding every distinct label drawn on ``sources``."""
+    handles = {}
+    for ax in sources:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if handles:
+        target.legend(handles.values(), handles.keys(), fontsize="x-small", loc="best")
+
+
+def _peak_value(peaks: Mapping | None, key: str) -> float | None:
+    if not peaks:
+        return None
+    try:
+        value = float(peaks.get(key))
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _peaks_label(peaks: Mapping | None) -> str:
+    source = (peaks or {}).get("source")
+    return f" (peaks: {source})" if source else ""
+
+
+def _render_scaling(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Path | None:
+    seq_col = _seq_column(rows)
+    if seq_col is None:
+        return None
+    has_batch = BATCH_COLUMN in rows.columns and rows[BATCH_COLUMN].notna().any()
+    colors = _batch_colors(_sorted_unique(rows[BATCH_COLUMN])) if has_batch else {}
+    fixed = (seq_col, BATCH_COLUMN) if has_batch else (seq_col,)
+    panels, omitted = _panels(rows, _facet_columns(rows, fixed))
+    ncols = min(PANEL_COLUMNS, len(panels))
+    prow = math.ceil(len(panels) / ncols)
+    figure = _figure(4.6 * ncols + 0.8, 3.4 * 2 * prow + 0.8)
+    axes = figure.subplots(2 * prow, ncols, squeeze=False)
+    peak_bw = _peak_value(peaks, "bandwidth_GB_s")
+    for index, (title, part) in enumerate(panels):
+        r, c = divmod(index, ncols)
+        time_ax, bw_ax = axes[r][c], axes[prow + r][c]
+        _draw_lines(time_ax, part, seq_col, "time_ms", colors)
+        _draw_lines(bw_ax, part, seq_col, "bandwidth_GB_s", colors)
+        if peak_bw is not None:
+            bw_ax.axhline(peak_bw, ls="--", lw=1, color="black", label=f"peak {peak_bw:,.0f} GB/s")
+        _mark_artefacts(bw_ax, part, seq_col)
+        _style_seq_axis(time_ax, seq_col, "time (ms)", False)
+        _style_seq_axis(bw_ax, seq_col, "bandwidth (GB/s)", r == prow - 1)
+        time_ax.set_title(title, fontsize="small")
+        bw_ax.set_title(title, fontsize="small")
+    for index in range(len(panels), prow * ncols):
+        r, c = divmod(index, ncols)
+        axes[r][c].set_visible(False)
+        axes[prow + r][c].set_visible(False)
+    _legend(axes[0][0], [axes[r][c] for r in range(prow) for c in range(ncols)])
+    _legend(axes[prow][0], [axes[prow + r][c] for r in range(prow) for c in range(ncols)])
+    more = f"; {omitted} more configuration(s) not shown" if omitted else ""
+    figure.suptitle(f"{api}: time and bandwidth vs {seq_col}{more}{_peaks_label(peaks)}")
+    return _save(figure, out_dir / f"{safe_file_stem(api)}_scaling.png")
+
+
+def _draw_roofs(ax, peaks: Mapping | None, ai_min: float, ai_max: float) -> None:
+    import numpy as np
+
+    bw, tf = _peak_value(peaks, "bandwidth_GB_s"), _peak_value(peaks, "tflops")
+    if bw is None and tf is None:
+        return
+    ridge = tf * 1e3 / bw if bw is not None and tf is not None else None
+    low = ai_min / 4
+    high = max(ai_max, ridge or ai_max) * 4
+    x = np.geomspace(low, high, 256)
+    if bw is not None:
+        memory = bw * x / 1e3  # GB/s * FLOP/byte = GFLOP/s -> TFLOP/s
+        roof = np.minimum(memory, tf) if tf is not None else memory
+        ax.plot(x, roof, color="black", lw=1.5, label=f"memory roof {bw:,.0f} GB/s")
+    if tf is not None:
+        ax.axhline(tf, color="black", ls="--", lw=1, label=f"compute roof {tf:,.0f} TFLOP/s")
+    if ridge is not None:
+        ax.axvline(ridge, color="gray", ls=":", lw=1, label=f"ridge {ridge:,.0f} FLOP/byte")
+    ax.set_xlim(low, high)
+
+
+def _render_roofline(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Path | None:
+    ai, tflops = _numeric(rows, "arithmetic_intensity"), _numeric(rows, "tflops")
+    keep = (ai > 0) & (tflops > 0) & ai.notna()
+    if not keep.any():
+        return None
+    figure = _figure(7.5, 5.5)
+    ax = figure.subplots()
+    points = rows[keep]
+    has_batch = BATCH_COLUMN in points.columns and points[BATCH_COLUMN].notna().any()
+    if has_batch:
+        colors = _batch_colors(_sorted_unique(points[BATCH_COLUMN]))
+        for key, color in colors.items():
+            part = points[BATCH_COLUMN] == key
+            ax.scatter(
+                ai[keep][part],
+                tflops[keep][part],
+                s=18,
+                color=color,
+                label=f"{BATCH_COLUMN}={_format_value(key)}",
+            )
+    else:
+        ax.scatter(ai[keep], tflops[keep], s=18, color="C0", label="cases")
+    _draw_roofs(ax, peaks, float(ai[keep].min()), float(ai[keep].max()))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small", loc="best")
+    no_peaks = "" if peaks else " (no device peaks known: roofs not drawn)"
+    ax.set_title(f"{api}: roofline, {int(keep.sum())} cases{no_peaks}{_peaks_label(peaks)}")
+    return _save(figure, out_dir / f"{safe_file_stem(api)}_roofline.png")
+
+
+def render_summary_plots(rows, out_dir: Path) -> list[Path]:
+    """Per API: ``{api}_scaling.png`` (time and bandwidth vs sequence length, one line
+    per batch size, one panel per other case configuration) and ``{api}_roofline.png``.
+
+    ``rows.attrs["peaks"]`` may hold ``{"bandwidth_GB_s", "tflops"[, "source"]}``.
+    Only rows with status ok / legacy_inferred_ok are drawn; a plot without any
+    drawable point is not written. Returns the written paths in API order.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    peaks = rows.attrs.get("peaks") if hasattr(rows, "attrs") else None
+    drawn = _plotted_rows(rows)
+    paths = []
+    for api in _sorted_unique(drawn["api"]) if "api" in drawn.columns else []:
+        api_rows = drawn[drawn["api"] == api]
+        for render in (_render_scaling, _render_roofline):
+            path = render(str(api), api_rows, peaks, out_dir)
+            if path is not None:
+                paths.append(path)
+    return paths
+
+
+# --------------------------------------------------------------------------- regression
+
+
+def _state_colors(states: Sequence[str]) -> dict[str, str]:
+    others = iter(OTHER_STATE_COLORS * (len(states) // len(OTHER_STATE_COLORS) + 1))
+    return {s: STATE_COLORS.get(s) or next(others) for s in sorted(states)}
+
+
+def gate_speedup(gate_pct: float) -> float:
+    """The speedup below which a case is slower than the gate allows."""
+    return 1.0 / (1.0 + gate_pct / 100.0)
+
+
+def _draw_speedups(ax, ranked, speedup, colors: Mapping[str, str]) -> None:
+    from matplotlib.patches import Patch
+
+    x = list(range(1, len(ranked) + 1))
+    states = ranked["state"].fillna("").astype(str) if "state" in ranked else None
+    point_colors = [colors.get(s, "#4c72b0") for s in states] if states is not None else "#4c72b0"
+    if len(ranked) <= MAX_BARS:
+        heights = [value - 1.0 for value in speedup]
+        ax.bar(x, heights, bottom=1.0, width=0.8, color=point_colors)
+    else:
+        ax.scatter(x, speedup, s=10, color=point_colors)
+    handles = [Patch(color=color, label=state or "(no state)") for state, color in colors.items()]
+    ax.legend(handles=handles, fontsize="x-small", loc="upper left", title="state")
+
+
+def _style_speedup_axis(ax, low: float, high: float) -> None:
+    """Linear speedup axis for a narrow range, log (ticks at 1-2-5) for a wide one."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    if high / low > LOG_SPEEDUP_RATIO:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(low / 1.1, high * 1.1)
+    else:
+        margin = 0.06 * (high - low)
+        ax.set_ylim(low - margin, high + margin)
+    ax.set_ylabel("speedup (baseline time / candidate time)")
+
+
+def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Path | None:
+    speedup = _numeric(rows, "speedup")
+    keep = speedup.notna() & (speedup > 0) & speedup.map(math.isfinite)
+    if not keep.any():
+        return None
+    ranked = rows[keep].assign(_speedup=speedup[keep])
+    sort_by = ["_speedup", "case_label"] if "case_label" in ranked else ["_speedup"]
+    ranked = ranked.sort_values(sort_by, kind="mergesort")
+    count = len(ranked)
+    labelled = count <= MAX_CASE_TICKS and "case_label" in ranked
+    figure = _figure(max(7.0, 0.28 * count + 2.5) if labelled else 10.0, 7.5 if labelled else 5.0)
+    ax = figure.subplots()
+    states = ranked["state"].fillna("").astype(str).unique().tolist() if "state" in ranked else []
+    _draw_speedups(ax, ranked, ranked["_speedup"].tolist(), _state_colors(states))
+    ax.axhline(1.0, color="black", lw=1)
+    low, high = float(ranked["_speedup"].min()), float(ranked["_speedup"].max())
+    if gate_pct is not None:
+        gate = gate_speedup(gate_pct)
+        ax.axhline(gate, color="#d62728", ls="--", lw=1.2)
+        ax.text(
+            0.995,
+            gate,
+            f"gate: {gate_pct:g}% slower = x{gate:.3f} ",
+            color="#d62728",
+            va="top",
+            ha="right",
+            fontsize="small",
+            transform=ax.get_yaxis_transform(),
+        )
+        low = min(low, gate)
+    _style_speedup_axis(ax, min(low, 1.0), max(high, 1.0))
+    ax.set_xlim(0.3, count + 0.7)
+    if labelled:
+        ax.set_xticks(range(1, count + 1))
+        ax.set_xticklabels(
+            ranked["case_label"].astype(str).tolist(), rotation=90, fontsize="x-small"
+        )
+        ax.set_xlabel("case (sorted by speedup)")
+    else:
+        ax.set_xlabel("case rank (sorted by speedup, slowest first)")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    skipped = len(rows) - count
+    note = f"; {skipped} not ok in both runs, not shown" if skipped else ""
+    ax.set_title(f"{api}: speedup per case, {count} cases{note}")
+    return _save(figure, out_dir / f"{safe_file_stem(api)}_speedup.png")
+
+
+def render_regression_plots(matched, gate_pct: float | None, out_dir: Path) -> list[Path]:
+    """Per API, ``{api}_speedup.png``: every comparable case's speedup, sorted, coloured
+    by state, with lines at 1.0 and (when ``gate_pct`` is set) at 1/(1 + gate/100).
+
+    Cases whose speedup is NaN (not ok in both runs) are counted in the title only.
+    Returns the written paths in API order.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for api in _sorted_unique(matched["api"]) if "api" in matched.columns else []:
+        path = _render_speedup(str(api), matched[matched["api"] == api], gate_pct, out_dir)
+        if path is not None:
+            paths.append(path)
+    return paths
