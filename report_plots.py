@@ -32,6 +32,8 @@ MAX_CASE_TICKS = 40
 MAX_BARS = 80  # more cases than this are drawn as dots
 LOG_SPEEDUP_RATIO = 4.0  # a speedup axis spanning more than this ratio is logarithmic
 DPI = 100
+MIN_FIGURE_WIDTH = 7.0  # inches
+ROOFLINE_SIZE = (7.5, 5.5)  # inches
 PNG_METADATA: Mapping[str, None] = {"Software": None}
 ARTEFACT_PCT = 100.0  # pct_peak_bw above this is marked as a measurement artefact
 
@@ -74,6 +76,11 @@ def _numeric(frame, column: str):
     if column not in frame.columns:
         return pd.Series(float("nan"), index=frame.index)
     return pd.to_numeric(frame[column], errors="coerce")
+
+
+def _wrap(title: str, width_inches: float) -> str:
+    """Wrap a title to the figure's width (about 8 characters per inch at 12 pt)."""
+    return "\n".join(textwrap.wrap(title, max(30, int(width_inches * 8))))
 
 
 def _format_value(value) -> str:
@@ -174,12 +181,27 @@ def _mark_artefacts(ax, rows, seq_col: str) -> bool:
     return True
 
 
+def _plain_log_ticks(axis, limits: tuple[float, float]) -> None:
+    """Plain numbers (4000, 0.02) on a log axis; 2 and 5 ticks labelled when it is short."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    axis.set_major_formatter(plain)
+    low, high = limits
+    if low > 0 and high / low <= 100:
+        axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+        axis.set_minor_formatter(plain)
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
 def _style_seq_axis(ax, seq_col: str, ylabel: str, show_xlabel: bool) -> None:
     from matplotlib.ticker import FuncFormatter
 
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(_format_tokens))
+    _plain_log_ticks(ax.yaxis, ax.get_ylim())
     ax.set_ylabel(ylabel)
     if show_xlabel:
         ax.set_xlabel(f"{seq_col} (tokens)")
@@ -221,7 +243,8 @@ def _render_scaling(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pat
     panels, omitted = _panels(rows, _facet_columns(rows, fixed))
     ncols = min(PANEL_COLUMNS, len(panels))
     prow = math.ceil(len(panels) / ncols)
-    figure = _figure(4.6 * ncols + 0.8, 3.4 * 2 * prow + 0.8)
+    width = max(4.6 * ncols + 0.8, MIN_FIGURE_WIDTH)
+    figure = _figure(width, 3.4 * 2 * prow + 0.8)
     axes = figure.subplots(2 * prow, ncols, squeeze=False)
     peak_bw = _peak_value(peaks, "bandwidth_GB_s")
     for index, (title, part) in enumerate(panels):
@@ -243,7 +266,8 @@ def _render_scaling(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pat
     _legend(axes[0][0], [axes[r][c] for r in range(prow) for c in range(ncols)])
     _legend(axes[prow][0], [axes[prow + r][c] for r in range(prow) for c in range(ncols)])
     more = f"; {omitted} more configuration(s) not shown" if omitted else ""
-    figure.suptitle(f"{api}: time and bandwidth vs {seq_col}{more}{_peaks_label(peaks)}")
+    title = f"{api}: time and bandwidth vs {seq_col}{more}{_peaks_label(peaks)}"
+    figure.suptitle(_wrap(title, width))
     return _save(figure, out_dir / f"{safe_file_stem(api)}_scaling.png")
 
 
@@ -273,7 +297,7 @@ def _render_roofline(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pa
     keep = (ai > 0) & (tflops > 0) & ai.notna()
     if not keep.any():
         return None
-    figure = _figure(7.5, 5.5)
+    figure = _figure(*ROOFLINE_SIZE)
     ax = figure.subplots()
     points = rows[keep]
     has_batch = BATCH_COLUMN in points.columns and points[BATCH_COLUMN].notna().any()
@@ -293,12 +317,15 @@ def _render_roofline(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pa
     _draw_roofs(ax, peaks, float(ai[keep].min()), float(ai[keep].max()))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_ticks(ax.xaxis, ax.get_xlim())
+    _plain_log_ticks(ax.yaxis, ax.get_ylim())
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="x-small", loc="best")
     no_peaks = "" if peaks else " (no device peaks known: roofs not drawn)"
-    ax.set_title(f"{api}: roofline, {int(keep.sum())} cases{no_peaks}{_peaks_label(peaks)}")
+    title = f"{api}: roofline, {int(keep.sum())} cases{no_peaks}{_peaks_label(peaks)}"
+    ax.set_title(_wrap(title, ROOFLINE_SIZE[0]))
     return _save(figure, out_dir / f"{safe_file_stem(api)}_roofline.png")
 
 
@@ -411,7 +438,7 @@ def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Pa
     ax.grid(True, axis="y", which="both", alpha=0.3)
     skipped = len(rows) - count
     note = f"; {skipped} not ok in both runs, not shown" if skipped else ""
-    ax.set_title(f"{api}: speedup per case, {count} cases{note}")
+    ax.set_title(_wrap(f"{api}: speedup per case, {count} cases{note}", figure.get_figwidth()))
     return _save(figure, out_dir / f"{safe_file_stem(api)}_speedup.png")
 
 

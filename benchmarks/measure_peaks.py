@@ -1,0 +1,34 @@
+"""Measure this GPU's copy bandwidth and dense GEMM rate and record them.
+
+Run once per device, on the GPU machine, from the repository root:
+
+    python3 benchmarks/measure_peaks.py --markdown benchmarks/results/peaks_h200.md
+
+It measures the device-to-device copy once and the dense GEMM for bf16 and fp16
+(``device_peaks.measure_peaks``), prints the published table and the measured one
+(device, dtype, copy GB/s, GEMM TFLOP/s, share of published, date, torch version),
+and caches the numbers (``$FI_ATTN_BENCH_CACHE`` or ``~/.cache/fi-attn-bench``) so
+that later runs fill the ``pct_peak_*`` columns. Any ``device_peaks.py`` option may
+follow (``--device cuda:1``, ``--gemm-n 4096``, ``--reps 100``...). Exit 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import device_peaks  # noqa: E402
+
+DEFAULT_ARGS = ("--dtype", "bf16", "fp16", "--save", "--show")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    extra = list(sys.argv[1:] if argv is None else argv)
+    return device_peaks.main([*DEFAULT_ARGS, *extra])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
