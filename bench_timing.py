@@ -1,0 +1,710 @@
+"""How one ``run()`` is timed: timers, L2 flushing, warm-up, adaptive repetitions.
+
+The method, in pseudo-code::
+
+    estimate = warm_up(run)                    # absorbs JIT / first-call costs
+    session = timer.open(run, estimate)        # per-case calibration (profiler: kernels per call)
+    samples = []
+    while True:                                # one loop, one stop hook
+        samples += session.batch(calls)        # one sample per call (ms of GPU work)
+        if should_stop(samples, elapsed):      # noise <= target with >= min samples, or budget spent
+            break
+    return Measurement(samples)                # median -> time_ms; quartiles, noise computed there
+
+The median, not the mean, is reported: a few samples disturbed by clocks, other processes
+or the profiler itself must not move the result.  Timers never look for kernel names: the
+profiler timer counts every kernel, memset and memcpy one ``run()`` launches, found by
+stream order (a calibration profile of one call gives the count per call), optionally
+restricted by a user pattern.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Protocol
+
+import torch
+
+TIMER_NAMES = ("profiler", "cuda_graph", "events")  # GPU timers a user may pick
+CPU_TIMER = "wall"
+ATTRIBUTIONS = ("sum", "span")
+
+FALLBACK_L2_BYTES = 128 * 1024 * 1024  # when the device does not report its L2 size
+DEVICE_ACTIVITIES = frozenset(("kernel", "gpu_memset", "gpu_memcpy"))
+SIMILAR_WARMUP_FRACTION = 0.10  # two warm-up calls within 10% of each other are "similar"
+KERNEL_NAME_LIMIT = 100
+
+
+class TimingError(RuntimeError):
+    """The timer could not produce a trustworthy sample."""
+
+
+class NoKernelCaptured(TimingError):
+    """The profiler saw no GPU kernel for run(): never report such a case as a time."""
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    """Everything that decides how a case is timed (one value per sweep)."""
+
+    timer: str = "profiler"
+    l2: str = "cold"
+    kernel_pattern: str | None = None
+    attribution: str = "sum"  # per-call sample: sum of kernel durations, or first start -> last end
+    noise_target_pct: float = 1.0
+    min_samples: int = 10
+    max_time_s: float = 2.0  # per-case budget of the measurement loop (wall clock)
+    warmup_min_calls: int = 3
+    warmup_min_ms: float = 50.0
+    warmup_max_ms: float = 2000.0
+    batch_target_ms: float = 25.0  # GPU time one batch should hold (amortizes profiler start/stop)
+    min_batch_calls: int = 10
+    max_batch_calls: int = 1000
+    graph_target_ms: float = 2.0  # GPU time of one CUDA-graph replay
+    max_graph_calls: int = 100
+    launch_cover_cycles: int = 200_000  # events + warm L2: GPU spin before each call hides launch
+    verbose: bool = False
+
+    def __post_init__(self):
+        if self.attribution not in ATTRIBUTIONS:
+            raise ValueError(f"attribution must be one of {', '.join(ATTRIBUTIONS)}")
+        if self.min_samples < 1 or self.noise_target_pct <= 0 or self.max_time_s <= 0:
+            raise ValueError("min_samples >= 1, noise target > 0 and time budget > 0 required")
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of already sorted values."""
+    position = (len(sorted_values) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    weight = position - low
+    return sorted_values[low] * (1.0 - weight) + sorted_values[high] * weight
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw samples of one case (ms per run()) and how they were taken; statistics computed once."""
+
+    samples: tuple[float, ...]
+    timer: str
+    l2: str
+    kernels: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not self.samples:
+            raise TimingError("no timed sample")
+        if not all(math.isfinite(s) and s >= 0 for s in self.samples):
+            raise TimingError(f"invalid timed samples: {self.samples[:5]}")
+
+    @cached_property
+    def _sorted(self) -> tuple[float, ...]:
+        return tuple(sorted(self.samples))
+
+    @cached_property
+    def median(self) -> float:
+        return quantile(self._sorted, 0.5)
+
+    @cached_property
+    def min(self) -> float:
+        return self._sorted[0]
+
+    @cached_property
+    def max(self) -> float:
+        return self._sorted[-1]
+
+    @cached_property
+    def q1(self) -> float:
+        return quantile(self._sorted, 0.25)
+
+    @cached_property
+    def q3(self) -> float:
+        return quantile(self._sorted, 0.75)
+
+    @cached_property
+    def noise_pct(self) -> float:
+        """Interquartile range relative to the median, in percent."""
+        if self.median <= 0:
+            return math.inf
+        return (self.q3 - self.q1) / self.median * 100.0
+
+    def columns(self) -> dict[str, object]:
+        """The optional CSV columns this measurement fills (median goes to time_ms)."""
+        return {
+            "samples": len(self.samples),
+            "time_min_ms": self.min,
+            "time_q1_ms": self.q1,
+            "time_q3_ms": self.q3,
+            "time_max_ms": self.max,
+            "noise_pct": self.noise_pct,
+            "timer": self.timer,
+            "l2": self.l2,
+            "kernels": ";".join(self.kernels),
+        }
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one batch of timed calls gave: samples in ms and the kernel names counted."""
+
+    samples_ms: tuple[float, ...]
+    kernels: frozenset[str] = frozenset()
+
+
+class TimerSession(Protocol):
+    def batch(self, calls: int) -> Batch: ...
+
+
+class Timer(Protocol):
+    """A timing method; tests inject fakes through this seam."""
+
+    name: str
+    l2: str
+
+    def open(self, fn: Callable[[], object], estimate_ms: float) -> TimerSession: ...
+
+    def sync(self) -> None: ...
+
+
+# ---------------------------------------------------------------- kernel names and events
+
+
+def _strip_params(name: str) -> str:
+    depth = 0
+    for index, char in enumerate(name):
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth = max(depth - 1, 0)
+        elif char == "(" and depth == 0 and index > 0:
+            return name[:index]
+    return name
+
+
+def _collapse_templates(name: str, keep_depth: int) -> str:
+    out, depth = [], 0
+    for char in name:
+        if char == "<":
+            depth += 1
+            if depth == keep_depth + 1:
+                out.append("<…>")
+            if depth > keep_depth:
+                continue
+        elif char == ">":
+            depth = max(depth - 1, 0)
+            if depth >= keep_depth:
+                continue
+        elif depth > keep_depth:
+            continue
+        out.append(char)
+    return "".join(out)
+
+
+def shorten_kernel_name(name: str, limit: int = KERNEL_NAME_LIMIT) -> str:
+    """A readable kernel name: no ``void``, no parameter list; long template args collapsed."""
+    short = name.strip()
+    if short.startswith("void "):
+        short = short[5:]
+    short = _strip_params(short).strip()
+    for keep_depth in (1, 0):
+        if len(short) <= limit:
+            break
+        short = _collapse_templates(short, keep_depth)
+    return short.replace("<…><…>", "<…>")
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    """One GPU activity (kernel, memset or memcpy) on the device timeline."""
+
+    name: str
+    start_ns: int
+    duration_ns: int
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.duration_ns
+
+
+def _kineto_is_device_work(event) -> bool:
+    activity = getattr(event, "activity_type", None)
+    if callable(activity):
+        return str(activity()) in DEVICE_ACTIVITIES
+    annotation = getattr(event, "is_user_annotation", None)
+    if callable(annotation) and annotation():
+        return False
+    return event.device_type() != torch.autograd.DeviceType.CPU
+
+
+def device_events_from_kineto(raw_events: Iterable) -> list[DeviceEvent]:
+    """GPU work among kineto events (``prof.profiler.kineto_results.events()``), by start."""
+    events = [
+        DeviceEvent(e.name(), int(e.start_ns()), int(e.duration_ns()))
+        for e in raw_events
+        if _kineto_is_device_work(e)
+    ]
+    return sorted(events, key=lambda e: e.start_ns)
+
+
+def device_events_from_function_events(raw_events: Iterable) -> list[DeviceEvent]:
+    """GPU work among ``prof.events()`` (slower; used when kineto results are not exposed)."""
+    events = []
+    for e in raw_events:
+        if e.device_type == torch.autograd.DeviceType.CPU or getattr(
+            e, "is_user_annotation", False
+        ):
+            continue
+        start_us = e.time_range.start
+        events.append(
+            DeviceEvent(e.name, int(start_us * 1000), int(e.time_range.elapsed_us() * 1000))
+        )
+    return sorted(events, key=lambda e: e.start_ns)
+
+
+def extract_device_events(prof) -> list[DeviceEvent]:
+    """Device events of a finished ``torch.profiler.profile``, sorted by start time."""
+    try:
+        raw = prof.profiler.kineto_results.events()
+    except AttributeError:
+        return device_events_from_function_events(prof.events())
+    return device_events_from_kineto(raw)
+
+
+def _counted(events: Iterable[DeviceEvent], pattern: re.Pattern | None) -> list[DeviceEvent]:
+    return [e for e in events if pattern is None or pattern.search(e.name)]
+
+
+def _call_time_ms(events: Sequence[DeviceEvent], attribution: str) -> float:
+    if attribution == "span":
+        return (max(e.end_ns for e in events) - min(e.start_ns for e in events)) / 1e6
+    return sum(e.duration_ns for e in events) / 1e6
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Device events one run() launches and one L2 flush launches (0 when L2 stays warm)."""
+
+    call_count: int
+    flush_count: int = 0
+    call_names: frozenset[str] = frozenset()
+    flush_names: frozenset[str] = frozenset()
+
+
+def attribute_events(
+    events: Sequence[DeviceEvent],
+    calls: int,
+    calibration: Calibration,
+    *,
+    pattern: re.Pattern | None = None,
+    attribution: str = "sum",
+) -> Batch:
+    """Split a batch's device events into per-call samples by stream order.
+
+    The batch ran ``calls`` times [flush][run()], so its sorted events are groups of
+    ``flush_count + call_count``; each call's sample is the time of its counted events.
+    When the count does not divide evenly, the batch gives one sample: the counted time
+    of every event that is not a flush, divided by ``calls``.
+    """
+    events = sorted(events, key=lambda e: e.start_ns)
+    group = calibration.flush_count + calibration.call_count
+    if group > 0 and len(events) == calls * group:
+        samples, names = [], set()
+        for index in range(calls):
+            call = events[index * group + calibration.flush_count : (index + 1) * group]
+            counted = _counted(call, pattern)
+            if counted:
+                samples.append(_call_time_ms(counted, attribution))
+                names.update(e.name for e in counted)
+        if not samples:
+            raise NoKernelCaptured(_no_kernel_message(events, pattern))
+        return Batch(tuple(samples), frozenset(names))
+    return _batch_mean(events, calls, calibration, pattern)
+
+
+def _batch_mean(
+    events: Sequence[DeviceEvent], calls: int, calibration: Calibration, pattern
+) -> Batch:
+    flush_only = calibration.flush_names - calibration.call_names
+    if calibration.flush_count and not flush_only:
+        raise TimingError(
+            f"cannot attribute {len(events)} device events to {calls} calls: the L2 flush and "
+            "run() launch kernels of the same name; use --l2 warm or --timer events"
+        )
+    counted = _counted((e for e in events if e.name not in flush_only), pattern)
+    if not counted:
+        raise NoKernelCaptured(_no_kernel_message(events, pattern))
+    total_ms = sum(e.duration_ns for e in counted) / 1e6
+    return Batch((total_ms / calls,), frozenset(e.name for e in counted))
+
+
+def _no_kernel_message(events: Sequence[DeviceEvent], pattern: re.Pattern | None) -> str:
+    if pattern is None or not events:
+        return "the profiler captured no GPU kernel for run()"
+    seen = sorted({shorten_kernel_name(e.name) for e in events})
+    return (
+        f"no kernel matched --kernel-pattern {pattern.pattern!r}; kernels seen: {'; '.join(seen)}"
+    )
+
+
+# ---------------------------------------------------------------- L2 flush
+
+
+def l2_flush_bytes(properties) -> tuple[int, str]:
+    """Size of the L2 flush buffer (2x L2) and where the L2 size came from."""
+    l2 = int(getattr(properties, "L2_cache_size", 0) or 0)
+    if l2 > 0:
+        return (
+            2 * l2,
+            f"L2 flush buffer {2 * l2 / 2**20:.0f} MiB (2 x reported L2 {l2 / 2**20:.1f} MiB)",
+        )
+    return 2 * FALLBACK_L2_BYTES, (
+        f"device reports no L2 size; L2 flush buffer {2 * FALLBACK_L2_BYTES / 2**20:.0f} MiB "
+        f"(2 x assumed {FALLBACK_L2_BYTES / 2**20:.0f} MiB)"
+    )
+
+
+class L2Flusher:
+    """Evicts the L2 by rewriting a buffer twice its size (allocated on first use)."""
+
+    def __init__(self, device: torch.device, log: Callable[[str], None] = lambda _: None):
+        self.device = device
+        self._log = log
+        self._buffer: torch.Tensor | None = None
+
+    def flush(self) -> None:
+        if self._buffer is None:
+            size, note = l2_flush_bytes(torch.cuda.get_device_properties(self.device))
+            self._log(note)
+            self._buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+        self._buffer.bitwise_not_()  # reads and writes every byte, new values each time
+
+
+# ---------------------------------------------------------------- timers
+
+
+def _cuda_sync(device: torch.device) -> Callable[[], None]:
+    return lambda: torch.cuda.synchronize(device)
+
+
+class WallTimer:
+    """CPU device: perf_counter around each call (no kernels, no L2 control)."""
+
+    name = CPU_TIMER
+    l2 = "warm"
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self._clock = clock
+
+    def sync(self) -> None:
+        return None
+
+    def open(self, fn, estimate_ms):
+        return _WallSession(fn, self._clock)
+
+
+@dataclass
+class _WallSession:
+    fn: Callable[[], object]
+    clock: Callable[[], float]
+
+    def batch(self, calls: int) -> Batch:
+        samples = []
+        for _ in range(calls):
+            start = self.clock()
+            self.fn()
+            samples.append((self.clock() - start) * 1e3)
+        return Batch(tuple(samples))
+
+
+class EventsTimer:
+    """A CUDA event pair around each call; L2 flushed before each call when cold.
+
+    With warm L2 a short GPU spin precedes each call so that the start event is not
+    recorded while the GPU waits for the CPU to launch run().
+    """
+
+    name = "events"
+
+    def __init__(self, options: TimingOptions, device: torch.device, flusher: L2Flusher):
+        self.options, self.device, self.flusher = options, device, flusher
+        self.l2 = options.l2
+        self.sync = _cuda_sync(device)
+
+    def _before_call(self) -> None:
+        if self.l2 == "cold":
+            self.flusher.flush()
+        elif hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(self.options.launch_cover_cycles)
+
+    def open(self, fn, estimate_ms):
+        return _EventsSession(self, fn)
+
+
+@dataclass
+class _EventsSession:
+    timer: EventsTimer
+    fn: Callable[[], object]
+
+    def batch(self, calls: int) -> Batch:
+        pairs = []
+        for _ in range(calls):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            self.timer._before_call()
+            start.record()
+            self.fn()
+            end.record()
+            pairs.append((start, end))
+        self.timer.sync()
+        return Batch(tuple(start.elapsed_time(end) for start, end in pairs))
+
+
+class CudaGraphTimer:
+    """Replays a CUDA graph of K run() calls; sample = replay time / K (warm L2 only)."""
+
+    name = "cuda_graph"
+    l2 = "warm"
+
+    def __init__(self, options: TimingOptions, device: torch.device):
+        self.options, self.device = options, device
+        self.sync = _cuda_sync(device)
+
+    def open(self, fn, estimate_ms):
+        calls = _clamp(
+            math.ceil(self.options.graph_target_ms / max(estimate_ms, 1e-6)),
+            1,
+            self.options.max_graph_calls,
+        )
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    fn()
+        except Exception as exc:
+            raise TimingError(
+                f"CUDA graph capture of run() failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        graph.replay()
+        self.sync()
+        return _GraphSession(self, graph, calls)
+
+
+@dataclass
+class _GraphSession:
+    timer: CudaGraphTimer
+    graph: object
+    calls_per_replay: int
+
+    def batch(self, calls: int) -> Batch:
+        pairs = []
+        for _ in range(calls):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.graph.replay()
+            end.record()
+            pairs.append((start, end))
+        self.timer.sync()
+        return Batch(tuple(s.elapsed_time(e) / self.calls_per_replay for s, e in pairs))
+
+
+def profile_device_events(body: Callable[[], None], sync: Callable[[], None]) -> list[DeviceEvent]:
+    """Run ``body`` under the torch profiler (device activity only) and return its GPU work."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        body()
+        sync()
+    return extract_device_events(prof)
+
+
+class ProfilerTimer:
+    """torch.profiler around a batch of calls; every kernel/memset/memcpy of run() counted."""
+
+    name = "profiler"
+
+    def __init__(
+        self,
+        options: TimingOptions,
+        device: torch.device,
+        flusher: L2Flusher,
+        profile: Callable[..., list[DeviceEvent]] = profile_device_events,
+    ):
+        self.options, self.device, self.flusher = options, device, flusher
+        self.l2 = options.l2
+        self.sync = _cuda_sync(device)
+        self._profile = profile
+        self._pattern = re.compile(options.kernel_pattern) if options.kernel_pattern else None
+        self._flush_events: list[DeviceEvent] | None = None
+
+    def _flush_calibration(self) -> list[DeviceEvent]:
+        if self.l2 != "cold":
+            return []
+        if self._flush_events is None:  # the same buffer every case: calibrate once
+            self.flusher.flush()
+            self._flush_events = self._profile(self.flusher.flush, self.sync)
+        return self._flush_events
+
+    def open(self, fn, estimate_ms):
+        flush = self._flush_calibration()
+        call = self._profile(fn, self.sync)
+        if not call:
+            raise NoKernelCaptured("the profiler captured no GPU kernel for one run()")
+        calibration = Calibration(
+            call_count=len(call),
+            flush_count=len(flush),
+            call_names=frozenset(e.name for e in call),
+            flush_names=frozenset(e.name for e in flush),
+        )
+        return _ProfilerSession(self, fn, calibration)
+
+
+@dataclass
+class _ProfilerSession:
+    timer: ProfilerTimer
+    fn: Callable[[], object]
+    calibration: Calibration
+
+    def batch(self, calls: int) -> Batch:
+        timer, fn = self.timer, self.fn
+        cold = timer.l2 == "cold"
+
+        def body():
+            for _ in range(calls):
+                if cold:
+                    timer.flusher.flush()
+                fn()
+
+        events = timer._profile(body, timer.sync)
+        return attribute_events(
+            events,
+            calls,
+            self.calibration,
+            pattern=timer._pattern,
+            attribution=timer.options.attribution,
+        )
+
+
+def make_timer(options: TimingOptions, device: torch.device, log: Callable[[str], None]) -> Timer:
+    """The timer named by ``options`` for ``device`` (wall clock on a CPU device)."""
+    if device.type == "cpu":
+        return WallTimer()
+    flusher = L2Flusher(device, log)
+    if options.timer == "profiler":
+        return ProfilerTimer(options, device, flusher)
+    if options.timer == "events":
+        return EventsTimer(options, device, flusher)
+    if options.timer == "cuda_graph":
+        return CudaGraphTimer(options, device)
+    raise ValueError(f"unknown timer {options.timer!r}")
+
+
+# ---------------------------------------------------------------- warm-up and the loop
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def warm_up(
+    fn: Callable[[], object],
+    sync: Callable[[], None],
+    options: TimingOptions,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Call run() until warm; return the estimated wall ms per synchronized call.
+
+    At least ``warmup_min_calls`` calls and ``warmup_min_ms`` after the first call (JIT),
+    ending when two consecutive calls take similar time, or after ``warmup_max_ms``.
+    """
+    start = clock()
+    fn()
+    sync()
+    first_done = clock()
+    times: list[float] = [(first_done - start) * 1e3]
+    while True:
+        before = clock()
+        fn()
+        sync()
+        after = clock()
+        times.append((after - before) * 1e3)
+        since_first = (after - first_done) * 1e3
+        similar = abs(times[-1] - times[-2]) <= SIMILAR_WARMUP_FRACTION * max(times[-2], 1e-9)
+        enough = len(times) >= options.warmup_min_calls and since_first >= options.warmup_min_ms
+        if (enough and similar) or since_first >= options.warmup_max_ms:
+            return sorted(times[-3:])[len(times[-3:]) // 2]
+
+
+def should_stop(samples: Sequence[float], elapsed_s: float, options: TimingOptions) -> bool:
+    """The stop hook: noise target met with enough samples, or the time budget spent."""
+    if not samples:
+        return False
+    if elapsed_s >= options.max_time_s:
+        return True
+    if len(samples) < options.min_samples:
+        return False
+    ordered = sorted(samples)
+    median = quantile(ordered, 0.5)
+    if median <= 0:
+        return False
+    noise = (quantile(ordered, 0.75) - quantile(ordered, 0.25)) / median * 100.0
+    return noise <= options.noise_target_pct
+
+
+def batch_calls(
+    per_call_ms: float, remaining_s: float, wall_ms: float, options: TimingOptions
+) -> int:
+    """Calls in the next batch: enough GPU time to amortize the timer, within the budget."""
+    wanted = math.ceil(options.batch_target_ms / max(per_call_ms, 1e-6))
+    wanted = _clamp(wanted, options.min_batch_calls, options.max_batch_calls)
+    affordable = max(1, int(remaining_s * 1e3 / max(wall_ms, 1e-6)))
+    return min(wanted, affordable)
+
+
+@dataclass
+class MeasureLoop:
+    """One measurement loop with a stop hook (tests swap ``clock`` and the timer)."""
+
+    options: TimingOptions
+    clock: Callable[[], float] = time.perf_counter
+    stop: Callable[[Sequence[float], float, TimingOptions], bool] = should_stop
+    batches: list[int] = field(default_factory=list)  # calls per batch, for inspection
+
+    def run(self, session: TimerSession, estimate_ms: float, timer: Timer) -> Measurement:
+        samples: list[float] = []
+        kernels: set[str] = set()
+        start = self.clock()
+        per_call = estimate_ms
+        while True:
+            remaining = self.options.max_time_s - (self.clock() - start)
+            calls = batch_calls(per_call, remaining, estimate_ms, self.options)
+            self.batches.append(calls)
+            batch = session.batch(calls)
+            samples.extend(batch.samples_ms)
+            kernels.update(batch.kernels)
+            if self.stop(samples, self.clock() - start, self.options):
+                break
+            per_call = max(quantile(sorted(samples), 0.5), 1e-6)
+        names = tuple(sorted({shorten_kernel_name(k) for k in kernels}))
+        return Measurement(tuple(samples), timer.name, timer.l2, names)
+
+
+def measure(
+    fn: Callable[[], object],
+    timer: Timer,
+    options: TimingOptions,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Measurement:
+    """Warm up, open the timer, take samples until the stop hook says so."""
+    estimate = warm_up(fn, timer.sync, options, clock)
+    session = timer.open(fn, estimate)
+    return MeasureLoop(options, clock).run(session, estimate, timer)
