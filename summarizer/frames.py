@@ -1,0 +1,103 @@
+"""One standard row frame per run, and the vectorized helpers the models share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmark_result import (
+    NUMERIC_COLUMNS,
+    OPTIONAL_COLUMN_BY_NAME,
+    STATUS_FAILED,
+    case_columns,
+)
+from summarizer.loading import (
+    NUMERIC_OPTIONAL_KINDS,
+    SUCCESS_STATUSES,
+    LoadResult,
+)
+
+BASE_COLUMNS = ("api", "status", *NUMERIC_COLUMNS, "error_type", "error", "_source", "_line")
+
+
+def side_frame(result: LoadResult):
+    """All valid rows of a run in one DataFrame: metrics as float, absent columns NaN."""
+    import pandas as pd
+
+    if result.tables:
+        frames = [table.frame.assign(_source=table.source) for table in result.tables]
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    else:
+        frame = pd.DataFrame.from_records(result.records)
+    for name in BASE_COLUMNS:
+        if name not in frame.columns:
+            frame[name] = "" if name not in NUMERIC_COLUMNS else np.nan
+    for name in _numeric_names(frame.columns):
+        if frame[name].dtype != np.float64:
+            frame[name] = pd.to_numeric(frame[name], errors="coerce").astype(np.float64)
+    return frame.reset_index(drop=True)
+
+
+def _numeric_names(columns) -> list[str]:
+    return [
+        name
+        for name in columns
+        if name in NUMERIC_COLUMNS
+        or (
+            name in OPTIONAL_COLUMN_BY_NAME
+            and OPTIONAL_COLUMN_BY_NAME[name].kind in NUMERIC_OPTIONAL_KINDS
+        )
+    ]
+
+
+def frame_case_columns(frame) -> list[str]:
+    """The case parameters present in a frame, in display order."""
+    return case_columns(name for name in frame.columns if name != "api")
+
+
+def success_mask(frame) -> np.ndarray:
+    status = frame["status"].to_numpy()
+    return np.isin(status, np.array(sorted(SUCCESS_STATUSES), dtype=object))
+
+
+def failed_mask(frame) -> np.ndarray:
+    return frame["status"].to_numpy() == STATUS_FAILED
+
+
+def case_labels(frame, columns: list[str]) -> np.ndarray:
+    """describe_case for every row: "name=value, ..." of non-empty parameters, or n/a."""
+    labels = np.full(len(frame), "", dtype=object)
+    for name in columns:
+        values = frame[name].to_numpy(dtype=object)
+        present = (values == values) & (values != "")  # NaN marks an absent column
+        if not present.any():
+            continue
+        piece = np.where(present, name + "=" + values.astype(str).astype(object), "")
+        joined = np.where(labels == "", piece, labels + ", " + piece)
+        labels = np.where(present, joined, labels)
+    labels[labels == ""] = "n/a"
+    return labels
+
+
+def optional_floats(frame, name: str) -> np.ndarray:
+    """A numeric optional column as float64, all NaN when the run lacks it."""
+    if name not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return frame[name].to_numpy(dtype=np.float64)
+
+
+def noise_pct(frame) -> np.ndarray:
+    """Measured noise of each row in %: noise_pct, else the quartile range over time_ms."""
+    stated = optional_floats(frame, "noise_pct")
+    q1, q3 = optional_floats(frame, "time_q1_ms"), optional_floats(frame, "time_q3_ms")
+    time_ms = frame["time_ms"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        from_quartiles = (q3 - q1) / time_ms * 100.0
+    return np.where(np.isnan(stated), from_quartiles, stated)
+
+
+def status_text(statuses) -> str:
+    """ "failed=1, ok=2": status counts sorted by name (the seed's format)."""
+    import pandas as pd
+
+    counts = pd.Series(statuses, dtype=object).value_counts()
+    return ", ".join(f"{key}={counts[key]}" for key in sorted(counts.index))

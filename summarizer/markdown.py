@@ -1,0 +1,412 @@
+"""Render step: Markdown from a report model, cut to a size limit.
+
+Renderers only format what the models hold.  A report is a list of fixed blocks and
+tables; table rows are produced lazily and stop, with a note, before the report
+would pass its byte limit, so a 200k-case comparison never formats 200k rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from benchmark_result import NUMERIC_COLUMNS
+from summarizer.model import PEAK_PCT_LIMIT, SummaryModel
+
+DEFAULT_MAX_REPORT_BYTES = 1 << 20
+NOTE_RESERVE = 320  # bytes kept for each table's cut note
+GATE_RULE = (
+    "A case is a `regression` when time_ms grows, or bandwidth_GB_s or tflops shrink, "
+    "by more than the gate. When both rows state their noise (`noise_pct`, else the "
+    "`time_q1_ms`..`time_q3_ms` range over `time_ms`), the change must also exceed the "
+    "sum of both noises; a change past the gate but inside that noise is `within noise` "
+    "and does not fail the run. Rows without statistics are judged by the gate alone. "
+    "Improvements never fail."
+)
+COMPATIBILITY_NOTE = (
+    "- `legacy_inferred_ok` means the legacy CSV had no explicit status column; success "
+    "was inferred only after validating its known FlashInfer schema and performance metrics."
+)
+MATCHED_HEAD = (
+    "| API | Case | State | Time ms (base → cand, Δ) | "
+    "Bandwidth GB/s (base → cand, Δ) | TFLOPS (base → cand, Δ) | Sources |"
+)
+_ESCAPES = (
+    ("\\", "\\\\"),
+    ("|", "\\|"),
+    ("`", "\\`"),
+    ("*", "\\*"),
+    ("_", "\\_"),
+    ("#", "\\#"),
+    ("[", "\\["),
+    ("]", "\\]"),
+    ("<", "&lt;"),
+    (">", "&gt;"),
+)
+
+
+def _escape_fragment(text: str) -> str:
+    for old, new in _ESCAPES:
+        text = text.replace(old, new)
+    return text
+
+
+def escape_markdown(value) -> str:
+    """Text from a CSV made inert in Markdown; line breaks become <br>."""
+    normalized = str(value).replace("\r\n", "\n").replace("\r", "\n")
+    return "<br>".join(_escape_fragment(part) for part in normalized.split("\n"))
+
+
+def format_metric(value) -> str:
+    return f"{value:.6g}"
+
+
+def format_delta(value) -> str:
+    if math.isinf(value):
+        return "+∞%" if value > 0 else "-∞%"
+    return f"{value:+.2f}%"
+
+
+@dataclass(frozen=True)
+class Block:
+    """Lines always written."""
+
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class Table:
+    """Head lines always written; rows written while the size budget lasts."""
+
+    head: list[str]
+    rows: Iterable[str]
+    total: int
+    what: str
+
+
+def _size(lines: Iterable[str]) -> int:
+    return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def render(parts: list[Block | Table], limit: int) -> str:
+    """Join blocks and tables; cut table rows (with a note) to stay under ``limit`` bytes."""
+    fixed = sum(_size(p.lines) if isinstance(p, Block) else _size(p.head) for p in parts)
+    budget = limit - fixed - NOTE_RESERVE * sum(isinstance(p, Table) for p in parts)
+    lines: list[str] = []
+    for part in parts:
+        if isinstance(part, Block):
+            lines.extend(part.lines)
+            continue
+        lines.extend(part.head)
+        shown = 0
+        for row in part.rows:
+            cost = len(row.encode("utf-8")) + 1
+            if cost > budget:
+                break
+            budget -= cost
+            lines.append(row)
+            shown += 1
+        if shown < part.total:
+            lines.append("")
+            lines.append(_cut_note(shown, part.total, part.what, limit))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _cut_note(shown: int, total: int, what: str, limit: int) -> str:
+    return (
+        f"*Cut: {shown} of {total} {what} shown; this report is limited to {limit} bytes "
+        "(--max-report-bytes). The JSON report (--json) holds all of them.*"
+    )
+
+
+def issue_table(issues) -> list[Block | Table]:
+    if not issues:
+        return []
+    rows = (
+        f"- **{escape_markdown(i.group)}** — {escape_markdown(i.source)}: "
+        f"{escape_markdown(i.message)}"
+        for i in issues
+    )
+    return [Table(["## Input Errors", ""], rows, len(issues), "input errors")]
+
+
+def failure_table(failures, with_run: bool) -> list[Block | Table]:
+    if not len(failures):
+        return []
+    head = (
+        "| Run | API | Case | Source | Error |" if with_run else "| API | Case | Source | Error |"
+    )
+    rule = "|---|---|---|---|---|" if with_run else "|---|---|---|---|"
+    columns = (["run"] if with_run else []) + ["api", "case", "source", "error"]
+    rows = (
+        "| " + " | ".join(escape_markdown(value) for value in values) + " |"
+        for values in zip(*(failures[name].tolist() for name in columns), strict=True)
+    )
+    return [Table(["## Failure Details", "", head, rule], rows, len(failures), "failures")]
+
+
+def plot_block(links: list[str]) -> list[Block]:
+    if not links:
+        return []
+    return [Block(["## Plots", "", *(f"![{escape_markdown(link)}]({link})" for link in links), ""])]
+
+
+# ---------------------------------------------------------------------- summary
+
+
+def summary_markdown(model: SummaryModel, limit: int, plots: list[str] = ()) -> str:
+    """The summary report: verdict and counts first, long lists after."""
+    parts: list[Block | Table] = [Block(_summary_head(model))]
+    parts += issue_table(model.issues)
+    parts += failure_table(model.failures, with_run=False)
+    parts.append(_input_files(model))
+    parts.append(_api_sections(model))
+    parts += _artefact_table(model.artefacts)
+    parts += _environment_block({"Value": model.environment})
+    if model.legacy_rows:
+        parts.append(Block(["## Compatibility Note", "", COMPATIBILITY_NOTE, ""]))
+    parts += plot_block(list(plots))
+    return render(parts, limit)
+
+
+def _summary_head(model: SummaryModel) -> list[str]:
+    lines = [
+        "# FlashInfer Benchmark Summary",
+        "",
+        f"**Verdict: {model.verdict.label.upper()}** — {model.reason}",
+        "",
+        f"- Input files: {len(model.paths)}",
+        f"- Valid files: {model.valid_files}",
+        f"- Total rows: {model.total_rows}",
+    ]
+    if len(model.artefacts):
+        lines.append(
+            f"- Measurement artefacts: {len(model.artefacts)} row(s) above "
+            f"{PEAK_PCT_LIMIT:g}% of a hardware peak (e.g. L2 cache hits); not counted as speed"
+        )
+    return [*lines, ""]
+
+
+def _input_files(model: SummaryModel) -> Table:
+    rows = (
+        f"| {escape_markdown(f.source)} | {f.rows} | {escape_markdown(f.status)} |"
+        for f in model.files
+    )
+    head = ["## Input Files", "", "| File | Rows | Status |", "|---|---:|---|"]
+    return Table(head, rows, len(model.files), "input files")
+
+
+def _api_sections(model: SummaryModel) -> Table:
+    rows = (_api_section(api, first=index == 0) for index, api in enumerate(model.apis))
+    return Table([], rows, len(model.apis), "API sections")
+
+
+def _api_section(api, first: bool) -> str:
+    lines = [] if first else [""]
+    lines += [
+        f"## API: {escape_markdown(api.api)}",
+        "",
+        f"- Rows: {api.rows}",
+        f"- Status: {escape_markdown(api.status)}",
+    ]
+    for best in api.best:
+        label = "Minimum" if best.column == "time_ms" else "Maximum"
+        lines.append(
+            f"- {label} {best.column}: {format_metric(best.value)} "
+            f"({escape_markdown(best.case)}; source={escape_markdown(best.source)})"
+        )
+    if api.artefacts:
+        lines.append(
+            f"- Measurement artefacts: {api.artefacts} row(s) above {PEAK_PCT_LIMIT:g}% of "
+            "peak, left out of the maxima"
+        )
+    return "\n".join(lines)
+
+
+def _artefact_table(artefacts) -> list[Table]:
+    if not len(artefacts):
+        return []
+    head = [
+        "## Measurement Artefacts",
+        "",
+        f"Rows above {PEAK_PCT_LIMIT:g}% of the device's peak bandwidth or TFLOPS cannot be "
+        "speeds: usually the data stayed in L2 cache between timed calls. They are left out "
+        "of the maxima above.",
+        "",
+        "| API | Case | Source | bandwidth_GB_s | % of peak BW | % of peak TFLOPS |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    rows = (
+        f"| {escape_markdown(api)} | {escape_markdown(case)} | {escape_markdown(source)} | "
+        f"{_number(bw)} | {_number(pct_bw)} | {_number(pct_tf)} |"
+        for api, case, source, bw, pct_bw, pct_tf in zip(
+            *(artefacts[name].tolist() for name in artefacts.columns), strict=True
+        )
+    )
+    return [Table(head, rows, len(artefacts), "artefact rows")]
+
+
+def _number(value) -> str:
+    return "n/a" if value != value else format_metric(value)
+
+
+def _environment_block(sides: dict[str, dict[str, list[str]]]) -> list[Block]:
+    names = sorted({name for side in sides.values() for name in side})
+    if not names:
+        return []
+    lines = ["## Environment", "", "| Column | " + " | ".join(sides) + " |"]
+    lines.append("|---|" + "---|" * len(sides))
+    for name in names:
+        cells = [escape_markdown(", ".join(side.get(name, ["unknown"]))) for side in sides.values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [Block([*lines, ""])]
+
+
+# ------------------------------------------------------------------- regression
+
+
+def regression_markdown(model, limit: int, plots: list[str] = ()) -> str:
+    """The regression report: verdict, aggregates, regressions, failures, then all cases."""
+    parts: list[Block | Table] = [Block(_regression_head(model))]
+    parts.append(Block(_aggregate_lines(model.aggregates)))
+    parts += _regression_rows(model.matched)
+    parts += failure_table(model.failures, with_run=True)
+    parts += _case_list("## Missing Candidate Cases", model.missing, "baseline", "missing cases")
+    parts += _case_list("## New Candidate Cases", model.new, "candidate", "new cases")
+    parts += issue_table(model.issues)
+    parts += _environment_block(
+        {"Baseline": model.environment["baseline"], "Candidate": model.environment["candidate"]}
+    )
+    parts.append(_matched_table(model.matched))
+    parts += plot_block(list(plots))
+    return render(parts, limit)
+
+
+def _regression_head(model) -> list[str]:
+    lines = [
+        "# FlashInfer Benchmark Regression",
+        "",
+        f"**Verdict: {model.verdict.label.upper()}** — {model.reason}",
+        "",
+    ]
+    if model.mismatches:
+        lines += [_mismatch_warning(model), ""]
+    counts = ", ".join(f"{state}={count}" for state, count in sorted(model.state_counts.items()))
+    lines += [
+        f"- Baseline files: {len(model.baseline_paths)}",
+        f"- Candidate files: {len(model.candidate_paths)}",
+        f"- Matched cases: {len(model.matched)}",
+        f"- Missing candidate cases: {len(model.missing)}",
+        f"- New candidate cases: {len(model.new)}",
+        f"- Regression gate: {model.gate.text}",
+        f"- Case states: {counts or 'none'}",
+    ]
+    if model.artefact_rows:
+        lines.append(
+            f"- Measurement artefacts: {model.artefact_rows} row(s) above {PEAK_PCT_LIMIT:g}% "
+            "of a hardware peak (e.g. L2 cache hits); their bandwidth is not a speed"
+        )
+    return [*lines, "", f"Gate rule: {GATE_RULE}", ""]
+
+
+def _mismatch_warning(model) -> str:
+    base, cand = model.environment["baseline"], model.environment["candidate"]
+    diffs = "; ".join(
+        f"{name}: {', '.join(base[name])} → {', '.join(cand[name])}" for name in model.mismatches
+    )
+    return (
+        "> **Warning: baseline and candidate ran on different hardware or software** — "
+        + escape_markdown(diffs)
+    )
+
+
+def _aggregate_lines(aggregates) -> list[str]:
+    lines = [
+        "## Aggregate Speedup",
+        "",
+        "Speedup = baseline time_ms / candidate time_ms over the cases ok in both runs "
+        "(above 1: the candidate is faster); total time ratio = candidate total / baseline total.",
+        "",
+        "| Scope | Cases ok in both | Geomean speedup | Total time ms (base → cand) | "
+        "Total time ratio |",
+        "|---|---:|---:|---|---:|",
+    ]
+    for agg in aggregates:
+        lines.append(
+            f"| {escape_markdown(agg.scope)} | {agg.cases} | {_ratio(agg.geomean_speedup)} | "
+            f"{format_metric(agg.baseline_total_ms)} → {format_metric(agg.candidate_total_ms)} | "
+            f"{_ratio(agg.total_time_ratio)} |"
+        )
+    return [*lines, ""]
+
+
+def _ratio(value: float) -> str:
+    return "n/a" if value != value else f"{value:.4f}x"
+
+
+def _regression_rows(matched) -> list[Table]:
+    states = matched["state"].to_numpy()
+    rows = matched.loc[(states == "regression") | (states == "within noise")]
+    if not len(rows):
+        return []
+    head = [
+        "## Regressions",
+        "",
+        "| API | Case | State | Speedup | Why |",
+        "|---|---|---|---:|---|",
+    ]
+    lines = (
+        f"| {escape_markdown(api)} | {escape_markdown(case)} | {state} | "
+        f"{_ratio(speedup)} | {escape_markdown(reason)} |"
+        for api, case, state, speedup, reason in zip(
+            *(rows[n].tolist() for n in ("api", "case_label", "state", "speedup", "reason")),
+            strict=True,
+        )
+    )
+    return [Table(head, lines, len(rows), "regressed cases")]
+
+
+def _case_list(heading: str, cases, side: str, what: str) -> list[Table]:
+    if not len(cases):
+        return []
+    rows = (
+        f"- {escape_markdown(api)}: {escape_markdown(case)} "
+        f"({side} source={escape_markdown(source)})"
+        for api, case, source in zip(
+            cases["api"].tolist(), cases["case"].tolist(), cases["source"].tolist(), strict=True
+        )
+    )
+    return [Table([heading, ""], rows, len(cases), what)]
+
+
+def _matched_table(matched) -> Table:
+    head = ["## Matched Cases", "", MATCHED_HEAD, "|---|---|---|---|---|---|---|"]
+    return Table(head, _matched_rows(matched), len(matched), "matched cases")
+
+
+def _matched_rows(matched) -> Iterator[str]:
+    names = ["api", "case_label", "state", "source_baseline", "source_candidate"]
+    for name in NUMERIC_COLUMNS:
+        names += [f"{name}_baseline", f"{name}_candidate", f"{name}_delta_pct"]
+    for start in range(0, len(matched), 2048):
+        chunk = matched.iloc[start : start + 2048]
+        yield from _matched_chunk([chunk[name].tolist() for name in names])
+
+
+def _matched_chunk(columns: list[list]) -> Iterator[str]:
+    for values in zip(*columns, strict=True):
+        api, case, state, source_b, source_c = values[:5]
+        cells = [_metric_cell(*values[5 + 3 * i : 8 + 3 * i]) for i in range(3)]
+        yield (
+            f"| {escape_markdown(api)} | {escape_markdown(case)} | {escape_markdown(state)} | "
+            + " | ".join(escape_markdown(cell) for cell in cells)
+            + f" | {escape_markdown(f'{source_b} → {source_c}')} |"
+        )
+
+
+def _metric_cell(base: float, cand: float, delta: float) -> str:
+    if delta != delta:
+        return "n/a"
+    return f"{format_metric(base)} → {format_metric(cand)}, {format_delta(delta)}"

@@ -1,0 +1,327 @@
+"""Compare step: pure functions from loaded runs to report models.
+
+Nothing here formats text for a reader or touches a file; the Markdown and JSON
+renderers only read these models.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmark_result import (
+    NUMERIC_COLUMNS,
+    OPTIONAL_COLUMNS,
+    STATUS_LEGACY_OK,
+    Role,
+)
+from summarizer.frames import (
+    case_labels,
+    failed_mask,
+    frame_case_columns,
+    optional_floats,
+    side_frame,
+    status_text,
+    success_mask,
+)
+from summarizer.loading import InputIssue, LoadResult
+
+EXIT_OK = 0
+EXIT_BENCHMARK_FAILURE = 1
+EXIT_INPUT_ERROR = 2
+
+PEAK_PCT_LIMIT = 100.0  # above 100 % of a hardware peak a figure is an artefact, not a speed
+ENVIRONMENT_COLUMNS = tuple(
+    column.name
+    for column in OPTIONAL_COLUMNS
+    if column.role is Role.ENVIRONMENT or column.name in ("timer", "l2", "dtype")
+)
+# A difference in these means the two runs are not measuring the same hardware/software.
+MISMATCH_COLUMNS = (
+    "device",
+    "compute_capability",
+    "runtime",
+    "torch_version",
+    "flashinfer_version",
+)
+
+
+class Verdict(enum.Enum):
+    """The outcome of a whole command; its exit code is the seed's contract."""
+
+    PASS = ("pass", EXIT_OK)
+    FAIL = ("fail", EXIT_BENCHMARK_FAILURE)
+    INVALID_INPUT = ("invalid input", EXIT_INPUT_ERROR)
+
+    @property
+    def label(self) -> str:
+        return self.value[0]
+
+    @property
+    def exit_code(self) -> int:
+        return self.value[1]
+
+
+class CaseState(enum.Enum):
+    """What happened to one matched case (the seed's names, plus ``within noise``)."""
+
+    COMPARED = "compared"
+    REGRESSION = "regression"
+    WITHIN_NOISE = "within noise"
+    CANDIDATE_FAILED = "candidate failed"
+    RECOVERED = "recovered"
+    BOTH_FAILED = "both failed"
+
+
+FAILING_STATES = (CaseState.REGRESSION, CaseState.CANDIDATE_FAILED, CaseState.BOTH_FAILED)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """When a slower case fails the run.
+
+    A metric regresses when it is worse by more than ``threshold_pct``.  When both
+    rows state their noise (``noise_pct``, or quartiles), it must also be worse by
+    more than the sum of both noises; otherwise the case is ``within noise``.
+    ``threshold_pct=None`` only reports.
+    """
+
+    threshold_pct: float | None = None
+
+    def __post_init__(self):
+        if self.threshold_pct is not None and not (
+            math.isfinite(self.threshold_pct) and self.threshold_pct >= 0
+        ):
+            raise ValueError("the regression gate must be a finite, non-negative percentage")
+
+    @property
+    def text(self) -> str:
+        return "report only" if self.threshold_pct is None else f"{self.threshold_pct:g}%"
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best row of one metric for one API."""
+
+    column: str
+    value: float
+    case: str
+    source: str
+
+
+@dataclass(frozen=True)
+class ApiSummary:
+    api: str
+    rows: int
+    status: str
+    best: tuple[Best, ...]
+    artefacts: int
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    source: str
+    rows: int
+    status: str  # "invalid" or the status counts
+
+
+@dataclass
+class SummaryModel:
+    """Everything a summary report says, computed once."""
+
+    paths: list[str]
+    files: list[FileSummary]
+    valid_files: int
+    total_rows: int
+    apis: list[ApiSummary]
+    failures: object  # DataFrame: api, case, source, error
+    artefacts: object  # DataFrame: api, case, source, bandwidth_GB_s, pct_peak_bw, pct_peak_tflops
+    issues: list[InputIssue]
+    legacy_rows: int
+    environment: dict[str, list[str]]
+    verdict: Verdict
+    reason: str
+    frame: object = field(repr=False)  # the validated rows, for plots and JSON
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+
+def summarize(result: LoadResult) -> SummaryModel:
+    """The summary model of one run."""
+    frame = side_frame(result)
+    success = success_mask(frame)
+    failed = failed_mask(frame)
+    artefact = _artefact_mask(frame)
+    verdict, reason = _summary_verdict(len(result.issues), int(failed.sum()), len(frame))
+    return SummaryModel(
+        paths=[str(path) for path in result.paths],
+        files=_file_summaries(frame, result),
+        valid_files=int(frame["_source"].nunique()) if len(frame) else 0,
+        total_rows=len(frame),
+        apis=_api_summaries(frame, success, artefact),
+        failures=_failure_table(frame, failed),
+        artefacts=_artefact_table(frame, artefact),
+        issues=list(result.issues),
+        legacy_rows=int((frame["status"].to_numpy() == STATUS_LEGACY_OK).sum()),
+        environment=environment_of(frame),
+        verdict=verdict,
+        reason=reason,
+        frame=frame,
+    )
+
+
+def _summary_verdict(issues: int, failed: int, rows: int) -> tuple[Verdict, str]:
+    if issues:
+        return Verdict.INVALID_INPUT, f"{issues} input error(s); the results cannot be trusted"
+    if failed:
+        return Verdict.FAIL, f"{failed} of {rows} case(s) failed"
+    return Verdict.PASS, f"all {rows} case(s) ok"
+
+
+def _file_summaries(frame, result: LoadResult) -> list[FileSummary]:
+    invalid = {issue.source for issue in result.issues}
+    by_source = (
+        {source: group for source, group in frame.groupby("_source", sort=False)["status"]}
+        if len(frame)
+        else {}
+    )
+    files = []
+    for path in result.paths:
+        source = str(path)
+        statuses = by_source.get(source)
+        rows = 0 if statuses is None else len(statuses)
+        if source in invalid:
+            text = "invalid"
+        else:
+            text = status_text(statuses.to_numpy() if statuses is not None else [])
+        files.append(FileSummary(source, rows, text))
+    return files
+
+
+def _artefact_mask(frame) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return (optional_floats(frame, "pct_peak_bw") > PEAK_PCT_LIMIT) | (
+            optional_floats(frame, "pct_peak_tflops") > PEAK_PCT_LIMIT
+        )
+
+
+def _api_summaries(frame, success: np.ndarray, artefact: np.ndarray) -> list[ApiSummary]:
+    if not len(frame):
+        return []
+    columns = frame_case_columns(frame)
+    summaries = []
+    for api, index in sorted(frame.groupby("api", sort=False).indices.items()):
+        best = tuple(
+            entry
+            for column in NUMERIC_COLUMNS
+            if (entry := _best(frame, index, success, artefact, column, columns)) is not None
+        )
+        summaries.append(
+            ApiSummary(
+                api=str(api),
+                rows=len(index),
+                status=status_text(frame["status"].to_numpy()[index]),
+                best=best,
+                artefacts=int(artefact[index].sum()),
+            )
+        )
+    return summaries
+
+
+def _best(frame, index, success, artefact, column: str, case_cols: list[str]) -> Best | None:
+    """Minimum time, maximum bandwidth/TFLOPS; artefact rows never count as a speed."""
+    keep = success[index]
+    if column != "time_ms":
+        keep = keep & ~artefact[index]
+    rows = index[keep]
+    if not len(rows):
+        return None
+    values = frame[column].to_numpy(dtype=np.float64)[rows]
+    pick = rows[int(np.argmin(values) if column == "time_ms" else np.argmax(values))]
+    return Best(
+        column=column,
+        value=float(frame[column].iat[pick]),
+        case=str(case_labels(frame.iloc[[pick]], case_cols)[0]),
+        source=str(frame["_source"].iat[pick]),
+    )
+
+
+def _failure_table(frame, failed: np.ndarray, run: str | None = None):
+    """api, case, source, error of every failed row (error_type: error)."""
+    import pandas as pd
+
+    rows = frame.loc[failed]
+    error = [
+        f"{kind}: {text}".strip(": ")
+        for kind, text in zip(rows["error_type"].tolist(), rows["error"].tolist(), strict=True)
+    ]
+    table = pd.DataFrame(
+        {
+            "api": rows["api"].to_numpy(dtype=object),
+            "case": case_labels(rows, frame_case_columns(frame)),
+            "source": rows["_source"].to_numpy(dtype=object),
+            "error": np.array(error, dtype=object),
+        }
+    )
+    if run is not None:
+        table.insert(0, "run", run)
+    return table
+
+
+def _artefact_table(frame, artefact: np.ndarray):
+    import pandas as pd
+
+    rows = frame.loc[artefact]
+    return pd.DataFrame(
+        {
+            "api": rows["api"].to_numpy(dtype=object),
+            "case": case_labels(rows, frame_case_columns(frame)),
+            "source": rows["_source"].to_numpy(dtype=object),
+            "bandwidth_GB_s": rows["bandwidth_GB_s"].to_numpy(dtype=np.float64),
+            "pct_peak_bw": optional_floats(rows, "pct_peak_bw"),
+            "pct_peak_tflops": optional_floats(rows, "pct_peak_tflops"),
+        }
+    )
+
+
+def environment_of(frame) -> dict[str, list[str]]:
+    """Distinct non-empty values of each environment column a run carries."""
+    import pandas as pd
+
+    found = {}
+    for name in ENVIRONMENT_COLUMNS:
+        if name not in frame.columns:
+            continue
+        values = pd.unique(frame[name].to_numpy(dtype=object))
+        texts = sorted({str(value) for value in values if value == value and value != ""})
+        if texts:
+            found[name] = texts
+    return found
+
+
+def summary_plot_rows(model: SummaryModel):
+    """The rows report_plots.render_summary_plots reads (one per valid CSV row)."""
+    frame = model.frame
+    columns = frame_case_columns(frame)
+    rows = frame[["api", *columns, "status", *NUMERIC_COLUMNS]].copy()
+    rows["arithmetic_intensity"] = arithmetic_intensity(frame)
+    rows["pct_peak_bw"] = optional_floats(frame, "pct_peak_bw")
+    rows["pct_peak_tflops"] = optional_floats(frame, "pct_peak_tflops")
+    rows["case_label"] = case_labels(frame, columns)
+    return rows
+
+
+def arithmetic_intensity(frame) -> np.ndarray:
+    """FLOP per byte: flops/io_bytes when known, else tflops*1e3/bandwidth_GB_s."""
+    flops, io_bytes = optional_floats(frame, "flops"), optional_floats(frame, "io_bytes")
+    tflops = frame["tflops"].to_numpy(dtype=np.float64)
+    bandwidth = frame["bandwidth_GB_s"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        stated = np.where(io_bytes > 0, flops / io_bytes, np.nan)
+        derived = np.where((tflops > 0) & (bandwidth > 0), tflops * 1e3 / bandwidth, np.nan)
+    return np.where(np.isnan(stated), derived, stated)

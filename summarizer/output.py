@@ -1,0 +1,66 @@
+"""Report files: written atomically, so a killed run never leaves half a report."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, is_dataclass
+from enum import Enum
+from pathlib import Path
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, fsync, then rename over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def model_json(model) -> str:
+    """The whole model as JSON; tables become lists of row objects, NaN becomes null."""
+    fields = [(name, getattr(model, name)) for name in _field_names(model)]
+    fields += [("exit_code", model.exit_code)]
+    parts = [f"{json.dumps(name)}: {_value_json(value)}" for name, value in fields]
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def _field_names(model) -> list[str]:
+    return [name for name in model.__dataclass_fields__ if not name.startswith("_")]
+
+
+def _value_json(value) -> str:
+    if hasattr(value, "to_json"):
+        return value.to_json(orient="records", force_ascii=False, double_precision=15)
+    return json.dumps(_plain(value), ensure_ascii=False, allow_nan=False)
+
+
+def _plain(value):
+    if isinstance(value, Enum):
+        return value.value[0] if isinstance(value.value, tuple) else value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        plain = {name: _plain(item) for name, item in asdict(value).items()}
+        for name in ("total_time_ratio",):
+            if hasattr(value, name):
+                plain[name] = _plain(getattr(value, name))
+        return plain
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value

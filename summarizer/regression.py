@@ -1,0 +1,338 @@
+"""Compare step for baseline vs candidate: match cases, decide states, aggregate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmark_result import NUMERIC_COLUMNS
+from summarizer.frames import (
+    case_labels,
+    failed_mask,
+    frame_case_columns,
+    noise_pct,
+    side_frame,
+    success_mask,
+)
+from summarizer.loading import InputIssue, LoadResult
+from summarizer.model import (
+    FAILING_STATES,
+    MISMATCH_COLUMNS,
+    CaseState,
+    Gate,
+    Verdict,
+    _artefact_mask,
+    _failure_table,
+    environment_of,
+)
+
+SIDE_COLUMNS = ("status", *NUMERIC_COLUMNS, "_source", "_line", "noise")
+# A metric is worse when time grows or throughput shrinks.
+WORSE_SIGN = {"time_ms": 1.0, "bandwidth_GB_s": -1.0, "tflops": -1.0}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Speedup over the cases ok in both runs (scope: "overall" or an API)."""
+
+    scope: str
+    cases: int
+    geomean_speedup: float  # geometric mean of baseline time / candidate time
+    baseline_total_ms: float
+    candidate_total_ms: float
+
+    @property
+    def total_time_ratio(self) -> float:
+        """Candidate total time / baseline total time (below 1: faster)."""
+        if self.baseline_total_ms <= 0:
+            return float("nan")
+        return self.candidate_total_ms / self.baseline_total_ms
+
+
+@dataclass
+class RegressionModel:
+    """Everything a regression report says, computed once."""
+
+    baseline_paths: list[str]
+    candidate_paths: list[str]
+    gate: Gate
+    matched: object  # DataFrame, one row per matched case (see _matched_table)
+    missing: object  # DataFrame: api, case, source
+    new: object  # DataFrame: api, case, source, status
+    failures: object  # DataFrame: run, api, case, source, error
+    aggregates: list[Aggregate]
+    environment: dict[str, dict[str, list[str]]]  # side -> column -> values
+    mismatches: list[str]  # environment columns whose values differ between sides
+    artefact_rows: int
+    input_issues: list[InputIssue]
+    comparison_issues: list[InputIssue]
+    comparison_failed: bool
+    verdict: Verdict
+    reason: str
+    state_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    @property
+    def issues(self) -> list[InputIssue]:
+        return [*self.input_issues, *self.comparison_issues]
+
+
+def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> RegressionModel:
+    """Match baseline and candidate cases by api + case parameters and judge each."""
+    import pandas as pd
+
+    base, cand = side_frame(baseline), side_frame(candidate)
+    keys = ["api", *frame_case_columns(pd.concat([base.head(0), cand.head(0)]))]
+    base, cand = _with_keys(base, keys), _with_keys(cand, keys)
+    base_unique, base_dups = _drop_duplicates(base, keys, "baseline")
+    cand_unique, cand_dups = _drop_duplicates(cand, keys, "candidate")
+    joined = _side_columns(base_unique, keys, "b").merge(
+        _side_columns(cand_unique, keys, "c"), on=keys, how="outer", indicator=True
+    )
+    both = joined["_merge"].to_numpy() == "both"
+    matched = _matched_table(joined.loc[both].reset_index(drop=True), keys, gate)
+    missing = _side_table(joined.loc[joined["_merge"].to_numpy() == "left_only"], keys, "b")
+    new = _side_table(joined.loc[joined["_merge"].to_numpy() == "right_only"], keys, "c")
+    failures = pd.concat(
+        [
+            _failure_table(base, failed_mask(base), "baseline"),
+            _failure_table(cand, failed_mask(cand), "candidate"),
+        ],
+        ignore_index=True,
+    )
+    states = matched["state"].to_numpy()
+    failing = np.isin(states, [state.value for state in _FAILING])
+    new_failed = int((new["status"].to_numpy() == "failed").sum())
+    comparison_failed = bool(failing.any() or len(missing) or new_failed)
+    comparison_issues = [*base_dups, *cand_dups]
+    input_issues = [*baseline.issues, *candidate.issues]
+    environment = {"baseline": environment_of(base), "candidate": environment_of(cand)}
+    verdict, reason = _verdict(input_issues, comparison_issues, matched, missing, new_failed)
+    return RegressionModel(
+        baseline_paths=[str(path) for path in baseline.paths],
+        candidate_paths=[str(path) for path in candidate.paths],
+        gate=gate,
+        matched=matched,
+        missing=missing,
+        new=new,
+        failures=failures,
+        aggregates=aggregates(matched),
+        environment=environment,
+        mismatches=_mismatches(environment),
+        artefact_rows=int(_artefact_mask(base).sum() + _artefact_mask(cand).sum()),
+        input_issues=input_issues,
+        comparison_issues=comparison_issues,
+        comparison_failed=comparison_failed,
+        verdict=verdict,
+        reason=reason,
+        state_counts=_state_counts(states),
+    )
+
+
+_FAILING = FAILING_STATES
+
+
+def _state_counts(states: np.ndarray) -> dict[str, int]:
+    names, counts = np.unique(states.astype(str), return_counts=True)
+    return {str(name): int(count) for name, count in zip(names, counts, strict=True)}
+
+
+def _with_keys(frame, keys: list[str]):
+    """Every key column present (NaN: the run has no such parameter) and noise added."""
+    missing = [name for name in keys if name not in frame.columns]
+    if missing:
+        frame = frame.assign(**{name: np.nan for name in missing})
+    frame = frame.assign(noise=noise_pct(frame))
+    frame["_case"] = case_labels(frame, keys[1:]) if len(frame) else []
+    return frame
+
+
+def _drop_duplicates(frame, keys: list[str], group: str):
+    """Rows whose case is unique in the run, and one issue per repeated row."""
+    if not len(frame):
+        return frame, []
+    repeated = frame.duplicated(subset=keys, keep=False).to_numpy()
+    if not repeated.any():
+        return frame, []
+    ids = frame.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    first_row = {}
+    issues = []
+    for row in np.flatnonzero(repeated):
+        first = first_row.setdefault(ids[row], row)
+        if first == row:
+            continue
+        issues.append(
+            InputIssue(
+                str(frame["_source"].iat[row]),
+                "duplicate case also found at "
+                f"{frame['_source'].iat[first]}:{frame['_line'].iat[first]}: "
+                f"{frame['api'].iat[row]} ({frame['_case'].iat[row]})",
+                group,
+            )
+        )
+    return frame.loc[~repeated], issues
+
+
+def _side_columns(frame, keys: list[str], suffix: str):
+    columns = [*keys, "_case", *SIDE_COLUMNS]
+    renamed = {name: f"{name}_{suffix}" for name in ["_case", *SIDE_COLUMNS]}
+    return frame[columns].rename(columns=renamed)
+
+
+def _side_table(rows, keys: list[str], suffix: str):
+    import pandas as pd
+
+    rows = rows.sort_values(keys, kind="stable")
+    return pd.DataFrame(
+        {
+            "api": rows["api"].to_numpy(dtype=object),
+            "case": rows[f"_case_{suffix}"].to_numpy(dtype=object),
+            "source": rows[f"_source_{suffix}"].to_numpy(dtype=object),
+            "status": rows[f"status_{suffix}"].to_numpy(dtype=object),
+        }
+    )
+
+
+def percent_delta(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """(cand / base - 1) in %; a zero baseline gives 0 (both zero) or +inf."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = (cand / base - 1.0) * 100.0
+    zero = base == 0
+    return np.where(zero, np.where(cand == 0, 0.0, np.inf), delta)
+
+
+def _matched_table(joined, keys: list[str], gate: Gate):
+    """One row per matched case: both sides' numbers, deltas, state, reason, speedup."""
+    import pandas as pd
+
+    joined = joined.sort_values(keys, kind="stable").reset_index(drop=True)
+    ok_b = success_mask(joined.rename(columns={"status_b": "status"}))
+    ok_c = success_mask(joined.rename(columns={"status_c": "status"}))
+    both_ok = ok_b & ok_c
+    table = pd.DataFrame(
+        {"api": joined["api"].to_numpy(dtype=object), "case_label": joined["_case_b"]}
+    )
+    for name in NUMERIC_COLUMNS:
+        base, cand = joined[f"{name}_b"].to_numpy(), joined[f"{name}_c"].to_numpy()
+        table[f"{name}_baseline"], table[f"{name}_candidate"] = base, cand
+        table[f"{name}_delta_pct"] = np.where(both_ok, percent_delta(base, cand), np.nan)
+    noise = joined["noise_b"].to_numpy() + joined["noise_c"].to_numpy()
+    table["noise_pct"] = np.where(both_ok, noise, np.nan)
+    gate_hit, beyond = _gate_masks(table, gate, noise)
+    state = np.select(
+        [
+            both_ok & beyond,
+            both_ok & gate_hit,
+            both_ok,
+            ok_b & ~ok_c,
+            ~ok_b & ok_c,
+        ],
+        [
+            CaseState.REGRESSION.value,
+            CaseState.WITHIN_NOISE.value,
+            CaseState.COMPARED.value,
+            CaseState.CANDIDATE_FAILED.value,
+            CaseState.RECOVERED.value,
+        ],
+        CaseState.BOTH_FAILED.value,
+    )
+    table["state"] = state
+    table["reason"] = _reasons(table, gate)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["speedup"] = np.where(
+            both_ok, table["time_ms_baseline"] / table["time_ms_candidate"], np.nan
+        )
+    table["source_baseline"] = joined["_source_b"].to_numpy(dtype=object)
+    table["source_candidate"] = joined["_source_c"].to_numpy(dtype=object)
+    return table
+
+
+def _gate_masks(table, gate: Gate, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(past the gate, past the gate and outside the noise) per case."""
+    size = len(table)
+    if gate.threshold_pct is None:
+        return np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)
+    gate_hit = np.zeros(size, dtype=bool)
+    beyond = np.zeros(size, dtype=bool)
+    no_noise = np.isnan(noise)
+    for name, sign in WORSE_SIGN.items():
+        worse = sign * table[f"{name}_delta_pct"].to_numpy()
+        with np.errstate(invalid="ignore"):
+            hit = worse > gate.threshold_pct
+            gate_hit |= hit
+            beyond |= hit & (no_noise | (worse > noise))
+    return gate_hit, beyond
+
+
+def _reasons(table, gate: Gate) -> np.ndarray:
+    """Why a case regressed or was excused as noise (empty for the others)."""
+    reasons = np.full(len(table), "", dtype=object)
+    judged = np.isin(
+        table["state"].to_numpy(), [CaseState.REGRESSION.value, CaseState.WITHIN_NOISE.value]
+    )
+    for row in np.flatnonzero(judged):
+        worst = max(
+            WORSE_SIGN, key=lambda name: WORSE_SIGN[name] * table[f"{name}_delta_pct"].iat[row]
+        )
+        delta = table[f"{worst}_delta_pct"].iat[row]
+        noise = table["noise_pct"].iat[row]
+        text = f"{worst} {delta:+.2f}% past the {gate.threshold_pct:g}% gate"
+        if noise == noise:
+            relation = "outside" if table["state"].iat[row] == "regression" else "within"
+            text += f", {relation} the measured noise ({noise:.2f}%)"
+        reasons[row] = text
+    return reasons
+
+
+def aggregates(matched) -> list[Aggregate]:
+    """Overall and per-API speedup over cases ok in both runs."""
+    ok = ~np.isnan(matched["speedup"].to_numpy(dtype=np.float64))
+    rows = matched.loc[ok]
+    found = [_aggregate("overall", rows)]
+    for api, group in rows.groupby("api", sort=True):
+        found.append(_aggregate(str(api), group))
+    return found
+
+
+def _aggregate(scope: str, rows) -> Aggregate:
+    speedup = rows["speedup"].to_numpy(dtype=np.float64)
+    geomean = float(np.exp(np.log(speedup).mean())) if len(speedup) else float("nan")
+    return Aggregate(
+        scope=scope,
+        cases=len(rows),
+        geomean_speedup=geomean,
+        baseline_total_ms=float(rows["time_ms_baseline"].sum()),
+        candidate_total_ms=float(rows["time_ms_candidate"].sum()),
+    )
+
+
+def _mismatches(environment: dict[str, dict[str, list[str]]]) -> list[str]:
+    base, cand = environment["baseline"], environment["candidate"]
+    return [
+        name
+        for name in MISMATCH_COLUMNS
+        if name in base and name in cand and base[name] != cand[name]
+    ]
+
+
+def _verdict(input_issues, comparison_issues, matched, missing, new_failed) -> tuple[Verdict, str]:
+    issues = len(input_issues) + len(comparison_issues)
+    if issues:
+        return Verdict.INVALID_INPUT, f"{issues} input error(s); the comparison cannot be trusted"
+    states = matched["state"].to_numpy()
+    reasons = [
+        f"{int((states == state.value).sum())} {state.value}"
+        for state in _FAILING
+        if (states == state.value).any()
+    ]
+    if len(missing):
+        reasons.append(f"{len(missing)} missing candidate case(s)")
+    if new_failed:
+        reasons.append(f"{new_failed} failed new candidate case(s)")
+    if reasons:
+        return Verdict.FAIL, ", ".join(reasons)
+    return Verdict.PASS, f"{len(matched)} matched case(s), none failing"
