@@ -1,0 +1,206 @@
+"""Benchmark FlashInfer's BatchDecodeWithPagedKVCacheWrapper (paged KV cache, one query token).
+
+A declaration: the case grid, how one case's inputs are built, and the I/O and FLOP
+formulas.  Timing, checking and the CLI live in ``bench_common.main_for``.
+
+    python bench_batch_decode.py --preset smoke
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+import attention_reference
+import bench_inputs as bi
+import flashinfer_compat as fc
+from bench_common import BenchmarkSpec, Prepared, Settings, main_for
+
+API = "BatchDecodeWithPagedKVCacheWrapper"
+CASE_FIELDS = ("batch_size", "seq_len_q", "seq_len_kv", "num_qo_heads", "num_kv_heads", "head_dim")
+MAX_TOKENS_DEFAULT = 1 << 22
+"""batch_size * seq_len_kv cap of the default sweep: 4M cached tokens (8 GiB fp16), ~5 ms."""
+MAX_TOKENS_FULL = 1 << 23
+
+
+def decode_case(batch_size: int, seq_len_kv: int, head_dim: int) -> dict[str, int]:
+    """One case with the seed's head rules (32 query heads, GQA 4 or 8 KV heads)."""
+    return {
+        "batch_size": batch_size,
+        "seq_len_q": 1,
+        "seq_len_kv": seq_len_kv,
+        "num_qo_heads": bi.NUM_QO_HEADS,
+        "num_kv_heads": bi.gqa_kv_heads(head_dim),
+        "head_dim": head_dim,
+    }
+
+
+def _tokens_at_most(limit: int):
+    """Grid filter: keep the KV cache (batch * kv length) within ``limit`` tokens."""
+    return lambda case: case["batch_size"] * case["seq_len_kv"] <= limit
+
+
+def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
+    """smoke / default / full / cpu grids; lengths like 1000 and 3000 leave partial pages."""
+    g = partial(bi.grid, decode_case)
+    return {
+        "smoke": bi.unique_cases(
+            g(batch_size=(1, 16, 64), seq_len_kv=(512, 4096), head_dim=(128,)),
+            g(batch_size=(16,), seq_len_kv=(1000,), head_dim=(128,)),
+            g(batch_size=(32,), seq_len_kv=(2048,), head_dim=(64,)),
+        ),
+        "default": bi.unique_cases(
+            g(
+                _tokens_at_most(MAX_TOKENS_DEFAULT),
+                batch_size=(1, 16, 64, 256),
+                seq_len_kv=(512, 2048, 8192, 32768),
+                head_dim=(128,),
+            ),
+            g(batch_size=(8, 128), seq_len_kv=(1000, 3000), head_dim=(128,)),
+            g(batch_size=(1, 16, 64, 256), seq_len_kv=(2048, 8192), head_dim=(64,)),
+        ),
+        "full": bi.unique_cases(
+            g(
+                _tokens_at_most(MAX_TOKENS_FULL),
+                batch_size=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                seq_len_kv=(128, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+                head_dim=(128, 64),
+            ),
+            g(batch_size=(8, 32, 128), seq_len_kv=(1000, 3000, 5000), head_dim=(128, 64)),
+        ),
+        "cpu": bi.unique_cases(
+            g(batch_size=(1, 4), seq_len_kv=(37, 200), head_dim=(128,)),
+            g(batch_size=(2,), seq_len_kv=(50,), head_dim=(64,)),
+        ),
+    }
+
+
+def io_bytes(case: Mapping[str, int], element_size: int) -> float:
+    """q + K + V for the real cached tokens (not padded pages) + output, in bytes."""
+    b, d = case["batch_size"], case["head_dim"]
+    q_and_o = 2 * b * case["seq_len_q"] * case["num_qo_heads"] * d
+    kv = 2 * b * case["seq_len_kv"] * case["num_kv_heads"] * d
+    return float((q_and_o + kv) * element_size)
+
+
+def flops(case: Mapping[str, int]) -> float:
+    """4 * H_qo * kv_len * d per request: QK^T and PV, 2 FLOPs per multiply-add each."""
+    return float(
+        4
+        * case["batch_size"]
+        * case["seq_len_q"]
+        * case["num_qo_heads"]
+        * case["seq_len_kv"]
+        * case["head_dim"]
+    )
+
+
+def sm_scale(case: Mapping[str, int]) -> float:
+    """FlashInfer's default softmax scale, passed explicitly to plan() and the reference."""
+    return 1.0 / math.sqrt(case["head_dim"])
+
+
+@dataclass(frozen=True)
+class DecodeInputs:
+    """Query, paged K/V caches and their page table for one case."""
+
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    table: bi.PagedTable
+
+
+def make_inputs(case: Mapping[str, int], settings: Settings) -> DecodeInputs:
+    """Random q/K/V (deterministic per seed and case) on a shuffled page table."""
+    dev, dt = settings.device, settings.dtype
+    gen = bi.generator(settings.seed, case, dev)
+    b, hk, d = case["batch_size"], case["num_kv_heads"], case["head_dim"]
+    table = bi.paged_table([case["seq_len_kv"]] * b, settings.page_size, dev, gen)
+    cache_shape = (table.num_pages, settings.page_size, hk, d)
+    return DecodeInputs(
+        q=bi.randn((b, case["num_qo_heads"], d), dt, dev, gen),
+        k_cache=bi.randn(cache_shape, dt, dev, gen),
+        v_cache=bi.randn(cache_shape, dt, dev, gen),
+        table=table,
+    )
+
+
+def reference_fn(inputs: DecodeInputs, scale: float):
+    """The float32 reference over exactly the tensors run() reads."""
+    t = inputs.table
+    return partial(
+        attention_reference.decode_reference,
+        inputs.q,
+        inputs.k_cache,
+        inputs.v_cache,
+        t.kv_indptr,
+        t.kv_indices,
+        t.kv_last_page_len,
+        sm_scale=scale,
+    )
+
+
+def plan_arguments(
+    case: Mapping[str, int], settings: Settings, inputs: DecodeInputs
+) -> dict[str, object]:
+    """plan() arguments under FlashInfer 0.6 names; flashinfer_compat maps older ones."""
+    t = inputs.table
+    return {
+        "indptr": t.kv_indptr,
+        "indices": t.kv_indices,
+        "last_page_len": t.kv_last_page_len,
+        "num_qo_heads": case["num_qo_heads"],
+        "num_kv_heads": case["num_kv_heads"],
+        "head_dim": case["head_dim"],
+        "page_size": settings.page_size,
+        "pos_encoding_mode": "NONE",
+        "q_data_type": settings.dtype,
+        "kv_data_type": settings.dtype,
+        "sm_scale": sm_scale(case),
+    }
+
+
+def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
+    """Inputs, planned wrapper and reference for one case (or the reference as the run)."""
+    inputs = make_inputs(case, settings)
+    reference = reference_fn(inputs, sm_scale(case))
+    if settings.backend == "torch":
+        return Prepared(run=reference, output=None, reference=None, plan_ms=0.0)
+    flashinfer = fc.load_flashinfer()
+    wrapper = fc.make_wrapper(
+        flashinfer,
+        API,
+        bi.workspace(settings.workspace_bytes, settings.device),
+        kv_layout="NHD",
+        use_tensor_cores=False,
+        backend="auto",
+    )
+    kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments(case, settings, inputs))
+    plan_ms = bi.timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device)
+    run, output = fc.run_call(
+        wrapper.run, (inputs.q, (inputs.k_cache, inputs.v_cache)), torch.empty_like(inputs.q)
+    )
+    return Prepared(run=run, output=output, reference=reference, plan_ms=plan_ms)
+
+
+SPEC = BenchmarkSpec(
+    api=API,
+    script="bench_batch_decode.py",
+    case_fields=CASE_FIELDS,
+    presets=build_presets(),
+    prepare=prepare,
+    io_bytes=io_bytes,
+    flops=flops,
+)
+
+
+def main(argv=None) -> int:
+    return main_for(SPEC, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""Benchmark FlashInfer's BatchPrefillWithPagedKVCacheWrapper (causal prefill, paged KV cache).
+
+Each request prefills ``seq_len`` tokens against its own ``seq_len`` cached tokens
+(``q_len == kv_len``, causal, bottom-right aligned).  A declaration: grids, inputs and
+formulas; timing, checking and the CLI live in ``bench_common.main_for``.
+
+    python bench_batch_prefill_paged.py --preset smoke
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+import attention_reference
+import bench_inputs as bi
+import flashinfer_compat as fc
+from bench_common import BenchmarkSpec, Prepared, Settings, main_for
+
+API = "BatchPrefillWithPagedKVCacheWrapper"
+CASE_FIELDS = ("batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim")
+CAUSAL = True
+
+
+def prefill_case(batch_size: int, seq_len: int, head_dim: int) -> dict[str, int]:
+    """One case with the seed's head rules (32 query heads, GQA 4 or 8 KV heads)."""
+    return {
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "num_qo_heads": bi.NUM_QO_HEADS,
+        "num_kv_heads": bi.gqa_kv_heads(head_dim),
+        "head_dim": head_dim,
+    }
+
+
+def within(max_tokens: int, max_quadratic: int):
+    """Grid filter: total tokens and sum of seq_len^2 (the causal work) within limits.
+
+    The default's limits (64k tokens, 2^28) keep one run() under ~6 ms on an H200.
+    """
+    return lambda c: (
+        c["batch_size"] * c["seq_len"] <= max_tokens
+        and c["batch_size"] * c["seq_len"] ** 2 <= max_quadratic
+    )
+
+
+def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
+    """smoke / default / full / cpu grids; lengths like 1000 and 3000 leave partial pages."""
+    g = partial(bi.grid, prefill_case)
+    return {
+        "smoke": bi.unique_cases(
+            g(batch_size=(1, 4), seq_len=(1024,), head_dim=(128,)),
+            g(batch_size=(16,), seq_len=(512,), head_dim=(128,)),
+            g(batch_size=(2,), seq_len=(1000,), head_dim=(128,)),
+            g(batch_size=(4,), seq_len=(2048,), head_dim=(64,)),
+            g(batch_size=(1,), seq_len=(4096,), head_dim=(128,)),
+        ),
+        "default": bi.unique_cases(
+            g(
+                within(1 << 16, 1 << 28),
+                batch_size=(1, 4, 16, 64),
+                seq_len=(256, 1024, 4096, 16384),
+                head_dim=(128,),
+            ),
+            g(batch_size=(1, 2), seq_len=(8192,), head_dim=(128,)),
+            g(batch_size=(8,), seq_len=(1000,), head_dim=(128,)),
+            g(batch_size=(2,), seq_len=(3000,), head_dim=(128,)),
+            g(batch_size=(1, 16), seq_len=(1024, 4096), head_dim=(64,)),
+        ),
+        "full": bi.unique_cases(
+            g(
+                within(1 << 18, 1 << 31),
+                batch_size=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                seq_len=(128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+                head_dim=(128, 64),
+            ),
+            g(batch_size=(2, 8, 32), seq_len=(1000, 3000), head_dim=(128, 64)),
+        ),
+        "cpu": bi.unique_cases(
+            g(batch_size=(1, 2), seq_len=(16, 37), head_dim=(128,)),
+            g(batch_size=(2,), seq_len=(50,), head_dim=(64,)),
+        ),
+    }
+
+
+def io_bytes(case: Mapping[str, int], element_size: int) -> float:
+    """q + K + V for the real tokens (not padded pages) + output, in bytes."""
+    tokens = case["batch_size"] * case["seq_len"]
+    q_and_o = 2 * tokens * case["num_qo_heads"] * case["head_dim"]
+    kv = 2 * tokens * case["num_kv_heads"] * case["head_dim"]
+    return float((q_and_o + kv) * element_size)
+
+
+def flops(case: Mapping[str, int]) -> float:
+    """2 * H_qo * unmasked pairs * (d_qk + d_vo): only the causal triangle is computed."""
+    pairs = case["batch_size"] * bi.causal_pairs(case["seq_len"], case["seq_len"])
+    return float(2 * case["num_qo_heads"] * pairs * 2 * case["head_dim"])
+
+
+def sm_scale(case: Mapping[str, int]) -> float:
+    """FlashInfer's default softmax scale, passed explicitly to plan() and the reference."""
+    return 1.0 / math.sqrt(case["head_dim"])
+
+
+@dataclass(frozen=True)
+class PagedPrefillInputs:
+    """Queries with their indptr, paged K/V caches and their page table for one case."""
+
+    q: torch.Tensor
+    qo_indptr: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    table: bi.PagedTable
+
+
+def make_inputs(case: Mapping[str, int], settings: Settings) -> PagedPrefillInputs:
+    """Random q/K/V (deterministic per seed and case) on a shuffled page table."""
+    dev, dt = settings.device, settings.dtype
+    gen = bi.generator(settings.seed, case, dev)
+    b, n, d = case["batch_size"], case["seq_len"], case["head_dim"]
+    table = bi.paged_table([n] * b, settings.page_size, dev, gen)
+    cache_shape = (table.num_pages, settings.page_size, case["num_kv_heads"], d)
+    return PagedPrefillInputs(
+        q=bi.randn((b * n, case["num_qo_heads"], d), dt, dev, gen),
+        qo_indptr=bi.indptr([n] * b, dev),
+        k_cache=bi.randn(cache_shape, dt, dev, gen),
+        v_cache=bi.randn(cache_shape, dt, dev, gen),
+        table=table,
+    )
+
+
+def reference_fn(inputs: PagedPrefillInputs, scale: float):
+    """The float32 reference over exactly the tensors run() reads."""
+    t = inputs.table
+    return partial(
+        attention_reference.paged_prefill_reference,
+        inputs.q,
+        inputs.qo_indptr,
+        inputs.k_cache,
+        inputs.v_cache,
+        t.kv_indptr,
+        t.kv_indices,
+        t.kv_last_page_len,
+        causal=CAUSAL,
+        sm_scale=scale,
+    )
+
+
+def plan_arguments(
+    case: Mapping[str, int], settings: Settings, inputs: PagedPrefillInputs
+) -> dict[str, object]:
+    """plan() arguments under FlashInfer 0.6 names; flashinfer_compat maps older ones."""
+    t = inputs.table
+    return {
+        "qo_indptr": inputs.qo_indptr,
+        "paged_kv_indptr": t.kv_indptr,
+        "paged_kv_indices": t.kv_indices,
+        "paged_kv_last_page_len": t.kv_last_page_len,
+        "num_qo_heads": case["num_qo_heads"],
+        "num_kv_heads": case["num_kv_heads"],
+        "head_dim_qk": case["head_dim"],
+        "head_dim_vo": case["head_dim"],
+        "page_size": settings.page_size,
+        "causal": CAUSAL,
+        "pos_encoding_mode": "NONE",
+        "sm_scale": sm_scale(case),
+        "q_data_type": settings.dtype,
+        "kv_data_type": settings.dtype,
+    }
+
+
+def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
+    """Inputs, planned wrapper and reference for one case (or the reference as the run)."""
+    inputs = make_inputs(case, settings)
+    reference = reference_fn(inputs, sm_scale(case))
+    if settings.backend == "torch":
+        return Prepared(run=reference, output=None, reference=None, plan_ms=0.0)
+    flashinfer = fc.load_flashinfer()
+    wrapper = fc.make_wrapper(
+        flashinfer,
+        API,
+        bi.workspace(settings.workspace_bytes, settings.device),
+        kv_layout="NHD",
+        backend="auto",
+    )
+    kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments(case, settings, inputs))
+    plan_ms = bi.timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device)
+    run, output = fc.run_call(
+        wrapper.run, (inputs.q, (inputs.k_cache, inputs.v_cache)), torch.empty_like(inputs.q)
+    )
+    return Prepared(run=run, output=output, reference=reference, plan_ms=plan_ms)
+
+
+SPEC = BenchmarkSpec(
+    api=API,
+    script="bench_batch_prefill_paged.py",
+    case_fields=CASE_FIELDS,
+    presets=build_presets(),
+    prepare=prepare,
+    io_bytes=io_bytes,
+    flops=flops,
+)
+
+
+def main(argv=None) -> int:
+    return main_for(SPEC, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

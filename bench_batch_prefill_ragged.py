@@ -1,0 +1,220 @@
+"""Benchmark FlashInfer's BatchPrefillWithRaggedKVCacheWrapper (causal prefill, ragged K/V).
+
+K and V are plain token-major tensors (no pages); head_dim_qk may differ from head_dim_vo, as
+in DeepSeek's prefill (192/128).  A declaration: grids, inputs and formulas; timing,
+checking and the CLI live in ``bench_common.main_for``.
+
+    python bench_batch_prefill_ragged.py --preset smoke
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+import attention_reference
+import bench_inputs as bi
+import flashinfer_compat as fc
+from bench_common import BenchmarkSpec, Prepared, Settings, main_for
+
+API = "BatchPrefillWithRaggedKVCacheWrapper"
+CASE_FIELDS = (
+    "batch_size",
+    "seq_len",
+    "num_qo_heads",
+    "num_kv_heads",
+    "head_dim_qk",
+    "head_dim_vo",
+)
+NUM_KV_HEADS = 4
+"""The seed's ragged rule: 32 query heads on 4 KV heads for every head-dim pair."""
+DEEPSEEK = (192, 128)
+SQUARE = (128, 128)
+CAUSAL = True
+
+
+def ragged_case(batch_size: int, seq_len: int, dims: tuple[int, int]) -> dict[str, int]:
+    """One case: ``dims`` is (head_dim_qk, head_dim_vo)."""
+    return {
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "num_qo_heads": bi.NUM_QO_HEADS,
+        "num_kv_heads": NUM_KV_HEADS,
+        "head_dim_qk": dims[0],
+        "head_dim_vo": dims[1],
+    }
+
+
+def within(max_tokens: int, max_quadratic: int):
+    """Grid filter: total tokens and sum of seq_len^2 (the causal work) within limits."""
+    return lambda c: (
+        c["batch_size"] * c["seq_len"] <= max_tokens
+        and c["batch_size"] * c["seq_len"] ** 2 <= max_quadratic
+    )
+
+
+def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
+    """smoke / default / full / cpu grids: DeepSeek 192/128 first, then 128/128."""
+    g = partial(bi.grid, ragged_case)
+    return {
+        "smoke": bi.unique_cases(
+            g(batch_size=(1, 4), seq_len=(1024,), dims=(DEEPSEEK,)),
+            g(batch_size=(16,), seq_len=(512,), dims=(DEEPSEEK,)),
+            g(batch_size=(2,), seq_len=(1000,), dims=(DEEPSEEK,)),
+            g(batch_size=(4,), seq_len=(1024,), dims=(SQUARE,)),
+            g(batch_size=(1,), seq_len=(4096,), dims=(SQUARE,)),
+        ),
+        "default": bi.unique_cases(
+            g(
+                within(1 << 16, 1 << 28),
+                batch_size=(1, 4, 16, 64),
+                seq_len=(256, 1024, 4096, 16384),
+                dims=(DEEPSEEK,),
+            ),
+            g(batch_size=(1, 2), seq_len=(8192,), dims=(DEEPSEEK,)),
+            g(batch_size=(8,), seq_len=(1000,), dims=(DEEPSEEK,)),
+            g(batch_size=(2,), seq_len=(3000,), dims=(DEEPSEEK,)),
+            g(batch_size=(1, 16), seq_len=(1024, 4096), dims=(SQUARE,)),
+        ),
+        "full": bi.unique_cases(
+            g(
+                within(1 << 18, 1 << 31),
+                batch_size=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                seq_len=(128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+                dims=(DEEPSEEK, SQUARE),
+            ),
+            g(batch_size=(2, 8, 32), seq_len=(1000, 3000), dims=(DEEPSEEK, SQUARE)),
+        ),
+        "cpu": bi.unique_cases(
+            g(batch_size=(1, 2), seq_len=(16, 37), dims=(DEEPSEEK,)),
+            g(batch_size=(2,), seq_len=(50,), dims=(SQUARE,)),
+        ),
+    }
+
+
+def io_bytes(case: Mapping[str, int], element_size: int) -> float:
+    """q and K at head_dim_qk, V and output at head_dim_vo, for the real tokens, in bytes."""
+    tokens = case["batch_size"] * case["seq_len"]
+    hq, hk = case["num_qo_heads"], case["num_kv_heads"]
+    dqk, dvo = case["head_dim_qk"], case["head_dim_vo"]
+    elements = tokens * (hq * dqk + hk * dqk + hk * dvo + hq * dvo)
+    return float(elements * element_size)
+
+
+def flops(case: Mapping[str, int]) -> float:
+    """2 * H_qo * unmasked pairs * (d_qk for QK^T + d_vo for PV)."""
+    pairs = case["batch_size"] * bi.causal_pairs(case["seq_len"], case["seq_len"])
+    return float(2 * case["num_qo_heads"] * pairs * (case["head_dim_qk"] + case["head_dim_vo"]))
+
+
+def sm_scale(case: Mapping[str, int]) -> float:
+    """1/sqrt(head_dim_qk), FlashInfer's default, passed explicitly to plan() and reference."""
+    return 1.0 / math.sqrt(case["head_dim_qk"])
+
+
+@dataclass(frozen=True)
+class RaggedInputs:
+    """Token-major q/k/v with their indptrs for one case."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    qo_indptr: torch.Tensor
+    kv_indptr: torch.Tensor
+
+
+def make_inputs(case: Mapping[str, int], settings: Settings) -> RaggedInputs:
+    """Random q/k/v, deterministic per seed and case."""
+    dev, dt = settings.device, settings.dtype
+    gen = bi.generator(settings.seed, case, dev)
+    b, n, hk = case["batch_size"], case["seq_len"], case["num_kv_heads"]
+    tokens = b * n
+    return RaggedInputs(
+        q=bi.randn((tokens, case["num_qo_heads"], case["head_dim_qk"]), dt, dev, gen),
+        k=bi.randn((tokens, hk, case["head_dim_qk"]), dt, dev, gen),
+        v=bi.randn((tokens, hk, case["head_dim_vo"]), dt, dev, gen),
+        qo_indptr=bi.indptr([n] * b, dev),
+        kv_indptr=bi.indptr([n] * b, dev),
+    )
+
+
+def reference_fn(inputs: RaggedInputs, scale: float):
+    """The float32 reference over exactly the tensors run() reads."""
+    return partial(
+        attention_reference.ragged_prefill_reference,
+        inputs.q,
+        inputs.k,
+        inputs.v,
+        inputs.qo_indptr,
+        inputs.kv_indptr,
+        causal=CAUSAL,
+        sm_scale=scale,
+    )
+
+
+def plan_arguments(
+    case: Mapping[str, int], settings: Settings, inputs: RaggedInputs
+) -> dict[str, object]:
+    """plan() arguments under FlashInfer 0.6 names; flashinfer_compat maps older ones."""
+    return {
+        "qo_indptr": inputs.qo_indptr,
+        "kv_indptr": inputs.kv_indptr,
+        "num_qo_heads": case["num_qo_heads"],
+        "num_kv_heads": case["num_kv_heads"],
+        "head_dim_qk": case["head_dim_qk"],
+        "head_dim_vo": case["head_dim_vo"],
+        "causal": CAUSAL,
+        "pos_encoding_mode": "NONE",
+        "sm_scale": sm_scale(case),
+        "q_data_type": settings.dtype,
+        "kv_data_type": settings.dtype,
+    }
+
+
+def output_buffer(inputs: RaggedInputs) -> torch.Tensor:
+    """``[tokens, H_qo, head_dim_vo]`` in the input dtype, as run() produces."""
+    shape = (*inputs.q.shape[:-1], inputs.v.shape[-1])
+    return torch.empty(shape, dtype=inputs.q.dtype, device=inputs.q.device)
+
+
+def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
+    """Inputs, planned wrapper and reference for one case (or the reference as the run)."""
+    inputs = make_inputs(case, settings)
+    reference = reference_fn(inputs, sm_scale(case))
+    if settings.backend == "torch":
+        return Prepared(run=reference, output=None, reference=None, plan_ms=0.0)
+    flashinfer = fc.load_flashinfer()
+    wrapper = fc.make_wrapper(
+        flashinfer,
+        API,
+        bi.workspace(settings.workspace_bytes, settings.device),
+        kv_layout="NHD",
+        backend="auto",
+    )
+    kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments(case, settings, inputs))
+    plan_ms = bi.timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device)
+    run, output = fc.run_call(wrapper.run, (inputs.q, inputs.k, inputs.v), output_buffer(inputs))
+    return Prepared(run=run, output=output, reference=reference, plan_ms=plan_ms)
+
+
+SPEC = BenchmarkSpec(
+    api=API,
+    script="bench_batch_prefill_ragged.py",
+    case_fields=CASE_FIELDS,
+    presets=build_presets(),
+    prepare=prepare,
+    io_bytes=io_bytes,
+    flops=flops,
+)
+
+
+def main(argv=None) -> int:
+    return main_for(SPEC, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

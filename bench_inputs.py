@@ -1,0 +1,176 @@
+"""Inputs, case grids and small helpers shared by the four ``bench_batch_*.py`` scripts.
+
+Everything here is about *what* a case computes on: deterministic random tensors, paged-KV
+tables whose page ids are a random permutation (a real allocator never hands out 0..n-1),
+case grids as data, the causal pair count behind the FLOP formulas, and the host-timed
+``plan()``.  Timing ``run()`` is the harness's job (``bench_common``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+NUM_QO_HEADS = 32
+"""The seed's query head count (Llama-style GQA)."""
+
+SPARE_PAGE_FRACTION = 8
+"""One unused page per this many used ones: page ids then do not cover 0..n-1 exactly."""
+
+Case = Mapping[str, int]
+
+
+def gqa_kv_heads(head_dim: int) -> int:
+    """The seed's rule for decode and paged prefill: 8 KV heads at head_dim 64, else 4."""
+    return 8 if head_dim == 64 else 4
+
+
+# ---------------------------------------------------------------------------------------
+# Case grids
+# ---------------------------------------------------------------------------------------
+
+
+def grid(
+    make: Callable[..., dict[str, int]],
+    where: Callable[[dict[str, int]], bool] = lambda case: True,
+    **axes: Iterable[int],
+) -> tuple[dict[str, int], ...]:
+    """Cases ``make(**point)`` for every point of the product of ``axes`` that passes ``where``.
+
+    Axis order is the keyword order, so a grid reads like the table it produces.
+    """
+    names = list(axes)
+    points = itertools.product(*(tuple(values) for values in axes.values()))
+    cases = (make(**dict(zip(names, point, strict=True))) for point in points)
+    return tuple(case for case in cases if where(case))
+
+
+def unique_cases(*groups: Iterable[Case]) -> tuple[dict[str, int], ...]:
+    """Concatenate case groups, keeping the first occurrence of a case listed twice."""
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    out = []
+    for case in itertools.chain.from_iterable(groups):
+        key = tuple(case.items())
+        if key not in seen:
+            seen.add(key)
+            out.append(dict(case))
+    return tuple(out)
+
+
+def causal_pairs(q_len: int, kv_len: int) -> int:
+    """Unmasked (query, key) pairs of one request under FlashInfer's bottom-right causal mask.
+
+    Query ``j`` sees keys ``0 .. kv_len - q_len + j``: with ``q_len == kv_len`` that is
+    ``q_len (q_len + 1) / 2``; queries that would see no key (``q_len > kv_len``) count 0.
+    """
+    offset = kv_len - q_len
+    if offset >= 0:
+        return q_len * offset + q_len * (q_len + 1) // 2
+    return kv_len * (kv_len + 1) // 2
+
+
+# ---------------------------------------------------------------------------------------
+# Deterministic random inputs
+# ---------------------------------------------------------------------------------------
+
+
+def case_seed(seed: int, case: Case) -> int:
+    """A 63-bit seed from the run's seed and the case, stable across runs and processes."""
+    text = f"{seed}|" + ",".join(f"{k}={v}" for k, v in sorted(case.items()))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def generator(seed: int, case: Case, device: torch.device) -> torch.Generator:
+    """A generator on ``device`` seeded from ``seed`` and the case."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(case_seed(seed, case))
+    return gen
+
+
+def randn(
+    shape: Sequence[int], dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> torch.Tensor:
+    """Standard-normal data (never zeros, so an unread input cannot look right)."""
+    return torch.randn(tuple(shape), dtype=dtype, device=device, generator=gen)
+
+
+def indptr(lengths: Sequence[int], device: torch.device) -> torch.Tensor:
+    """int32 prefix sums ``[0, l0, l0 + l1, ...]`` of per-request lengths."""
+    starts = [0, *itertools.accumulate(lengths)]
+    return torch.tensor(starts, dtype=torch.int32, device=device)
+
+
+def pages_for(kv_len: int, page_size: int) -> int:
+    """Pages one request of ``kv_len`` tokens occupies (at least one)."""
+    return max(1, -(-kv_len // page_size))
+
+
+def last_page_len(kv_len: int, page_size: int) -> int:
+    """Tokens in the request's last page, in 1..page_size (FlashInfer's convention)."""
+    return kv_len - (pages_for(kv_len, page_size) - 1) * page_size
+
+
+@dataclass(frozen=True)
+class PagedTable:
+    """A paged KV layout as FlashInfer's plan() takes it (int32 tensors on the device)."""
+
+    kv_indptr: torch.Tensor
+    kv_indices: torch.Tensor
+    kv_last_page_len: torch.Tensor
+    kv_lens: torch.Tensor
+    num_pages: int
+    page_size: int
+
+
+def paged_table(
+    kv_lens: Sequence[int], page_size: int, device: torch.device, gen: torch.Generator
+) -> PagedTable:
+    """Page tables for ``kv_lens`` whose page ids are a random permutation of a larger pool.
+
+    A pool with spare pages and shuffled ids exercises the indirection the way a serving
+    engine's allocator does; contiguous 0..n-1 would let a kernel look faster than it is.
+    """
+    per_request = [pages_for(n, page_size) for n in kv_lens]
+    used = sum(per_request)
+    num_pages = used + max(1, used // SPARE_PAGE_FRACTION)
+    perm = torch.randperm(num_pages, generator=gen, device=device)[:used]
+    return PagedTable(
+        kv_indptr=indptr(per_request, device),
+        kv_indices=perm.to(torch.int32),
+        kv_last_page_len=torch.tensor(
+            [last_page_len(n, page_size) for n in kv_lens], dtype=torch.int32, device=device
+        ),
+        kv_lens=torch.tensor(list(kv_lens), dtype=torch.int32, device=device),
+        num_pages=num_pages,
+        page_size=page_size,
+    )
+
+
+def workspace(num_bytes: int, device: torch.device) -> torch.Tensor:
+    """FlashInfer's float workspace: zero-initialised, as its docs require for first use."""
+    return torch.zeros(num_bytes, dtype=torch.uint8, device=device)
+
+
+# ---------------------------------------------------------------------------------------
+# Host timing of plan()
+# ---------------------------------------------------------------------------------------
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device (torch.cuda covers CUDA and MetaX MACA); no-op on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_ms(fn: Callable[[], object], device: torch.device) -> float:
+    """Host wall time of ``fn()`` in ms, with the device idle before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return (time.perf_counter() - start) * 1e3
