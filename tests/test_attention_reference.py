@@ -161,6 +161,23 @@ def test_causal_queries_that_see_no_key_are_zero():
     close(out[2:], sdpa(q[2:], k, v, bottom_right_mask(4, 4, True), 1 / math.sqrt(8)))
 
 
+def test_padded_batches_never_read_past_the_page_table():
+    """Short requests batched with long ones are padded; the padding must not follow
+    kv_indices past the request's own pages (a buffer may hold garbage after kv_indptr[-1])."""
+    gen = torch.Generator().manual_seed(13)
+    kv_lens, page_size = [9, 2], 4
+    num_pages, indptr, indices, last = make_page_table(kv_lens, page_size, gen)
+    garbage = torch.tensor([10**6, -(10**6)], dtype=torch.int32)
+    k_cache = torch.randn(num_pages, page_size, 2, 8, generator=gen)
+    v_cache = torch.randn(num_pages, page_size, 2, 8, generator=gen)
+    q = torch.randn(2, 4, 8, generator=gen)
+    out = decode_reference(q, k_cache, v_cache, indptr, torch.cat((indices, garbage)), last)
+    close(out, decode_reference(q, k_cache, v_cache, indptr, indices, last))
+    k = walk_pages(k_cache, indptr, indices, page_size, 1, 2)
+    v = walk_pages(v_cache, indptr, indices, page_size, 1, 2)
+    close(out[1], sdpa(q[1:], k, v, None, 1 / math.sqrt(8))[0])
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     lens=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 20)), min_size=1, max_size=4),
