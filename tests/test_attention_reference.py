@@ -395,6 +395,13 @@ def test_invalid_inputs_raise_value_error():
         paged_prefill_reference(q[:, :3], qo, k_cache, v_cache, indptr, indices, last)
     with pytest.raises(ValueError, match="qo_indptr"):
         paged_prefill_reference(q, [0, 1], k_cache, v_cache, indptr, indices, last)
+    with pytest.raises(ValueError, match="outside the cache"):
+        paged_prefill_reference(q, qo, k_cache, v_cache, indptr, indices + 100, last)
+    with pytest.raises(ValueError, match="outside the cache"):
+        mla_reference(
+            q[:, :, :8], q[:, :, 8:], k_cache[:, :, 0, :8], k_cache[:, :, 0, 8:],
+            qo, indptr, indices - 100, [5], 4, sm_scale=0.1,
+        )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
