@@ -1,0 +1,523 @@
+"""bench_common: CLI, backend choice, correctness check, fault isolation (CPU, fake timers)."""
+
+from __future__ import annotations
+
+import csv
+import shlex
+import sys
+from types import SimpleNamespace
+
+import fake_bench_script
+import pytest
+import torch
+
+import bench_common as bc
+from bench_timing import Batch, NoKernelCaptured, TimingOptions
+from benchmark_result import read_result_rows
+
+NO_GPU = bc.Probe(
+    cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
+)
+FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
+
+
+def read_rows(path):
+    header, rows = read_result_rows(path)
+    assert header, f"{path} has no header"
+    return rows
+
+
+class FakeTimer:
+    """Scripted samples instead of a clock; every batch calls run() once."""
+
+    name = "profiler"
+    l2 = "cold"
+
+    def __init__(self, samples=(1.0,) * 10, error=None):
+        self.samples, self.error = tuple(samples), error
+
+    def sync(self):
+        return None
+
+    def open(self, fn, estimate_ms):
+        if self.error is not None:
+            raise self.error
+        samples = self.samples
+
+        class Session:
+            def batch(self, calls):
+                fn()
+                return Batch(samples, frozenset({"fake_kernel"}))
+
+        return Session()
+
+
+def fake_factory(timer):
+    return lambda options, device, log: timer
+
+
+def run_main(argv, *, timer=None, probe=NO_GPU, spec=fake_bench_script.SPEC):
+    factory = fake_factory(timer) if timer is not None else bc.make_timer
+    return bc.main_for(spec, argv, probe=probe, timer_factory=factory)
+
+
+# ---------------------------------------------------------------- filters and arguments
+
+
+def test_parse_filter_operators():
+    fields = ("batch_size", "seq_len")
+    terms = bc.parse_filter("batch_size<=16, seq_len=128", fields)
+    assert terms == (bc.FilterTerm("batch_size", "<=", 16.0), bc.FilterTerm("seq_len", "=", 128.0))
+    cases = [{"batch_size": b, "seq_len": s} for b in (1, 16, 64) for s in (128, 256)]
+    assert bc.select_cases(cases, terms) == [
+        {"batch_size": 1, "seq_len": 128},
+        {"batch_size": 16, "seq_len": 128},
+    ]
+    for text, kept in [
+        ("batch_size!=16", 4),
+        ("batch_size>16", 2),
+        ("batch_size>=16", 4),
+        ("batch_size<16", 2),
+        ("batch_size==64", 2),
+    ]:
+        assert len(bc.select_cases(cases, bc.parse_filter(text, fields))) == kept, text
+
+
+@pytest.mark.parametrize(
+    "text", ["batch_size", "batch_size<=", "batch_size~3", "=3", "batch_size<=abc", ""]
+)
+def test_parse_filter_malformed(text):
+    with pytest.raises(bc.UsageError, match="valid fields: batch_size, seq_len"):
+        bc.parse_filter(text, ("batch_size", "seq_len"))
+
+
+def test_parse_filter_unknown_field_names_valid_ones():
+    with pytest.raises(
+        bc.UsageError, match=r"unknown filter field 'head_dim'; valid fields: batch_size, seq_len"
+    ):
+        bc.parse_filter("head_dim=128", ("batch_size", "seq_len"))
+
+
+def explode(case, settings):
+    raise AssertionError("no case may be prepared")
+
+
+EXPLODING = bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": explode})
+
+
+def test_bad_filter_exits_2_before_any_work(capsys):
+    assert run_main(["--filter", "nope=1"], spec=EXPLODING) == 2
+    assert "valid fields: batch_size, seq_len" in capsys.readouterr().err
+
+
+def test_filter_matching_nothing_exits_2(capsys):
+    assert run_main(["--filter", "batch_size>100"]) == 2
+    assert "no case" in capsys.readouterr().err
+
+
+def test_unknown_preset_exits_2_naming_choices(capsys):
+    assert run_main(["--preset", "huge"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'huge'" in err and "smoke" in err and "cpu" in err
+
+
+def test_unsupported_dtype_exits_2_naming_choices(capsys):
+    assert run_main(["--dtype", "float32", "--list"]) == 2
+    err = capsys.readouterr().err
+    assert "unsupported dtype 'float32'" in err and "bfloat16" in err and "bf16" in err
+
+
+@pytest.mark.parametrize("alias", ["fp16", "bf16", "float16", "BFLOAT16"])
+def test_dtype_aliases_accepted(alias):
+    assert run_main(["--dtype", alias, "--list"]) == 0
+
+
+def test_list_prints_cases_and_runs_nothing(capsys):
+    argv = ["--list", "--preset", "default", "--filter", "batch_size<=3"]
+    assert run_main(argv, spec=EXPLODING) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == [f"batch_size={b},seq_len=8" for b in (1, 2, 3)]
+
+
+def test_bad_numbers_exit_2():
+    assert run_main(["--min-samples", "0"], spec=EXPLODING) == 2
+    assert run_main(["--noise-target", "-1"]) == 2
+    assert run_main(["--rtol", "nan"]) == 2
+    assert run_main(["--page-size", "0"]) == 2
+
+
+def test_invalid_kernel_pattern_on_gpu_is_usage_error():
+    args = bc.build_parser(fake_bench_script.SPEC).parse_args(["--kernel-pattern", "("])
+    with pytest.raises(bc.UsageError, match="invalid --kernel-pattern"):
+        bc._timing_options(args, torch.device("cuda"))
+
+
+def test_cuda_graph_timer_is_warm_only():
+    parser = bc.build_parser(fake_bench_script.SPEC)
+    options = bc._timing_options(parser.parse_args(["--timer", "cuda_graph"]), torch.device("cuda"))
+    assert (options.timer, options.l2) == ("cuda_graph", "warm")
+    with pytest.raises(bc.UsageError, match="warm L2 only"):
+        bc._timing_options(
+            parser.parse_args(["--timer", "cuda_graph", "--l2", "cold"]), torch.device("cuda")
+        )
+    default = bc._timing_options(parser.parse_args([]), torch.device("cuda"))
+    assert (default.timer, default.l2, default.noise_target_pct, default.min_samples) == (
+        "profiler",
+        "cold",
+        1.0,
+        10,
+    )
+    cpu = bc._timing_options(parser.parse_args(["--timer", "events"]), torch.device("cpu"))
+    assert (cpu.timer, cpu.l2) == ("wall", "warm")
+
+
+def test_default_output_path_like_the_seed(tmp_path):
+    path = bc.get_csv_path("SomeWrapper", str(tmp_path))
+    name = path.rsplit("/", 1)[-1]
+    assert name.startswith("SomeWrapper_") and name.endswith(".csv")
+    stamp = name[len("SomeWrapper_") : -4]
+    assert len(stamp) == 15 and stamp[8] == "_" and stamp.replace("_", "").isdigit()
+
+
+# ---------------------------------------------------------------- backend choice
+
+
+def probe(gpu, flashinfer_ok=True):
+    def import_flashinfer():
+        if not flashinfer_ok:
+            raise ModuleNotFoundError("No module named 'flashinfer'")
+        return SimpleNamespace(__version__="0.6.1")
+
+    return bc.Probe(cuda_available=lambda: gpu, import_flashinfer=import_flashinfer)
+
+
+def test_auto_picks_flashinfer_with_gpu_and_module():
+    choice = bc.resolve_backend("auto", None, probe(True))
+    assert (choice.backend, choice.device.type, choice.note) == ("flashinfer", "cuda", "")
+
+
+def test_auto_falls_back_with_one_line_reason():
+    no_module = bc.resolve_backend("auto", None, probe(True, flashinfer_ok=False))
+    assert (no_module.backend, no_module.device.type) == ("torch", "cuda")
+    assert "No module named 'flashinfer'" in no_module.note and "\n" not in no_module.note
+    no_gpu = bc.resolve_backend("auto", None, probe(False))
+    assert (no_gpu.backend, no_gpu.device.type) == ("torch", "cpu")
+    assert "no GPU" in no_gpu.note
+
+
+def test_explicit_flashinfer_that_cannot_run_is_an_error():
+    with pytest.raises(bc.UsageError, match="No module named 'flashinfer'"):
+        bc.resolve_backend("flashinfer", None, probe(True, flashinfer_ok=False))
+    with pytest.raises(bc.UsageError, match="no GPU"):
+        bc.resolve_backend("flashinfer", None, probe(False))
+    with pytest.raises(bc.UsageError, match="needs a GPU"):
+        bc.resolve_backend("flashinfer", "cpu", probe(True))
+
+
+def test_explicit_flashinfer_exit_code_2(capsys):
+    assert run_main(["--backend", "flashinfer"], probe=probe(False)) == 2
+    assert "--backend flashinfer" in capsys.readouterr().err
+
+
+def test_device_cuda_without_gpu_is_an_error():
+    with pytest.raises(bc.UsageError, match="no GPU"):
+        bc.resolve_backend("torch", "cuda:0", probe(False))
+    with pytest.raises(bc.UsageError, match="invalid --device"):
+        bc.resolve_backend("torch", "banana", probe(False))
+
+
+def test_auto_without_gpu_runs_cpu_preset(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    assert run_main(["--output", str(out), *FAST], timer=FakeTimer()) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("torch reference backend") == 1
+    rows = read_rows(out)
+    assert len(rows) == len(fake_bench_script.SPEC.presets["cpu"])
+    assert {r["backend"] for r in rows} == {"torch"} and {r["device"] for r in rows} == {"cpu"}
+
+
+# ---------------------------------------------------------------- rows
+
+
+def test_rows_carry_statistics_environment_and_repro(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    timer = FakeTimer(samples=(2.0, 1.0, 3.0, 4.0, 5.0))
+    argv = [
+        "--output",
+        str(out),
+        "--preset",
+        "smoke",
+        "--min-samples",
+        "5",
+        "--noise-target",
+        "100",
+    ]
+    assert run_main(argv, timer=timer) == 0
+    rows = read_rows(out)
+    assert len(rows) == 2
+    row = rows[0]
+    assert row["status"] == "ok" and float(row["time_ms"]) == 3.0
+    assert (row["samples"], row["time_min_ms"], row["time_max_ms"]) == ("5", "1.0", "5.0")
+    assert float(row["noise_pct"]) == pytest.approx(200 / 3)
+    assert float(row["io_bytes"]) == 2 * 1 * 8 * 2 and float(row["flops"]) == 8
+    assert float(row["bandwidth_GB_s"]) == pytest.approx(32 / 3.0 / 1e6)
+    assert (
+        row["kernels"] == "fake_kernel" and row["dtype"] == "float16" and row["page_size"] == "16"
+    )
+    assert row["torch_version"] == torch.__version__ and row["check"] == "skipped"
+    assert row["repro"].startswith(
+        "python tests/fake_bench_script.py --filter batch_size=1,seq_len=8 --preset smoke"
+    )
+    out_text = capsys.readouterr().out
+    assert (
+        "[1/2] batch_size=1,seq_len=8: 3.000ms" in out_text
+        and f"Results saved to {out}" in out_text
+    )
+
+
+def test_no_kernel_captured_is_a_failed_row(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    timer = FakeTimer(error=NoKernelCaptured("the profiler captured no GPU kernel for one run()"))
+    assert run_main(["--output", str(out), "--preset", "smoke"], timer=timer) == 1
+    rows = read_rows(out)
+    assert [r["status"] for r in rows] == ["failed", "failed"]
+    assert rows[0]["error_type"] == "NoKernelCaptured" and rows[0]["time_ms"] == ""
+    assert rows[0]["io_bytes"] != ""  # known before the run
+    text = capsys.readouterr().out
+    assert "FAILED: NoKernelCaptured" in text and "repro: python tests/fake_bench_script.py" in text
+
+
+def test_injected_oom_fails_one_case_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_OOM", "2")
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0")
+    out = tmp_path / "r.csv"
+    assert run_main(["--output", str(out), *FAST]) == 1
+    rows = read_rows(out)
+    by_batch = {r["batch_size"]: r for r in rows}
+    assert by_batch["2"]["status"] == "failed" and by_batch["2"]["error_type"] == "OutOfMemoryError"
+    assert all(by_batch[b]["status"] == "ok" for b in ("1", "3", "4"))
+
+
+def test_unsupported_case_and_nan_output_are_failed_rows(tmp_path):
+    class UnsupportedCase(Exception):
+        pass
+
+    def prepare(case, settings):
+        if case["batch_size"] == 1:
+            raise UnsupportedCase("head_dim 96 not compiled")
+        out = torch.full((4,), float("nan"))
+        return bc.Prepared(run=lambda: out, output=out, reference=None, plan_ms=0.0)
+
+    spec = bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
+    out = tmp_path / "r.csv"
+    assert run_main(["--output", str(out), "--preset", "smoke", *FAST], spec=spec) == 1
+    rows = read_rows(out)
+    assert [r["error_type"] for r in rows] == ["UnsupportedCase", "NonFiniteOutput"]
+    assert rows[0]["error"] == "head_dim 96 not compiled"
+
+
+def test_repro_command_reruns_exactly_that_case(tmp_path):
+    out = tmp_path / "r.csv"
+    assert (
+        run_main(
+            ["--output", str(out), "--preset", "default", "--filter", "batch_size=5", "--no-check"],
+            timer=FakeTimer(),
+        )
+        == 0
+    )
+    repro = read_rows(out)[0]["repro"]
+    words = shlex.split(repro)
+    assert words[:2] == ["python", "tests/fake_bench_script.py"] and "--no-check" in words
+    again = tmp_path / "again.csv"
+    assert run_main([*words[2:], "--output", str(again)], timer=FakeTimer()) == 0
+    rows = read_rows(again)
+    assert [(r["batch_size"], r["seq_len"]) for r in rows] == [("5", "8")]
+
+
+# ---------------------------------------------------------------- correctness check
+
+
+def check_options(tmp_path, **changes):
+    base = bc.RunOptions(
+        preset="smoke",
+        cases=fake_bench_script.SPEC.presets["smoke"],
+        backend="flashinfer",
+        device=torch.device("cpu"),
+        dtype_name="float16",
+        page_size=16,
+        seed=0,
+        workspace_bytes=1,
+        timing=TimingOptions(
+            timer="wall", l2="warm", max_time_s=0.05, warmup_min_ms=1, min_samples=3
+        ),
+        check=True,
+        rtol=1.6e-2,
+        atol=1.6e-2,
+        output=str(tmp_path / "check.csv"),
+        resume=False,
+        verbose=False,
+    )
+    return bc.replace(base, **changes)
+
+
+def spec_writing(write):
+    """A spec whose run() calls write(q, out); the reference is 2 * q."""
+
+    def prepare(case, settings):
+        q = torch.randn(case["batch_size"], 64, dtype=settings.dtype)
+        out = torch.empty_like(q)
+        return bc.Prepared(
+            run=lambda: write(q, out), output=out, reference=lambda: q.float() * 2, plan_ms=0.5
+        )
+
+    return bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
+
+
+def sweep(spec, options):
+    return bc.Sweep(
+        spec, options, bc.make_timer(options.timing, options.device, print), log=lambda _: None
+    ).run()
+
+
+def correct(q, out):
+    torch.mul(q, 2, out=out)
+
+
+def test_check_passes_correct_output(tmp_path):
+    options = check_options(tmp_path)
+    assert sweep(spec_writing(correct), options) == 0
+    row = read_rows(options.output)[0]
+    assert row["check"] == "pass" and float(row["max_abs_err"]) <= 0.02
+    assert float(row["mismatch_frac"]) == 0.0 and float(row["check_rtol"]) == 1.6e-2
+    assert float(row["plan_ms"]) == 0.5
+
+
+def test_check_catches_unwritten_output(tmp_path):
+    options = check_options(tmp_path)
+    assert sweep(spec_writing(lambda q, out: None), options) == 1
+    row = read_rows(options.output)[0]
+    assert (row["status"], row["error_type"], row["check"]) == (
+        "failed",
+        "CorrectnessError",
+        "fail",
+    )
+    assert "NaN" in row["error"]
+
+
+def test_check_catches_unwritten_output_even_if_buffer_was_correct_before(tmp_path):
+    calls = []
+
+    def first_call_only(q, out):
+        if not calls:
+            torch.mul(q, 2, out=out)
+        calls.append(1)
+
+    options = check_options(tmp_path)
+    assert (
+        sweep(spec_writing(first_call_only), options) == 1
+    )  # warm-up wrote it; poisoning exposes it
+    assert read_rows(options.output)[0]["error_type"] == "CorrectnessError"
+
+
+def test_check_catches_perturbed_output(tmp_path):
+    options = check_options(tmp_path)
+    assert sweep(spec_writing(lambda q, out: torch.mul(q, 2.5, out=out)), options) == 1
+    row = read_rows(options.output)[0]
+    assert row["error_type"] == "CorrectnessError" and row["check"] == "fail"
+    assert float(row["max_abs_err"]) > 0.1 and float(row["mismatch_frac"]) > 0.01
+
+
+def test_no_check_and_torch_backend_skip(tmp_path):
+    wrong = spec_writing(lambda q, out: torch.mul(q, 2.5, out=out))
+    for changes in ({"check": False}, {"backend": "torch"}):
+        options = check_options(tmp_path, **changes)
+        assert sweep(wrong, options) == 0
+        assert {r["check"] for r in read_rows(options.output)} == {"skipped"}
+
+
+def test_custom_tolerances_are_recorded(tmp_path):
+    options = check_options(tmp_path, rtol=0.3, atol=0.3)
+    assert sweep(spec_writing(lambda q, out: torch.mul(q, 2.1, out=out)), options) == 0
+    row = read_rows(options.output)[0]
+    assert (float(row["check_rtol"]), float(row["check_atol"])) == (0.3, 0.3) and row[
+        "check"
+    ] == "pass"
+
+
+# ---------------------------------------------------------------- roofline and environment
+
+
+def test_roofline_columns_from_device_peaks(tmp_path, monkeypatch):
+    seen = {}
+
+    def resolve_peaks(name, dtype, bandwidth_override=None, tflops_override=None):
+        seen.update(name=name, dtype=dtype, bw=bandwidth_override)
+        return "peaks"
+
+    fake = SimpleNamespace(
+        resolve_peaks=resolve_peaks,
+        roofline_columns=lambda bw, tflops, peaks: {
+            "pct_peak_bw": 12.5,
+            "pct_peak_tflops": 1.0,
+            "junk": 1,
+        },
+    )
+    monkeypatch.setitem(sys.modules, "device_peaks", fake)
+    out = tmp_path / "r.csv"
+    assert (
+        run_main(
+            ["--output", str(out), "--preset", "smoke", "--peak-bandwidth", "1000"],
+            timer=FakeTimer(),
+        )
+        == 0
+    )
+    row = read_rows(out)[0]
+    assert (row["pct_peak_bw"], row["pct_peak_tflops"]) == ("12.5", "1.0")
+    assert seen == {"name": "cpu", "dtype": "float16", "bw": 1000.0}
+
+
+def test_missing_device_peaks_leaves_columns_empty(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "device_peaks", None)
+    out = tmp_path / "r.csv"
+    assert run_main(["--output", str(out), "--preset", "smoke"], timer=FakeTimer()) == 0
+    assert {r["pct_peak_bw"] for r in read_rows(out)} == {""}
+
+
+def test_runtime_version_is_feature_detected(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None, raising=False)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    assert bc.runtime_version() == ""
+    monkeypatch.setattr(torch.version, "cuda", "13.0", raising=False)
+    assert bc.runtime_version() == "CUDA 13.0"
+    monkeypatch.setattr(torch.version, "maca", "3.7.0", raising=False)
+    assert bc.runtime_version() == "MACA 3.7.0"
+
+
+# ---------------------------------------------------------------- seed helpers
+
+
+def test_setup_paged_kv_indptr():
+    indptr, indices, last = bc.setup_paged_kv_indptr(3, 37, 16, device="cpu")
+    assert indptr.tolist() == [0, 3, 6, 9]
+    assert sorted(indices.tolist()) == list(range(9)) and indices.tolist() != list(range(9))
+    assert last.tolist() == [5, 5, 5]
+    assert indptr.dtype == indices.dtype == last.dtype == torch.int32
+
+
+def test_compute_reps_and_workspace():
+    assert (
+        bc.compute_reps(0.01) == 1000
+        and bc.compute_reps(100.0) == 10
+        and bc.compute_reps(1.0) == 25
+    )
+    ws = bc.setup_workspace("cpu", 1024)
+    assert ws.dtype == torch.uint8 and ws.numel() == 1024
+    assert bc.dtype == torch.float16 and bc.page_block_size == 16
+
+
+def test_csv_is_plain_and_rectangular(tmp_path):
+    out = tmp_path / "r.csv"
+    assert run_main(["--output", str(out), "--preset", "default"], timer=FakeTimer()) == 0
+    with open(out, newline="") as handle:
+        rows = list(csv.reader(handle))
+    assert len({len(r) for r in rows}) == 1 and len(rows) == 9

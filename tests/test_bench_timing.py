@@ -1,0 +1,404 @@
+"""bench_timing: statistics, the stop hook, event attribution, timers behind fakes (CPU only)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import bench_timing as bt
+from benchmark_result import OPTIONAL_COLUMN_NAMES
+
+# ---------------------------------------------------------------- Measurement
+
+
+def test_measurement_statistics():
+    m = bt.Measurement((5.0, 1.0, 3.0, 2.0, 4.0), "profiler", "cold", ("k",))
+    assert m.median == 3.0
+    assert (m.min, m.q1, m.q3, m.max) == (1.0, 2.0, 4.0, 5.0)
+    assert m.noise_pct == pytest.approx(2.0 / 3.0 * 100)
+
+
+def test_measurement_even_count_interpolates():
+    m = bt.Measurement((1.0, 2.0, 3.0, 4.0), "events", "warm")
+    assert m.median == pytest.approx(2.5)
+    assert m.q1 == pytest.approx(1.75)
+    assert m.q3 == pytest.approx(3.25)
+
+
+def test_measurement_single_sample_has_zero_noise():
+    m = bt.Measurement((0.25,), "wall", "warm")
+    assert (m.median, m.q1, m.q3, m.noise_pct) == (0.25, 0.25, 0.25, 0.0)
+
+
+def test_measurement_is_immutable_and_validated():
+    m = bt.Measurement((1.0,), "wall", "warm")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.samples = (2.0,)
+    with pytest.raises(bt.TimingError):
+        bt.Measurement((), "wall", "warm")
+    with pytest.raises(bt.TimingError):
+        bt.Measurement((1.0, float("nan")), "wall", "warm")
+
+
+def test_measurement_columns_are_registered():
+    m = bt.Measurement((1.0, 2.0, 3.0), "profiler", "cold", ("a", "b"))
+    columns = m.columns()
+    assert set(columns) <= set(OPTIONAL_COLUMN_NAMES)
+    assert columns["samples"] == 3
+    assert columns["kernels"] == "a;b"
+    assert columns["time_min_ms"] == 1.0 and columns["time_max_ms"] == 3.0
+    assert (columns["timer"], columns["l2"]) == ("profiler", "cold")
+
+
+# ---------------------------------------------------------------- the stop hook and the loop
+
+
+def test_should_stop_rules():
+    options = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, max_time_s=2.0)
+    quiet = [1.0] * 10
+    assert bt.should_stop(quiet, 0.1, options)
+    assert not bt.should_stop(quiet[:9], 0.1, options)  # too few
+    noisy = [1.0, 1.1] * 5
+    assert not bt.should_stop(noisy, 0.1, options)
+    assert bt.should_stop(noisy, 2.0, options)  # budget spent
+    assert not bt.should_stop([], 5.0, options)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class ScriptedSession:
+    """Returns scripted batches; each batch advances the fake clock."""
+
+    def __init__(self, batches, clock, seconds_per_batch=0.1):
+        self.batches, self.clock, self.step = list(batches), clock, seconds_per_batch
+        self.calls = []
+
+    def batch(self, calls):
+        self.calls.append(calls)
+        self.clock.now += self.step
+        samples = self.batches.pop(0) if len(self.batches) > 1 else self.batches[0]
+        return bt.Batch(tuple(samples), frozenset({"void k<int>(float*)"}))
+
+
+FAKE_TIMER = SimpleNamespace(name="profiler", l2="cold")
+
+
+def test_loop_stops_once_noise_target_met():
+    clock = FakeClock()
+    noisy, quiet = [1.0, 2.0, 3.0, 4.0], [2.0] * 40
+    session = ScriptedSession([noisy, noisy, quiet], clock)
+    options = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, max_time_s=100)
+    m = bt.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
+    assert len(session.calls) == 3
+    assert len(m.samples) == 48
+    assert m.median == 2.0
+    assert m.kernels == ("k<int>",)  # "void" and the parameter list dropped
+    assert (m.timer, m.l2) == ("profiler", "cold")
+
+
+def test_loop_stops_when_budget_runs_out():
+    clock = FakeClock()
+    session = ScriptedSession([[1.0, 2.0, 3.0, 4.0]], clock, seconds_per_batch=0.5)
+    options = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, max_time_s=2.0)
+    m = bt.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
+    assert len(session.calls) == 4  # 0.5 s per batch, 2 s budget
+    assert m.noise_pct > 1.0
+
+
+def test_loop_sizes_batches_from_measured_time():
+    clock = FakeClock()
+    session = ScriptedSession([[0.01] * 5, [0.01] * 5, [0.01] * 100], clock, seconds_per_batch=0.01)
+    options = bt.TimingOptions(
+        min_samples=200, batch_target_ms=25.0, max_batch_calls=1000, max_time_s=100
+    )
+    loop = bt.MeasureLoop(options, clock)
+    loop.run(session, 5.0, FAKE_TIMER)  # warm-up estimate 5 ms: the first batch is small
+    assert loop.batches[0] == options.min_batch_calls
+    assert loop.batches[1] == 1000  # 25 ms / 0.01 ms, clamped
+
+
+def test_batch_calls_respects_budget():
+    options = bt.TimingOptions(batch_target_ms=25.0, min_batch_calls=10, max_batch_calls=1000)
+    assert bt.batch_calls(0.1, 10.0, 0.1, options) == 250
+    assert bt.batch_calls(100.0, 10.0, 100.0, options) == 10
+    assert bt.batch_calls(100.0, 0.3, 100.0, options) == 3  # only 3 calls fit the budget
+
+
+def test_warm_up_absorbs_first_call_and_estimates():
+    clock = FakeClock()
+    costs = iter([500.0] + [1.0] * 1000)  # a JIT-compiling first call, then 1 ms calls
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock.now += next(costs) / 1e3
+
+    options = bt.TimingOptions(warmup_min_calls=3, warmup_min_ms=50.0)
+    estimate = bt.warm_up(fn, lambda: None, options, clock)
+    assert estimate == pytest.approx(1.0)
+    assert 50 <= len(calls) <= 55
+
+
+def test_warm_up_gives_up_after_max_time():
+    clock = FakeClock()
+    costs = iter([1.0, 2.0] * 10_000)  # never two similar calls in a row
+
+    def fn():
+        clock.now += next(costs) / 1e3
+
+    options = bt.TimingOptions(warmup_min_ms=5.0, warmup_max_ms=100.0)
+    bt.warm_up(fn, lambda: None, options, clock)
+    assert 0.1 <= clock.now <= 0.11
+
+
+# ---------------------------------------------------------------- profiler events
+
+
+def ev(name, start, duration):
+    return bt.DeviceEvent(name, start, duration)
+
+
+def interleaved(calls, flush=("flush_kernel",), kernels=(("attn", 40_000), ("merge", 4_000))):
+    """[flush][attn][merge] x calls, back to back on one stream (times in ns)."""
+    events, t = [], 0
+    for _ in range(calls):
+        for name in flush:
+            events.append(ev(name, t, 60_000))
+            t += 61_000
+        for name, duration in kernels:
+            events.append(ev(name, t, duration))
+            t += duration + 1_000
+    return events
+
+
+CAL = bt.Calibration(
+    call_count=2,
+    flush_count=1,
+    call_names=frozenset({"attn", "merge"}),
+    flush_names=frozenset({"flush_kernel"}),
+)
+
+
+def test_attribution_sums_every_kernel_of_each_call():
+    batch = bt.attribute_events(interleaved(3), 3, CAL)
+    assert batch.samples_ms == pytest.approx((0.044,) * 3)
+    assert batch.kernels == {"attn", "merge"}
+
+
+def test_attribution_span_includes_gaps():
+    batch = bt.attribute_events(interleaved(2), 2, CAL, attribution="span")
+    assert batch.samples_ms == pytest.approx((0.045,) * 2)  # 40 + 1 gap + 4 us
+
+
+def test_attribution_is_positional_not_by_name():
+    # run() launches a kernel with the flush kernel's name (e.g. a FillFunctor memset)
+    kernels = (("flush_kernel", 10_000), ("attn", 100_000))
+    events = interleaved(2, kernels=kernels)
+    cal = bt.Calibration(2, 1, frozenset({"flush_kernel", "attn"}), frozenset({"flush_kernel"}))
+    batch = bt.attribute_events(events, 2, cal)
+    assert batch.samples_ms == pytest.approx((0.110, 0.110))
+
+
+def test_attribution_unsorted_input_is_sorted_by_start():
+    events = interleaved(2)
+    batch = bt.attribute_events(list(reversed(events)), 2, CAL)
+    assert batch.samples_ms == pytest.approx((0.044, 0.044))
+
+
+def test_attribution_pattern_restricts_counted_kernels():
+    batch = bt.attribute_events(interleaved(2), 2, CAL, pattern=re.compile("attn"))
+    assert batch.samples_ms == pytest.approx((0.040, 0.040))
+    assert batch.kernels == {"attn"}
+
+
+def test_attribution_pattern_matching_nothing_fails_with_names_seen():
+    with pytest.raises(bt.NoKernelCaptured, match="attn"):
+        bt.attribute_events(interleaved(2), 2, CAL, pattern=re.compile("NoSuchKernel"))
+
+
+def test_attribution_uneven_count_falls_back_to_batch_mean():
+    events = interleaved(3)[:-1]  # the last merge kernel is missing
+    batch = bt.attribute_events(events, 3, CAL)
+    assert batch.samples_ms == pytest.approx(((3 * 0.044 - 0.004) / 3,))
+
+
+def test_attribution_fallback_refuses_ambiguous_flush_names():
+    events = interleaved(3, flush=("same",), kernels=(("same", 5_000),))[:-1]
+    cal = bt.Calibration(1, 1, frozenset({"same"}), frozenset({"same"}))
+    with pytest.raises(bt.TimingError, match="cannot attribute"):
+        bt.attribute_events(events, 3, cal)
+
+
+def test_attribution_without_any_event_is_no_kernel():
+    with pytest.raises(bt.NoKernelCaptured):
+        bt.attribute_events([], 2, bt.Calibration(call_count=1))
+
+
+class KinetoLike:
+    def __init__(self, name, activity, start, duration, device=torch.autograd.DeviceType.CUDA):
+        self._values = (name, activity, start, duration, device)
+
+    def name(self):
+        return self._values[0]
+
+    def activity_type(self):
+        return self._values[1]
+
+    def start_ns(self):
+        return self._values[2]
+
+    def duration_ns(self):
+        return self._values[3]
+
+    def device_type(self):
+        return self._values[4]
+
+
+def test_kineto_events_keep_kernels_memsets_memcpys_only():
+    raw = [
+        KinetoLike("k2", "kernel", 300, 10),
+        KinetoLike("aten::mul", "cpu_op", 0, 50, torch.autograd.DeviceType.CPU),
+        KinetoLike("Memset (Device)", "gpu_memset", 100, 5),
+        KinetoLike("cudaStreamSynchronize", "cuda_sync", 150, 5),
+        KinetoLike("my_range", "gpu_user_annotation", 90, 500),
+        KinetoLike("Memcpy DtoD", "gpu_memcpy", 200, 7),
+    ]
+    events = bt.device_events_from_kineto(raw)
+    assert [e.name for e in events] == ["Memset (Device)", "Memcpy DtoD", "k2"]
+
+
+def test_function_events_fallback():
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def fe(name, device, start_us, elapsed_us, annotation=False):
+        time_range = SimpleNamespace(start=start_us, elapsed_us=lambda: elapsed_us)
+        return SimpleNamespace(
+            name=name, device_type=device, time_range=time_range, is_user_annotation=annotation
+        )
+
+    raw = [
+        fe("b", cuda, 5.0, 1.0),
+        fe("op", cpu, 0.0, 9.0),
+        fe("a", cuda, 1.0, 2.0),
+        fe("ann", cuda, 0.5, 9.0, True),
+    ]
+    events = bt.device_events_from_function_events(raw)
+    assert [(e.name, e.start_ns, e.duration_ns) for e in events] == [
+        ("a", 1000, 2000),
+        ("b", 5000, 1000),
+    ]
+
+
+def test_extract_prefers_kineto_results():
+    prof = SimpleNamespace(
+        profiler=SimpleNamespace(
+            kineto_results=SimpleNamespace(events=lambda: [KinetoLike("k", "kernel", 1, 2)])
+        )
+    )
+    assert bt.extract_device_events(prof) == [ev("k", 1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "short"),
+    [
+        ("PersistentVariableLengthMergeStatesKernel", "PersistentVariableLengthMergeStatesKernel"),
+        (
+            "void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 2u, 4u, 8u, 16u, 1u, 8u, flashinfer::DefaultAttention<false, false, false, false>, flashinfer::BatchDecodeParams<__half, __half, __half, int> >(flashinfer::BatchDecodeParams<__half, __half, __half, int>)",
+            "flashinfer::BatchDecodeWithPagedKVCacheKernel<…>",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::Half>, std::array<char*, 1ul> >(int, at::native::FillFunctor<c10::Half>, std::array<char*, 1ul>)",
+            "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, std::array<…> >",
+        ),
+    ],
+)
+def test_shorten_kernel_name(raw, short):
+    assert bt.shorten_kernel_name(raw) == short
+
+
+# ---------------------------------------------------------------- L2 and the profiler timer
+
+
+def test_l2_flush_bytes_from_device_and_fallback():
+    size, note = bt.l2_flush_bytes(SimpleNamespace(L2_cache_size=60 * 2**20))
+    assert size == 120 * 2**20 and "reported" in note
+    size, note = bt.l2_flush_bytes(SimpleNamespace())
+    assert size == 2 * bt.FALLBACK_L2_BYTES and "no L2 size" in note
+    assert bt.l2_flush_bytes(SimpleNamespace(L2_cache_size=0))[0] == 2 * bt.FALLBACK_L2_BYTES
+
+
+def make_profiler(call_kernels, cold=True, pattern=None):
+    """A ProfilerTimer whose profiler records a scripted kernel list per call and flush."""
+    trace = []
+
+    def record_flush():
+        trace.append("flush")
+
+    def profile(body, sync):
+        trace.clear()
+        body()
+        events, t = [], 0
+        for item in trace:
+            kernels = [("flush_kernel", 50_000)] if item == "flush" else call_kernels
+            for name, duration in kernels:
+                events.append(ev(name, t, duration))
+                t += duration + 500
+        return events
+
+    options = bt.TimingOptions(
+        timer="profiler", l2="cold" if cold else "warm", kernel_pattern=pattern
+    )
+    timer = bt.ProfilerTimer(
+        options, torch.device("cpu"), SimpleNamespace(flush=record_flush), profile=profile
+    )
+    return timer, trace
+
+
+def test_profiler_timer_counts_all_kernels_of_each_call():
+    timer, trace = make_profiler([("fill", 11_000), ("attn", 100_000)])
+
+    def run():
+        trace.append("call")
+
+    session = timer.open(run, 0.1)
+    batch = session.batch(4)
+    assert batch.samples_ms == pytest.approx((0.111,) * 4)
+    assert batch.kernels == {"fill", "attn"}
+
+
+def test_profiler_timer_warm_l2_has_no_flush():
+    timer, trace = make_profiler([("attn", 20_000)], cold=False)
+    session = timer.open(lambda: trace.append("call"), 0.1)
+    batch = session.batch(3)
+    assert batch.samples_ms == pytest.approx((0.02,) * 3)
+    assert "flush" not in trace
+
+
+def test_profiler_timer_no_kernel_is_an_error():
+    timer, _ = make_profiler([])
+    with pytest.raises(bt.NoKernelCaptured):
+        timer.open(lambda: None, 0.1)
+
+
+def test_make_timer_on_cpu_is_wall_clock():
+    timer = bt.make_timer(bt.TimingOptions(), torch.device("cpu"), print)
+    assert (timer.name, timer.l2) == ("wall", "warm")
+    batch = timer.open(lambda: None, 0.0).batch(5)
+    assert len(batch.samples_ms) == 5 and all(s >= 0 for s in batch.samples_ms)
+
+
+def test_measure_end_to_end_with_wall_timer():
+    m = bt.measure(
+        lambda: sum(range(1000)), bt.WallTimer(), bt.TimingOptions(max_time_s=0.2, warmup_min_ms=5)
+    )
+    assert m.timer == "wall" and len(m.samples) >= 1 and m.median > 0
