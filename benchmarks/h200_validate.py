@@ -1,0 +1,341 @@
+"""Measure the harness against issue 4's numbers on a real GPU and print a Markdown report.
+
+What it measures (each with the command that reproduces it printed in the report):
+
+* cost         -- wall time of the default sweep of all four scripts, and the GPU time
+                  those sweeps spent in timed calls (sum over rows of samples x time);
+* fidelity     -- for every default case of >= 20 us, the harness's time_ms against an
+                  independent measurement of the same run(), written here without the
+                  harness's timers: CUDA-graph replay (warm L2) or CUDA events with a
+                  2 x L2 flush before each call (cold L2);
+* repeatability-- coefficient of variation of time_ms over N invocations, cases >= 50 us;
+* false alarms -- the summarizer's regression gate at 5 % between two sweeps of the
+                  same code on the same GPU.
+
+Usage on the GPU machine (FlashInfer installed):
+
+    python benchmarks/h200_validate.py --sweeps 5 --out results_dir --report report.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import math
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SCRIPTS = (
+    "bench_batch_decode.py",
+    "bench_batch_prefill_paged.py",
+    "bench_batch_prefill_ragged.py",
+    "bench_batch_mla.py",
+)
+FIDELITY_MIN_MS = 0.020
+REPEAT_MIN_MS = 0.050
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    script: str
+    index: int
+    csv_path: Path
+    wall_s: float
+    exit_code: int
+
+
+def run_sweep(script: str, index: int, out_dir: Path, extra: list[str]) -> SweepRun:
+    """One invocation of a script's default preset, as a user would run it."""
+    csv_path = out_dir / f"sweep{index}" / f"{Path(script).stem}.csv"
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(ROOT / script), "--preset", "default", "--output", str(csv_path)]
+    started = time.perf_counter()
+    completed = subprocess.run([*command, *extra], cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stdout[-4000:] + completed.stderr[-4000:])
+    return SweepRun(script, index, csv_path, wall, completed.returncode)
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def case_of(row: dict[str, str], fields: tuple[str, ...]) -> dict[str, int]:
+    return {name: int(row[name]) for name in fields}
+
+
+def gpu_seconds(rows: list[dict[str, str]]) -> float:
+    """GPU time the timed calls held: samples x per-call time, summed over ok rows."""
+    total = 0.0
+    for row in rows:
+        if row["status"] == "ok" and row.get("samples"):
+            mean = statistics.fmean(
+                float(row[name]) for name in ("time_q1_ms", "time_ms", "time_q3_ms")
+            )
+            total += int(row["samples"]) * mean / 1e3
+    return total
+
+
+# ------------------------------------------------------------------ independent timing
+
+
+def _l2_flush_buffer(torch, device):
+    size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20
+    return torch.empty(2 * size, dtype=torch.uint8, device=device)
+
+
+def independent_cold_ms(torch, run, device, reps: int = 60) -> float:
+    """Median of CUDA-event pairs around one run(), a 2 x L2 write before each."""
+    flush = _l2_flush_buffer(torch, device)
+    times = []
+    for _ in range(reps):
+        flush.fill_(1)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(100_000)  # let the queue fill so events do not time the launch
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def independent_warm_ms(torch, run, calls: int = 20, replays: int = 15) -> float:
+    """CUDA-graph replay of ``calls`` back-to-back run()s; median per-call time."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            run()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / calls)
+    return statistics.median(times)
+
+
+def fidelity(script: str, rows: list[dict[str, str]], l2: str) -> list[tuple]:
+    """(case text, harness ms, independent ms, diff %) for every ok row >= 20 us."""
+    import torch
+
+    import bench_common
+
+    module = importlib.import_module(Path(script).stem)
+    spec = module.SPEC
+    device = torch.device("cuda")
+    dtype = getattr(torch, rows[0].get("dtype") or "float16")
+    page_size = int(rows[0].get("page_size") or bench_common.page_block_size)
+    found = []
+    for row in rows:
+        if row["status"] != "ok" or float(row["time_ms"]) < FIDELITY_MIN_MS:
+            continue
+        case = case_of(row, spec.case_fields)
+        settings = bench_common.Settings(device, dtype, page_size, "flashinfer", seed=0)
+        try:
+            prepared = spec.prepare(case, settings)
+            if l2 == "warm":
+                independent = independent_warm_ms(torch, prepared.run)
+            else:
+                independent = independent_cold_ms(torch, prepared.run, device)
+        except Exception as exc:  # noqa: BLE001 - report, keep measuring the rest
+            found.append(
+                (bench_common.case_text(case, spec.case_fields), math.nan, math.nan, str(exc))
+            )
+            continue
+        finally:
+            prepared = None
+            torch.cuda.empty_cache()
+        harness = float(row["time_ms"])
+        diff = (harness / independent - 1.0) * 100.0
+        found.append((bench_common.case_text(case, spec.case_fields), harness, independent, diff))
+    return found
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def repeatability(sweeps: dict[str, list[SweepRun]]) -> list[tuple]:
+    """(script, case, mean ms, CV %) for cases >= 50 us present in every sweep."""
+    out = []
+    for script, runs in sweeps.items():
+        tables = [
+            {_key(r): float(r["time_ms"]) for r in read_rows(run.csv_path) if r["status"] == "ok"}
+            for run in runs
+        ]
+        for key in tables[0]:
+            values = [table.get(key) for table in tables]
+            if any(v is None for v in values) or statistics.fmean(values) < REPEAT_MIN_MS:
+                continue
+            mean = statistics.fmean(values)
+            cv = statistics.stdev(values) / mean * 100.0 if len(values) > 1 else 0.0
+            out.append((script, key, mean, cv))
+    return out
+
+
+def _key(row: dict[str, str]) -> str:
+    names = [n for n in row if n not in _NON_CASE and not n.startswith("_")]
+    return ", ".join(f"{n}={row[n]}" for n in names)
+
+
+def _non_case():
+    import benchmark_result
+
+    return benchmark_result.NON_CASE_COLUMNS
+
+
+_NON_CASE = _non_case()
+
+
+def gate(first: list[Path], second: list[Path], out_dir: Path) -> tuple[int, str]:
+    command = [
+        sys.executable,
+        str(ROOT / "summarize_results.py"),
+        "--baseline",
+        *map(str, first),
+        "--candidate",
+        *map(str, second),
+        "--fail-on-regression",
+        "5",
+        "--output",
+        str(out_dir / "false_alarm_report.md"),
+        "--json",
+        str(out_dir / "false_alarm_report.json"),
+    ]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    return completed.returncode, (completed.stdout + completed.stderr).strip()
+
+
+# ------------------------------------------------------------------ report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweeps", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("h200_validation"))
+    parser.add_argument("--report", type=Path, default=None)
+    parser.add_argument("--l2", choices=("cold", "warm"), default="cold")
+    parser.add_argument("--scripts", nargs="+", default=list(SCRIPTS))
+    parser.add_argument("--skip-fidelity", action="store_true")
+    args = parser.parse_args(argv)
+    extra = ["--l2", args.l2]
+    import flashinfer
+    import torch
+
+    lines = [
+        f"# Harness validation on {torch.cuda.get_device_name()}",
+        "",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- torch {torch.__version__}, CUDA {torch.version.cuda}, FlashInfer {flashinfer.__version__}",
+        f"- command: `python benchmarks/h200_validate.py --sweeps {args.sweeps} --l2 {args.l2}`",
+        "",
+    ]
+    sweeps: dict[str, list[SweepRun]] = {script: [] for script in args.scripts}
+    for index in range(args.sweeps):
+        for script in args.scripts:
+            run = run_sweep(script, index, args.out, extra)
+            sweeps[script].append(run)
+            print(f"sweep {index} {script}: {run.wall_s:.1f} s exit {run.exit_code}", flush=True)
+
+    lines += [
+        "## Cost (default preset, JIT warm)",
+        "",
+        "| sweep | wall s | GPU s in timed calls | wall / GPU | exit codes |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    for index in range(args.sweeps):
+        runs = [sweeps[s][index] for s in args.scripts]
+        wall = sum(r.wall_s for r in runs)
+        gpu = sum(gpu_seconds(read_rows(r.csv_path)) for r in runs if r.csv_path.exists())
+        codes = " ".join(str(r.exit_code) for r in runs)
+        lines.append(
+            f"| {index} | {wall:.1f} | {gpu:.1f} | {wall / gpu if gpu else math.inf:.2f} | {codes} |"
+        )
+    lines.append("")
+
+    if args.sweeps >= 2:
+        first = [sweeps[s][0].csv_path for s in args.scripts]
+        second = [sweeps[s][1].csv_path for s in args.scripts]
+        code, output = gate(first, second, args.out)
+        lines += [
+            "## False alarms (sweep 0 vs sweep 1, `--fail-on-regression 5`)",
+            "",
+            f"- summarizer exit code: {code}",
+            "",
+            "```",
+            output[-1500:],
+            "```",
+            "",
+        ]
+        stats = repeatability(sweeps)
+        worst = sorted(stats, key=lambda item: -item[3])
+        over = [s for s in stats if s[3] > 1.0]
+        lines += [
+            f"## Repeatability over {args.sweeps} invocations (cases >= 50 us)",
+            "",
+            f"- cases: {len(stats)}; CV > 1%: {len(over)}; max CV: {worst[0][3]:.2f}%"
+            if worst
+            else "- no cases",
+            "",
+            "| script | case | mean ms | CV % |",
+            "|---|---|---:|---:|",
+        ]
+        lines += [f"| {s} | {k} | {m:.4f} | {cv:.2f} |" for s, k, m, cv in worst[:15]]
+        lines.append("")
+
+    if not args.skip_fidelity:
+        lines += [
+            f"## Fidelity (L2 {args.l2}; harness time_ms vs independent measurement, cases >= 20 us)",
+            "",
+        ]
+        all_diffs = []
+        table = [
+            "| script | case | harness ms | independent ms | diff % |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for script in args.scripts:
+            rows = read_rows(sweeps[script][0].csv_path)
+            for text, harness, independent, diff in fidelity(script, rows, args.l2):
+                if isinstance(diff, str):
+                    table.append(f"| {script} | {text} | n/a | n/a | error: {diff[:80]} |")
+                    continue
+                all_diffs.append(abs(diff))
+                table.append(
+                    f"| {script} | {text} | {harness:.4f} | {independent:.4f} | {diff:+.2f} |"
+                )
+        within = sum(d <= 3.0 for d in all_diffs)
+        lines += [
+            f"- cases: {len(all_diffs)}; within ±3%: {within}; max |diff|: {max(all_diffs, default=0):.2f}%",
+            "",
+        ]
+        lines += table + [""]
+
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.report:
+        args.report.write_text(report, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
