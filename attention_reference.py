@@ -646,11 +646,17 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class _Tally:
-    """Running totals over the flat slices of one comparison (positions are flat indices)."""
+    """Running totals over the flat slices of one comparison (positions are flat indices).
+
+    Error statistics cover the elements where both sides are finite; non-finite elements are
+    counted apart, with the first position of each kind for the message.
+    """
 
     bad_output: int = 0
+    first_bad_output: int = -1
     bad_reference: int = 0
-    first_nonfinite: int = -1
+    first_bad_reference: int = -1
+    nonfinite: int = 0
     out_of_tol: int = 0
     max_err: float = 0.0
     max_err_at: int = 0
@@ -658,13 +664,17 @@ class _Tally:
     worst_at: int = 0
 
 
+def _first(mask: Tensor, offset: int, previous: int) -> int:
+    """Flat position of the first True in ``mask`` unless an earlier slice already had one."""
+    if previous >= 0 or not bool(mask.any()):
+        return previous
+    return offset + int(mask.nonzero()[0, 0])
+
+
 def _tally_slice(tally: _Tally, a: Tensor, e: Tensor, offset: int, tol: Tolerance) -> _Tally:
     """Fold one flat float32 slice of output ``a`` and reference ``e`` into the totals."""
     a_bad, e_bad = ~torch.isfinite(a), ~torch.isfinite(e)
     nonfinite = a_bad | e_bad
-    first = tally.first_nonfinite
-    if first < 0 and bool(nonfinite.any()):
-        first = offset + int(nonfinite.nonzero()[0, 0])
     err = (a - e).abs().masked_fill_(nonfinite, 0.0)
     allowed = e.abs().masked_fill_(e_bad, 0.0).mul_(tol.rtol).add_(tol.atol)
     ratio = torch.where(allowed > 0, err / allowed, torch.where(err > 0, math.inf, 0.0))
@@ -673,8 +683,10 @@ def _tally_slice(tally: _Tally, a: Tensor, e: Tensor, offset: int, tol: Toleranc
     tally = replace(
         tally,
         bad_output=tally.bad_output + int(a_bad.sum()),
+        first_bad_output=_first(a_bad, offset, tally.first_bad_output),
         bad_reference=tally.bad_reference + int(e_bad.sum()),
-        first_nonfinite=first,
+        first_bad_reference=_first(e_bad, offset, tally.first_bad_reference),
+        nonfinite=tally.nonfinite + int(nonfinite.sum()),
         out_of_tol=tally.out_of_tol + int((err > allowed).sum()),
     )
     if err_max > tally.max_err:
@@ -693,8 +705,8 @@ def _unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
-def _fail(message: str) -> CheckResult:
-    return CheckResult(False, math.nan, math.nan, math.inf, message)
+def _fail(message: str, mismatch_frac: float = math.nan) -> CheckResult:
+    return CheckResult(False, math.inf, mismatch_frac, math.inf, message)
 
 
 def check_output(
@@ -704,8 +716,10 @@ def check_output(
 
     Non-finite elements in ``actual`` (a poisoned, unwritten or overflowed output) fail the
     check outright, as does a shape mismatch; a non-finite reference fails too, since nothing
-    can be judged against it.  The comparison runs in
-    flat float32 slices, so checking a multi-GB prefill output needs little extra memory.
+    can be judged against it.  On such failures ``max_abs_err`` and ``worst_ratio`` are inf
+    and ``mismatch_frac`` counts the non-finite elements as out of tolerance (nan for a shape
+    mismatch).  The comparison runs in flat float32 slices on ``actual``'s device, so checking
+    a multi-GB prefill output needs little extra memory.
     """
     shape = tuple(actual.shape)
     if shape != tuple(expected.shape):
@@ -713,29 +727,31 @@ def check_output(
     total = actual.numel()
     if total == 0:
         return CheckResult(True, 0.0, 0.0, 0.0, "empty output: nothing to compare")
-    a_flat = actual.reshape(-1)
-    e_flat = expected.reshape(-1).to(actual.device)
+    a_flat, e_flat = actual.reshape(-1), expected.reshape(-1)
     tally = _Tally()
     for start in range(0, total, _CHECK_CHUNK_ELEMS):
         stop = min(start + _CHECK_CHUNK_ELEMS, total)
-        tally = _tally_slice(
-            tally, a_flat[start:stop].float(), e_flat[start:stop].float(), start, tol
-        )
+        a = a_flat[start:stop].float()
+        e = e_flat[start:stop].to(device=actual.device, dtype=torch.float32)
+        tally = _tally_slice(tally, a, e, start, tol)
     return _verdict(tally, shape, tol)
 
 
 def _verdict(tally: _Tally, shape: tuple[int, ...], tol: Tolerance) -> CheckResult:
     """Turn the totals into a pass/fail result with a one-line explanation."""
     total = math.prod(shape)
-    if tally.bad_output or tally.bad_reference:
-        where = _unravel(tally.first_nonfinite, shape)
-        if tally.bad_output:
-            return _fail(
-                f"{tally.bad_output} of {total} output elements are NaN/inf (first at index "
-                f"{where}): unwritten (poisoned) or overflowed output"
-            )
+    mismatch_frac = (tally.nonfinite + tally.out_of_tol) / total
+    if tally.bad_output:
         return _fail(
-            f"{tally.bad_reference} of {total} reference elements are NaN/inf (first at index {where})"
+            f"{tally.bad_output} of {total} output elements are NaN/inf (first at index "
+            f"{_unravel(tally.first_bad_output, shape)}): unwritten (poisoned) or overflowed output",
+            mismatch_frac,
+        )
+    if tally.bad_reference:
+        return _fail(
+            f"{tally.bad_reference} of {total} reference elements are NaN/inf (first at index "
+            f"{_unravel(tally.first_bad_reference, shape)}): the reference cannot judge this case",
+            mismatch_frac,
         )
     frac = tally.out_of_tol / total
     enough = total - tally.out_of_tol >= tol.min_pass_frac * total

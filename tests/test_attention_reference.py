@@ -469,10 +469,9 @@ def test_unwritten_poisoned_output_fails():
     out = torch.empty_like(e)
     poison_(out)
     result = check_output(out, e)
-    assert (
-        not result.passed
-        and f"{e.numel()} of {e.numel()} output elements are NaN/inf" in result.message
-    )
+    assert not result.passed
+    assert f"{e.numel()} of {e.numel()} output elements are NaN/inf" in result.message
+    assert result.mismatch_frac == 1.0 and result.max_abs_err == math.inf
     half = e.clone()
     poison_(half[10:])
     assert not check_output(half, e).passed
@@ -488,6 +487,7 @@ def test_single_non_finite_element_fails(bad):
     assert result.message.startswith(
         "1 of 20000 output elements are NaN/inf (first at index (1, 2, 3))"
     )
+    assert result.mismatch_frac == pytest.approx(1 / 20000) and result.worst_ratio == math.inf
 
 
 def test_non_finite_reference_fails():
@@ -496,13 +496,14 @@ def test_non_finite_reference_fails():
     e = e.clone()
     e[0, 0, 0] = math.nan
     result = check_output(actual, e)
-    assert not result.passed and "reference" in result.message
+    assert not result.passed and "1 of 20000 reference elements" in result.message
 
 
 def test_shape_mismatch_fails():
     e = _expected()
     result = check_output(e[:-1], e)
     assert not result.passed and "shape mismatch" in result.message
+    assert math.isnan(result.mismatch_frac)
 
 
 def test_low_precision_output_is_compared_in_float32():
