@@ -119,7 +119,9 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> DecodeInputs:
     dev, dt = settings.device, settings.dtype
     gen = bi.generator(settings.seed, case, dev)
     b, hk, d = case["batch_size"], case["num_kv_heads"], case["head_dim"]
-    table = bi.paged_table([case["seq_len_kv"]] * b, settings.page_size, dev, gen)
+    table = bi.paged_table(
+        [case["seq_len_kv"]] * b, settings.page_size, dev, bi.case_seed(settings.seed, case)
+    )
     cache_shape = (table.num_pages, settings.page_size, hk, d)
     return DecodeInputs(
         q=bi.randn((b, case["num_qo_heads"], d), dt, dev, gen),

@@ -127,7 +127,7 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> MlaInputs:
     gen = bi.generator(settings.seed, case, dev)
     b, h = case["batch_size"], case["num_heads"]
     ckv, kpe = case["head_dim_ckv"], case["head_dim_kpe"]
-    table = bi.paged_table([case["seq_len"]] * b, ps, dev, gen)
+    table = bi.paged_table([case["seq_len"]] * b, ps, dev, bi.case_seed(settings.seed, case))
     return MlaInputs(
         q_nope=bi.randn((b, h, ckv), dt, dev, gen),
         q_pe=bi.randn((b, h, kpe), dt, dev, gen),

@@ -122,7 +122,7 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> PagedPrefillInpu
     dev, dt = settings.device, settings.dtype
     gen = bi.generator(settings.seed, case, dev)
     b, n, d = case["batch_size"], case["seq_len"], case["head_dim"]
-    table = bi.paged_table([n] * b, settings.page_size, dev, gen)
+    table = bi.paged_table([n] * b, settings.page_size, dev, bi.case_seed(settings.seed, case))
     cache_shape = (table.num_pages, settings.page_size, case["num_kv_heads"], d)
     return PagedPrefillInputs(
         q=bi.randn((b * n, case["num_qo_heads"], d), dt, dev, gen),

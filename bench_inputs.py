@@ -128,20 +128,21 @@ class PagedTable:
 
 
 def paged_table(
-    kv_lens: Sequence[int], page_size: int, device: torch.device, gen: torch.Generator
+    kv_lens: Sequence[int], page_size: int, device: torch.device, seed: int
 ) -> PagedTable:
     """Page tables for ``kv_lens`` whose page ids are a random permutation of a larger pool.
 
     A pool with spare pages and shuffled ids exercises the indirection the way a serving
     engine's allocator does; contiguous 0..n-1 would let a kernel look faster than it is.
+    The permutation is drawn on the CPU (``seed``), so it is the same on every device.
     """
     per_request = [pages_for(n, page_size) for n in kv_lens]
     used = sum(per_request)
     num_pages = used + max(1, used // SPARE_PAGE_FRACTION)
-    perm = torch.randperm(num_pages, generator=gen, device=device)[:used]
+    perm = torch.randperm(num_pages, generator=torch.Generator().manual_seed(seed))[:used]
     return PagedTable(
         kv_indptr=indptr(per_request, device),
-        kv_indices=perm.to(torch.int32),
+        kv_indices=perm.to(device=device, dtype=torch.int32),
         kv_last_page_len=torch.tensor(
             [last_page_len(n, page_size) for n in kv_lens], dtype=torch.int32, device=device
         ),

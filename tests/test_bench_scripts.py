@@ -159,8 +159,7 @@ def test_default_cases_stay_small_enough_for_one_gpu(script):
 
 
 def test_page_table_is_a_shuffled_subset_with_partial_last_pages():
-    gen = bi.generator(0, {"x": 1}, torch.device("cpu"))
-    table = bi.paged_table([37, 16, 5], 16, torch.device("cpu"), gen)
+    table = bi.paged_table([37, 16, 5], 16, torch.device("cpu"), seed=0)
     assert table.kv_indptr.tolist() == [0, 3, 4, 5]
     assert table.kv_last_page_len.tolist() == [5, 16, 5]
     indices = table.kv_indices.tolist()
@@ -170,8 +169,7 @@ def test_page_table_is_a_shuffled_subset_with_partial_last_pages():
 
 
 def test_page_ids_are_not_simply_in_order():
-    gen = bi.generator(0, {"x": 2}, torch.device("cpu"))
-    table = bi.paged_table([1000] * 4, 16, torch.device("cpu"), gen)
+    table = bi.paged_table([1000] * 4, 16, torch.device("cpu"), seed=2)
     assert table.kv_indices.tolist() != list(range(table.kv_indices.numel()))
 
 

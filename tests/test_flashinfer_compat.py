@@ -7,6 +7,7 @@ script's ``prepare()`` through them checks argument plumbing end to end on the C
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 
@@ -154,6 +155,17 @@ def test_plan_kwargs_passes_everything_to_an_open_signature():
         "qo_indptr": 1,
         "causal": True,
     }
+
+
+def test_signature_seen_through_a_logging_decorator():
+    """FlashInfer 0.6 wraps plan/run in ``@flashinfer_api`` (functools.wraps when logging)."""
+    wrapper = _wrapper(fake_flashinfer.make_module("0.6.1"), "BatchDecodeWithPagedKVCacheWrapper")
+
+    @functools.wraps(wrapper.plan)
+    def logged(*args, **kwargs):
+        return wrapper.plan(*args, **kwargs)
+
+    assert fc.plan_kwargs(logged, DECODE_WANTED) == DECODE_WANTED
 
 
 def test_call_passes_positional_only_parameters_by_position():
