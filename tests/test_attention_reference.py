@@ -386,6 +386,17 @@ def test_low_precision_inputs_are_computed_in_float32(dtype):
     close(rag, ragged_prefill_reference(q.float(), q.float(), q.float(), qo, qo), tol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_kv_cache_is_upcast(dtype):
+    gen = torch.Generator().manual_seed(14)
+    q, _, k_cache, v_cache, indptr, indices, last = _paged_case(gen, kv_lens=[9, 3], q_lens=[1, 1])
+    k8, v8 = k_cache.to(dtype), v_cache.to(dtype)
+    out = decode_reference(q[:2].half(), k8, v8, indptr, indices, last)
+    close(
+        out, decode_reference(q[:2].half().float(), k8.float(), v8.float(), indptr, indices, last)
+    )
+
+
 def test_invalid_inputs_raise_value_error():
     gen = torch.Generator().manual_seed(10)
     q, qo, k_cache, v_cache, indptr, indices, last = _paged_case(gen, kv_lens=[5], q_lens=[2])
