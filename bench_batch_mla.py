@@ -45,11 +45,6 @@ def mla_case(batch_size: int, seq_len: int, num_heads: int) -> dict[str, int]:
     }
 
 
-def _tokens_at_most(limit: int):
-    """Grid filter: keep the latent cache (batch * seq_len) within ``limit`` tokens."""
-    return lambda case: case["batch_size"] * case["seq_len"] <= limit
-
-
 def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
     """smoke / default / full / cpu grids: 16 heads (TP8 of DeepSeek-V3) up to 128 (TP1)."""
     g = partial(bi.grid, mla_case)
@@ -63,7 +58,7 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
         ),
         "default": bi.unique_cases(
             g(
-                _tokens_at_most(MAX_TOKENS_DEFAULT),
+                bi.within("seq_len", MAX_TOKENS_DEFAULT),
                 batch_size=(1, 16, 64, 256),
                 seq_len=(1024, 8192, 32768),
                 num_heads=(16, 128),
@@ -73,7 +68,7 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
         ),
         "full": bi.unique_cases(
             g(
-                _tokens_at_most(MAX_TOKENS_FULL),
+                bi.within("seq_len", MAX_TOKENS_FULL),
                 batch_size=(1, 2, 4, 8, 16, 32, 64, 128, 256),
                 seq_len=(512, 1024, 2048, 4096, 8192, 16384, 32768),
                 num_heads=(16, 32, 64, 128),
@@ -157,7 +152,9 @@ def reference_fn(inputs: MlaInputs, scale: float):
     )
 
 
-def plan_arguments(case: Mapping[str, int], settings: Settings, inputs: MlaInputs) -> dict:
+def plan_arguments(
+    case: Mapping[str, int], settings: Settings, inputs: MlaInputs
+) -> dict[str, object]:
     """The twelve plan() arguments, by name (same positional layout in 0.2.6 and 0.6)."""
     t = inputs.table
     return {

@@ -24,6 +24,11 @@ from bench_common import BenchmarkSpec, Prepared, Settings, main_for
 API = "BatchPrefillWithPagedKVCacheWrapper"
 CASE_FIELDS = ("batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim")
 CAUSAL = True
+MAX_TOKENS_DEFAULT = 1 << 16
+MAX_QUADRATIC_DEFAULT = 1 << 28
+"""Default sweep caps: 64k tokens and batch * seq_len^2 <= 2^28 (one 16k prompt), ~6 ms."""
+MAX_TOKENS_FULL = 1 << 18
+MAX_QUADRATIC_FULL = 1 << 31
 
 
 def prefill_case(batch_size: int, seq_len: int, head_dim: int) -> dict[str, int]:
@@ -35,17 +40,6 @@ def prefill_case(batch_size: int, seq_len: int, head_dim: int) -> dict[str, int]
         "num_kv_heads": bi.gqa_kv_heads(head_dim),
         "head_dim": head_dim,
     }
-
-
-def within(max_tokens: int, max_quadratic: int):
-    """Grid filter: total tokens and sum of seq_len^2 (the causal work) within limits.
-
-    The default's limits (64k tokens, 2^28) keep one run() under ~6 ms on an H200.
-    """
-    return lambda c: (
-        c["batch_size"] * c["seq_len"] <= max_tokens
-        and c["batch_size"] * c["seq_len"] ** 2 <= max_quadratic
-    )
 
 
 def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
@@ -61,7 +55,7 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
         ),
         "default": bi.unique_cases(
             g(
-                within(1 << 16, 1 << 28),
+                bi.within("seq_len", MAX_TOKENS_DEFAULT, MAX_QUADRATIC_DEFAULT),
                 batch_size=(1, 4, 16, 64),
                 seq_len=(256, 1024, 4096, 16384),
                 head_dim=(128,),
@@ -73,7 +67,7 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
         ),
         "full": bi.unique_cases(
             g(
-                within(1 << 18, 1 << 31),
+                bi.within("seq_len", MAX_TOKENS_FULL, MAX_QUADRATIC_FULL),
                 batch_size=(1, 2, 4, 8, 16, 32, 64, 128, 256),
                 seq_len=(128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
                 head_dim=(128, 64),

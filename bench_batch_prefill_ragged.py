@@ -35,6 +35,11 @@ NUM_KV_HEADS = 4
 DEEPSEEK = (192, 128)
 SQUARE = (128, 128)
 CAUSAL = True
+MAX_TOKENS_DEFAULT = 1 << 16
+MAX_QUADRATIC_DEFAULT = 1 << 28
+"""Default sweep caps: 64k tokens and batch * seq_len^2 <= 2^28 (one 16k prompt), ~6 ms."""
+MAX_TOKENS_FULL = 1 << 18
+MAX_QUADRATIC_FULL = 1 << 31
 
 
 def ragged_case(batch_size: int, seq_len: int, dims: tuple[int, int]) -> dict[str, int]:
@@ -47,14 +52,6 @@ def ragged_case(batch_size: int, seq_len: int, dims: tuple[int, int]) -> dict[st
         "head_dim_qk": dims[0],
         "head_dim_vo": dims[1],
     }
-
-
-def within(max_tokens: int, max_quadratic: int):
-    """Grid filter: total tokens and sum of seq_len^2 (the causal work) within limits."""
-    return lambda c: (
-        c["batch_size"] * c["seq_len"] <= max_tokens
-        and c["batch_size"] * c["seq_len"] ** 2 <= max_quadratic
-    )
 
 
 def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
@@ -70,7 +67,7 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
         ),
         "default": bi.unique_cases(
             g(
-                within(1 << 16, 1 << 28),
+                bi.within("seq_len", MAX_TOKENS_DEFAULT, MAX_QUADRATIC_DEFAULT),
                 batch_size=(1, 4, 16, 64),
                 seq_len=(256, 1024, 4096, 16384),
                 dims=(DEEPSEEK,),
@@ -82,7 +79,7 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
         ),
         "full": bi.unique_cases(
             g(
-                within(1 << 18, 1 << 31),
+                bi.within("seq_len", MAX_TOKENS_FULL, MAX_QUADRATIC_FULL),
                 batch_size=(1, 2, 4, 8, 16, 32, 64, 128, 256),
                 seq_len=(128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
                 dims=(DEEPSEEK, SQUARE),

@@ -37,8 +37,8 @@ def gqa_kv_heads(head_dim: int) -> int:
 
 def grid(
     make: Callable[..., dict[str, int]],
-    where: Callable[[dict[str, int]], bool] = lambda case: True,
-    **axes: Iterable[int],
+    where: Callable[[Case], bool] = lambda case: True,
+    **axes: Iterable[object],
 ) -> tuple[dict[str, int], ...]:
     """Cases ``make(**point)`` for every point of the product of ``axes`` that passes ``where``.
 
@@ -48,6 +48,23 @@ def grid(
     points = itertools.product(*(tuple(values) for values in axes.values()))
     cases = (make(**dict(zip(names, point, strict=True))) for point in points)
     return tuple(case for case in cases if where(case))
+
+
+def within(
+    length: str, max_tokens: int, max_quadratic: int | None = None
+) -> Callable[[Case], bool]:
+    """Grid filter bounding one run()'s size, so a preset's slowest case stays predictable.
+
+    ``batch_size * case[length]`` tokens at most ``max_tokens``; for causal prefill also
+    ``batch_size * case[length]**2`` (the attention work) at most ``max_quadratic``.
+    """
+
+    def keep(case: Case) -> bool:
+        tokens = case["batch_size"] * case[length]
+        quadratic = tokens * case[length]
+        return tokens <= max_tokens and (max_quadratic is None or quadratic <= max_quadratic)
+
+    return keep
 
 
 def unique_cases(*groups: Iterable[Case]) -> tuple[dict[str, int], ...]:

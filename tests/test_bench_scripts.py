@@ -213,6 +213,15 @@ def test_grid_and_unique_cases():
     assert bi.unique_cases(cases[:2], cases[1:3]) == cases[:3]
 
 
+def test_within_bounds_tokens_and_causal_work():
+    keep = bi.within("seq_len", 4096, 1 << 24)
+    assert keep({"batch_size": 4, "seq_len": 1024})
+    assert not keep({"batch_size": 8, "seq_len": 1024})  # 8192 tokens
+    assert not keep({"batch_size": 1, "seq_len": 4097})
+    assert keep({"batch_size": 1, "seq_len": 4096})  # 4096^2 = 2^24
+    assert bi.within("seq_len_kv", 10)({"batch_size": 2, "seq_len_kv": 5})
+
+
 def test_timed_ms_measures_the_call():
     assert bi.timed_ms(lambda: sum(range(1000)), torch.device("cpu")) >= 0.0
 
