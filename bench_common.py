@@ -1007,26 +1007,27 @@ class Sweep:
         spec, options = self.spec, self.options
         runner = CaseRunner(spec, options, self.timer, self.log)
         progress = Progress.start(len(todo))
-        failed = 0
-        for index, case in enumerate(todo, 1):
-            text = case_text(case, spec.case_fields)
-            try:
+        failed, index = 0, 0
+        try:
+            for index, case in enumerate(todo, 1):
                 record = self._one(runner, case, metadata, roofline)
-            except KeyboardInterrupt:
-                progress.close()
-                self.log(
-                    f"\nInterrupted during case {index}/{len(todo)} ({text}); the CSV holds every finished case."
-                )
-                self.log(
-                    f"Results saved to {options.output}; continue with --resume {options.output}"
-                )
-                return 130
-            store.put(record)
-            progress.finished(_summary_line(index, len(todo), text, record))
-            if record["status"] != STATUS_OK:
-                failed += 1
-                progress.line(f"  repro: {record['repro']}")
-                release_memory(options.device)
+                store.put(record)
+                text = case_text(case, spec.case_fields)
+                progress.finished(_summary_line(index, len(todo), text, record))
+                if record["status"] != STATUS_OK:
+                    failed += 1
+                    progress.line(f"  repro: {record['repro']}")
+                    release_memory(options.device)
+        except KeyboardInterrupt:
+            progress.close()
+            where = (
+                case_text(todo[index - 1], spec.case_fields) if index else "before the first case"
+            )
+            self.log(
+                f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
+            )
+            self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
+            return 130
         progress.close()
         self.log(f"\nResults saved to {options.output}")
         if failed:
@@ -1102,7 +1103,9 @@ def main_for(
         print(f"{spec.script}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\nInterrupted; results so far in {options.output}", file=sys.stderr)
+        print(
+            f"\nInterrupted; finished cases are in {options.output} (continue with --resume {options.output})"
+        )
         return 130
 
 

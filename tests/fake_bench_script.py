@@ -1,8 +1,8 @@
 """A tiny CPU benchmark script for the harness tests (run as a subprocess or imported).
 
 Each case "computes" ``out = 2 * q``; environment variables inject behaviour:
-``FAKE_BENCH_SLEEP`` seconds per run() (default 0.005), ``FAKE_BENCH_OOM`` a batch size whose
-run() raises torch.OutOfMemoryError, ``FAKE_BENCH_WRONG`` a batch size whose output is off.
+``FAKE_BENCH_SLEEP`` seconds per run() (default 0.005), ``FAKE_BENCH_OOM`` a batch size (or ``all``)
+whose run() raises torch.OutOfMemoryError, ``FAKE_BENCH_WRONG`` a batch size whose output is off.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _cases(batch_sizes, seq_lens=(8,)):
 
 def prepare(case, settings):
     sleep = float(os.environ.get("FAKE_BENCH_SLEEP", "0.005"))
-    oom = os.environ.get("FAKE_BENCH_OOM") == str(case["batch_size"])
+    oom = os.environ.get("FAKE_BENCH_OOM") in (str(case["batch_size"]), "all")
     wrong = os.environ.get("FAKE_BENCH_WRONG") == str(case["batch_size"])
     q = torch.randn(
         case["batch_size"], case["seq_len"], dtype=settings.dtype, device=settings.device
