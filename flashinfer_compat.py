@@ -142,6 +142,14 @@ def _where(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__qualname__', repr(fn))}()"
 
 
+def _brief(value: object) -> str:
+    """A value for an error message: tensors by shape and dtype, never by content."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"<tensor {tuple(shape)} {dtype}>"
+    return repr(value)
+
+
 def plan_kwargs(plan_fn: Callable[..., Any], wanted: Mapping[str, object]) -> dict[str, object]:
     """Map the scripts' argument names onto what the installed ``plan_fn`` accepts.
 
@@ -159,12 +167,12 @@ def plan_kwargs(plan_fn: Callable[..., Any], wanted: Mapping[str, object]) -> di
                 continue
             raise UnsupportedCase(
                 f"installed FlashInfer's {_where(plan_fn)} has no parameter '{name}' "
-                f"(needed for {name}={value!r})"
+                f"(needed for {name}={_brief(value)})"
             )
         if target in out and not _same(out[target], value):
             raise UnsupportedCase(
                 f"installed FlashInfer's {_where(plan_fn)} takes a single '{target}'; "
-                f"cannot pass {name}={value!r} next to {target}={out[target]!r}"
+                f"cannot pass {name}={_brief(value)} next to {target}={_brief(out[target])}"
             )
         out[target] = value
     _require_complete(plan_fn, named, out)
@@ -234,7 +242,7 @@ def init_kwargs(cls: type, wanted: Mapping[str, object]) -> dict[str, object]:
         elif not _same(NEUTRAL_INIT_VALUES.get(name, object()), value):
             raise UnsupportedCase(
                 f"installed FlashInfer's {cls.__name__}() has no parameter '{name}' "
-                f"(needed for {name}={value!r})"
+                f"(needed for {name}={_brief(value)})"
             )
     return out
 

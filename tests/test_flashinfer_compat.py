@@ -137,6 +137,16 @@ def test_plan_kwargs_refuses_to_drop_a_parameter_that_changes_the_math():
     }
 
 
+def test_error_messages_describe_tensors_by_shape():
+    def plan(qo_indptr):
+        pass
+
+    with pytest.raises(fc.UnsupportedCase) as info:
+        fc.plan_kwargs(plan, {"qo_indptr": 0, "custom_mask": torch.zeros(1000, 1000)})
+    assert "<tensor (1000, 1000) torch.float32>" in str(info.value)
+    assert len(str(info.value)) < 200
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_mla_plan_requires_all_twelve_arguments(release):
     wrapper = _wrapper(fake_flashinfer.make_module(release), "BatchMLAPagedAttentionWrapper")
