@@ -64,18 +64,21 @@ def failed_mask(frame) -> np.ndarray:
 
 
 def case_labels(frame, columns: list[str]) -> np.ndarray:
-    """describe_case for every row: "name=value, ..." of non-empty parameters, or n/a."""
-    labels = np.full(len(frame), "", dtype=object)
+    """describe_case for every row: "name=value, ..." of non-empty parameters, or n/a.
+
+    Each distinct value of a column is formatted once; rows only join pieces.
+    """
+    import pandas as pd
+
+    pieces = []
     for name in columns:
-        values = frame[name].to_numpy(dtype=object)
-        present = (values == values) & (values != "")  # NaN marks an absent column
-        if not present.any():
-            continue
-        piece = np.where(present, name + "=" + values.astype(str).astype(object), "")
-        joined = np.where(labels == "", piece, labels + ", " + piece)
-        labels = np.where(present, joined, labels)
-    labels[labels == ""] = "n/a"
-    return labels
+        codes, uniques = pd.factorize(frame[name].to_numpy(dtype=object), use_na_sentinel=True)
+        texts = [f"{name}={value}" if value != "" else "" for value in uniques.tolist()]
+        pieces.append(np.array([*texts, ""], dtype=object)[codes])  # code -1 (absent) -> ""
+    if not pieces:
+        return np.full(len(frame), "n/a", dtype=object)
+    labels = [", ".join(filter(None, parts)) or "n/a" for parts in zip(*pieces, strict=True)]
+    return np.array(labels, dtype=object)
 
 
 def optional_floats(frame, name: str) -> np.ndarray:

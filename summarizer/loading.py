@@ -267,14 +267,10 @@ def _numeric_optionals(columns: Iterable[str]) -> list[str]:
 
 def _fast_table(data: bytes, header: list[str], schema: str, source: str):
     """Columnar read and validation, or None when the exact reader must decide."""
-    if not _plain_enough(data):
-        return None
     frame = _pandas_read(data, header)
     if frame is None:
         return None
     frame = _strip_text_columns(frame, header)
-    if frame is None:
-        return None
     suspect = _suspect_rows(frame, header, schema)
     if suspect.any():
         messages = _recheck_rows(frame, header, schema, np.flatnonzero(suspect))
@@ -287,28 +283,46 @@ def _fast_table(data: bytes, header: list[str], schema: str, source: str):
     return FileTable(source, _record_columns(header, schema), frame, schema == "legacy")
 
 
-def _plain_enough(data: bytes) -> bool:
-    """Reject what pandas and csv.DictReader read differently."""
-    if b"\x00" in data or data[:1] in (b" ", b"\t"):
-        return False
-    breaks = (b"\n", b"\r") if b"\r" in data else (b"\n",)
-    blanks = (b" ", b"\t") if b"\t" in data else (b" ",)
-    return not any(br + blank in data for br in breaks for blank in blanks)
+_SENTINEL = "\x01"
+_SENTINEL_COLUMN = "\x01end"
+
+
+def _with_row_ends(data: bytes) -> bytes | None:
+    """Mark every line's end with an extra cell, or None when lines are not rows.
+
+    pandas pads a short row with empty cells, so a short row could pass as complete;
+    with a marker cell after each line, a short row is one whose marker column is
+    empty.  Files where a line is not a row (quoted line breaks, lone CR), or with
+    NUL or marker bytes, go to the exact reader.
+    """
+    if b"\x00" in data or _SENTINEL.encode() in data:
+        return None
+    if b"\r" in data:
+        if data.count(b"\r") != data.count(b"\r\n"):
+            return None
+        data = data.replace(b"\r\n", b"\n")
+    marked = data.replace(b"\n", b",\x01\n")
+    return marked if marked.endswith(b"\n") else marked + b",\x01"
 
 
 def _pandas_read(data: bytes, header: list[str]):
+    """The file as a DataFrame (text as object, metrics float), or None when unsure."""
     import pandas as pd
 
+    marked = _with_row_ends(data)
+    if marked is None:
+        return None
+    lines = marked.count(b"\n") + (0 if marked.endswith(b"\n") else 1)
     floats = [name for name in header if _is_float_column(name)]
-    if header[-1] in floats:
-        floats.remove(header[-1])  # the last column stays text: it reveals short rows
     dtypes = {name: (np.float64 if name in floats else object) for name in header}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             frame = pd.read_csv(
-                io.BytesIO(data),
-                dtype=dtypes,
+                io.BytesIO(marked),
+                names=[*header, _SENTINEL_COLUMN],
+                header=0,
+                dtype={**dtypes, _SENTINEL_COLUMN: object},
                 keep_default_na=False,
                 na_values={name: [""] for name in floats},
                 index_col=False,
@@ -317,10 +331,10 @@ def _pandas_read(data: bytes, header: list[str]):
             )
     except (ValueError, TypeError, OverflowError, UnicodeError, Warning, pd.errors.ParserError):
         return None
-    last = frame[header[-1]].to_numpy()
-    if list(frame.columns) != header or not (last == last).all():  # NaN: a short row
+    complete = (frame[_SENTINEL_COLUMN].to_numpy() == _SENTINEL).all()
+    if not complete or len(frame) + 1 != lines:
         return None
-    return frame
+    return frame.drop(columns=_SENTINEL_COLUMN)
 
 
 def _is_float_column(name: str) -> bool:
@@ -330,15 +344,15 @@ def _is_float_column(name: str) -> bool:
 
 def _strip_text_columns(frame, header: list[str]):
     """Strip every text cell; distinct values are stripped once."""
+    import pandas as pd
+
     for name in header:
         if frame[name].dtype != object:
             continue
-        values = _stripped(frame[name].to_numpy())
-        if _is_float_column(name):
-            values = _plain_floats(values)
-            if values is None:
-                return None
-        frame[name] = values
+        original = frame[name].to_numpy()
+        values = _stripped(original)
+        if values is not original:  # keep object dtype: pandas would infer "str"
+            frame[name] = pd.Series(values, index=frame.index, dtype=values.dtype)
     return frame
 
 
@@ -350,18 +364,6 @@ def _stripped(values: np.ndarray) -> np.ndarray:
         return values
     codes, uniques = pd.factorize(values)
     return np.array([value.strip() for value in uniques.tolist()], dtype=object)[codes]
-
-
-def _plain_floats(values: np.ndarray) -> np.ndarray | None:
-    """Floats of a text column (empty -> NaN), or None when some text is not a number."""
-    empty = values == ""
-    try:
-        floats = np.where(empty, "nan", values).astype(np.float64)
-    except ValueError:
-        return None
-    if np.isnan(floats[~empty]).any():
-        return None
-    return floats
 
 
 def _suspect_rows(frame, header: list[str], schema: str) -> np.ndarray:
@@ -423,7 +425,7 @@ def _recheck_rows(frame, header: list[str], schema: str, rows: np.ndarray) -> li
 
 def _cell_text(value) -> str:
     if isinstance(value, float):
-        return "" if math.isnan(value) else repr(value)
+        return "" if math.isnan(value) else repr(float(value))
     return str(value)
 
 

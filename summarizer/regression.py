@@ -88,15 +88,21 @@ def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> Regressi
     base, cand = side_frame(baseline), side_frame(candidate)
     keys = ["api", *frame_case_columns(pd.concat([base.head(0), cand.head(0)]))]
     base, cand = _with_keys(base, keys), _with_keys(cand, keys)
+    base["_id"], cand["_id"] = _case_ids(base, cand, keys)
     base_unique, base_dups = _drop_duplicates(base, keys, "baseline")
     cand_unique, cand_dups = _drop_duplicates(cand, keys, "candidate")
-    joined = _side_columns(base_unique, keys, "b").merge(
-        _side_columns(cand_unique, keys, "c"), on=keys, how="outer", indicator=True
+    joined = _side_columns(base_unique, "b").merge(
+        _side_columns(cand_unique, "c"), on="_id", how="outer", indicator=True
     )
+    joined = joined.sort_values("_id", kind="stable").reset_index(drop=True)
+    cases = _case_table(base_unique, cand_unique, keys)
+    position = cases.index.get_indexer(joined["_id"].to_numpy())
+    joined["api"] = cases["api"].to_numpy()[position]
+    joined["_case"] = cases["_case"].to_numpy()[position]
     both = joined["_merge"].to_numpy() == "both"
-    matched = _matched_table(joined.loc[both].reset_index(drop=True), keys, gate)
-    missing = _side_table(joined.loc[joined["_merge"].to_numpy() == "left_only"], keys, "b")
-    new = _side_table(joined.loc[joined["_merge"].to_numpy() == "right_only"], keys, "c")
+    matched = _matched_table(joined.loc[both].reset_index(drop=True), gate)
+    missing = _side_table(joined.loc[joined["_merge"].to_numpy() == "left_only"], "b")
+    new = _side_table(joined.loc[joined["_merge"].to_numpy() == "right_only"], "c")
     failures = pd.concat(
         [
             _failure_table(base, failed_mask(base), "baseline"),
@@ -146,19 +152,56 @@ def _with_keys(frame, keys: list[str]):
     missing = [name for name in keys if name not in frame.columns]
     if missing:
         frame = frame.assign(**{name: np.nan for name in missing})
-    frame = frame.assign(noise=noise_pct(frame))
-    frame["_case"] = case_labels(frame, keys[1:]) if len(frame) else []
-    return frame
+    return frame.assign(noise=noise_pct(frame))
+
+
+def _case_ids(base, cand, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 per row naming its case; ids sort like the tuples of key values.
+
+    Each key column is factorized over both runs together (sorted, absent first), and
+    the codes are combined in mixed radix, re-compressed before they could overflow.
+    """
+    import pandas as pd
+
+    ids = np.zeros(len(base) + len(cand), dtype=np.int64)
+    span = 1
+    for name in keys:
+        values = np.concatenate(
+            [base[name].to_numpy(dtype=object), cand[name].to_numpy(dtype=object)]
+        )
+        codes, uniques = pd.factorize(values, sort=True)
+        radix = len(uniques) + 1
+        if span * radix >= 1 << 62:
+            ids, distinct = pd.factorize(ids, sort=True)
+            span = len(distinct)
+        ids = ids * radix + (codes + 1)
+        span *= radix
+    return ids[: len(base)], ids[len(base) :]
+
+
+def _case_table(base_unique, cand_unique, keys: list[str]):
+    """api and label of every distinct case, indexed by case id."""
+    import pandas as pd
+
+    cases = pd.concat([base_unique[["_id", *keys]], cand_unique[["_id", *keys]]])
+    cases = cases.drop_duplicates("_id").set_index("_id")
+    cases["_case"] = case_labels(cases, keys[1:])
+    return cases
 
 
 def _drop_duplicates(frame, keys: list[str], group: str):
     """Rows whose case is unique in the run, and one issue per repeated row."""
+    import pandas as pd
+
     if not len(frame):
         return frame, []
-    repeated = frame.duplicated(subset=keys, keep=False).to_numpy()
+    ids = frame["_id"].to_numpy()
+    repeated = pd.Series(ids).duplicated(keep=False).to_numpy()
     if not repeated.any():
         return frame, []
-    ids = frame.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    labels = dict(
+        zip(np.flatnonzero(repeated), case_labels(frame.loc[repeated], keys[1:]), strict=True)
+    )
     first_row = {}
     issues = []
     for row in np.flatnonzero(repeated):
@@ -170,27 +213,25 @@ def _drop_duplicates(frame, keys: list[str], group: str):
                 str(frame["_source"].iat[row]),
                 "duplicate case also found at "
                 f"{frame['_source'].iat[first]}:{frame['_line'].iat[first]}: "
-                f"{frame['api'].iat[row]} ({frame['_case'].iat[row]})",
+                f"{frame['api'].iat[row]} ({labels[row]})",
                 group,
             )
         )
     return frame.loc[~repeated], issues
 
 
-def _side_columns(frame, keys: list[str], suffix: str):
-    columns = [*keys, "_case", *SIDE_COLUMNS]
-    renamed = {name: f"{name}_{suffix}" for name in ["_case", *SIDE_COLUMNS]}
-    return frame[columns].rename(columns=renamed)
+def _side_columns(frame, suffix: str):
+    renamed = {name: f"{name}_{suffix}" for name in SIDE_COLUMNS}
+    return frame[["_id", *SIDE_COLUMNS]].rename(columns=renamed)
 
 
-def _side_table(rows, keys: list[str], suffix: str):
+def _side_table(rows, suffix: str):
     import pandas as pd
 
-    rows = rows.sort_values(keys, kind="stable")
     return pd.DataFrame(
         {
             "api": rows["api"].to_numpy(dtype=object),
-            "case": rows[f"_case_{suffix}"].to_numpy(dtype=object),
+            "case": rows["_case"].to_numpy(dtype=object),
             "source": rows[f"_source_{suffix}"].to_numpy(dtype=object),
             "status": rows[f"status_{suffix}"].to_numpy(dtype=object),
         }
@@ -205,16 +246,15 @@ def percent_delta(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
     return np.where(zero, np.where(cand == 0, 0.0, np.inf), delta)
 
 
-def _matched_table(joined, keys: list[str], gate: Gate):
+def _matched_table(joined, gate: Gate):
     """One row per matched case: both sides' numbers, deltas, state, reason, speedup."""
     import pandas as pd
 
-    joined = joined.sort_values(keys, kind="stable").reset_index(drop=True)
     ok_b = success_mask(joined.rename(columns={"status_b": "status"}))
     ok_c = success_mask(joined.rename(columns={"status_c": "status"}))
     both_ok = ok_b & ok_c
     table = pd.DataFrame(
-        {"api": joined["api"].to_numpy(dtype=object), "case_label": joined["_case_b"]}
+        {"api": joined["api"].to_numpy(dtype=object), "case_label": joined["_case"].to_numpy()}
     )
     for name in NUMERIC_COLUMNS:
         base, cand = joined[f"{name}_b"].to_numpy(), joined[f"{name}_c"].to_numpy()
@@ -271,20 +311,29 @@ def _gate_masks(table, gate: Gate, noise: np.ndarray) -> tuple[np.ndarray, np.nd
 def _reasons(table, gate: Gate) -> np.ndarray:
     """Why a case regressed or was excused as noise (empty for the others)."""
     reasons = np.full(len(table), "", dtype=object)
-    judged = np.isin(
-        table["state"].to_numpy(), [CaseState.REGRESSION.value, CaseState.WITHIN_NOISE.value]
-    )
-    for row in np.flatnonzero(judged):
-        worst = max(
-            WORSE_SIGN, key=lambda name: WORSE_SIGN[name] * table[f"{name}_delta_pct"].iat[row]
-        )
-        delta = table[f"{worst}_delta_pct"].iat[row]
-        noise = table["noise_pct"].iat[row]
-        text = f"{worst} {delta:+.2f}% past the {gate.threshold_pct:g}% gate"
-        if noise == noise:
-            relation = "outside" if table["state"].iat[row] == "regression" else "within"
-            text += f", {relation} the measured noise ({noise:.2f}%)"
-        reasons[row] = text
+    states = table["state"].to_numpy()
+    judged = np.flatnonzero((states == "regression") | (states == "within noise"))
+    if not len(judged):
+        return reasons
+    names = list(WORSE_SIGN)
+    deltas = np.stack([table[f"{name}_delta_pct"].to_numpy()[judged] for name in names])
+    signed = deltas * np.array([WORSE_SIGN[name] for name in names])[:, None]
+    worst = np.argmax(signed, axis=0)
+    noise = table["noise_pct"].to_numpy()[judged]
+    texts = []
+    for column, delta, noise_value, state in zip(
+        worst.tolist(),
+        deltas[worst, np.arange(len(judged))].tolist(),
+        noise.tolist(),
+        states[judged].tolist(),
+        strict=True,
+    ):
+        text = f"{names[column]} {delta:+.2f}% past the {gate.threshold_pct:g}% gate"
+        if noise_value == noise_value:
+            relation = "outside" if state == "regression" else "within"
+            text += f", {relation} the measured noise ({noise_value:.2f}%)"
+        texts.append(text)
+    reasons[judged] = texts
     return reasons
 
 

@@ -1,0 +1,589 @@
+"""Behaviour of summarize_results.py: the seed's contract and what issue 3 adds."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import summarize_results as sr
+from benchmark_result import csv_fieldnames
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "summarizer"
+SEED_V1 = FIXTURES / "seed_v1_decode.csv"
+LEGACY = FIXTURES / "legacy_decode.csv"
+NEW = FIXTURES / "new_decode.csv"
+
+V1_HEADER = (
+    "schema_version,api,batch_size,seq_len_q,seq_len_kv,num_qo_heads,num_kv_heads,head_dim,"
+    "status,time_ms,bandwidth_GB_s,tflops,error_type,error"
+)
+CASE = "1,32,8,64"  # seq_len_q, num_qo_heads, num_kv_heads, head_dim (seq_len_kv varies)
+
+
+def v1_row(batch, time_ms="1.0", bw="100", tf="1", status="ok", err="", api="Decode", kv="128"):
+    etype, error = ("RuntimeError", err) if err else ("", "")
+    parts = ["1", api, str(batch), "1", kv, "32", "8", "64", status, time_ms, bw, tf, etype, error]
+    return ",".join(parts)
+
+
+def write(path: Path, *lines: str, newline: str = "\n") -> Path:
+    path.write_text(newline.join(lines) + newline, encoding="utf-8")
+    return path
+
+
+def run(argv, capsys=None):
+    code = sr.main([str(a) for a in argv])
+    out = capsys.readouterr() if capsys else None
+    return code, out
+
+
+def report(tmp_path: Path) -> str:
+    return (tmp_path / "report.md").read_text(encoding="utf-8")
+
+
+def summarize(tmp_path, *paths, capsys=None, extra=()):
+    return run([*paths, "--output", tmp_path / "report.md", *extra], capsys)
+
+
+def regress(tmp_path, base, cand, gate=None, capsys=None, extra=()):
+    argv = ["--baseline", *base, "--candidate", *cand, "--output", tmp_path / "report.md"]
+    if gate is not None:
+        argv += ["--fail-on-regression", str(gate)]
+    return run([*argv, *extra], capsys)
+
+
+# --------------------------------------------------------------- summary mode
+
+
+def test_valid_summary_reports_counts_and_bests(tmp_path, capsys):
+    csv_path = write(
+        tmp_path / "a.csv", V1_HEADER, v1_row(1, "2.0", "50", "0.5"), v1_row(2, "1.5", "80", "0.4")
+    )
+    code, out = summarize(tmp_path, csv_path, capsys=capsys)
+    text = report(tmp_path)
+    assert code == sr.EXIT_OK
+    assert out.out.strip() == f"Summary saved to {tmp_path / 'report.md'}"
+    assert text.startswith("# FlashInfer Benchmark Summary\n")
+    assert "**Verdict: PASS**" in text
+    for line in (
+        "- Input files: 1",
+        "- Valid files: 1",
+        "- Total rows: 2",
+        "## API: Decode",
+        "- Status: ok=2",
+    ):
+        assert line in text
+    assert "- Minimum time_ms: 1.5 (batch\\_size=2" in text
+    assert "- Maximum bandwidth_GB_s: 80 (batch\\_size=2" in text
+    assert "- Maximum tflops: 0.5 (batch\\_size=1" in text
+    assert f"| {sr.escape_markdown(str(csv_path))} | 2 | ok=2 |" in text
+
+
+def test_failed_case_exits_one_with_details(tmp_path):
+    csv_path = write(
+        tmp_path / "a.csv", V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", "out of memory")
+    )
+    code, _ = summarize(tmp_path, csv_path)
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    assert "## Failure Details" in text
+    assert "RuntimeError: out of memory" in text
+    assert text.index("**Verdict: FAIL**") < text.index("## Failure Details")
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ([], "CSV header is missing"),
+        (["a,,b"], "CSV contains an empty header name"),
+        (
+            [V1_HEADER.replace("api", " api")],
+            "CSV header names must not contain surrounding whitespace",
+        ),
+        ([V1_HEADER + ",api"], "CSV contains duplicate header names"),
+        (
+            ["schema_version,api,status,time_ms"],
+            "schema v1 is missing columns: bandwidth_GB_s, error, error_type, tflops",
+        ),
+        (
+            ["schema_version,api,status,time_ms,bandwidth_GB_s,tflops,error_type,error,x"],
+            "CSV does not match a known FlashInfer benchmark schema",
+        ),
+        (
+            ["api,time_ms,bandwidth_GB_s,tflops"],
+            "CSV does not match a known legacy FlashInfer schema",
+        ),
+        ([V1_HEADER], "CSV contains no benchmark rows"),
+    ],
+)
+def test_header_errors_exit_two_named_in_report_and_stderr(tmp_path, capsys, lines, message):
+    path = tmp_path / "bad.csv"
+    path.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
+    code, out = summarize(tmp_path, path, capsys=capsys)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert "## Input Errors" in report(tmp_path)
+    assert sr.escape_markdown(message) in report(tmp_path)
+    assert message in out.err
+    assert "Traceback" not in out.err
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (
+            v1_row(1).replace("1,Decode", "2,Decode", 1),
+            "line 2: unsupported schema_version '2'; expected '1'",
+        ),
+        (v1_row(1, status="done"), "line 2: unsupported status 'done'"),
+        (
+            v1_row(1)[:-1] + "RuntimeError,x",
+            "line 2: successful rows must not contain error details",
+        ),
+        (v1_row(1, "", "", "", "failed"), "line 2: failed rows must contain error_type or error"),
+        (v1_row(1, "nan"), "line 2: time_ms must be a finite number"),
+        (v1_row(1, "inf"), "line 2: time_ms must be a finite number"),
+        (v1_row(1, ""), "line 2: time_ms must be a finite number"),
+        (v1_row(1, "0"), "line 2: time_ms must be greater than zero"),
+        (v1_row(1, "-1"), "line 2: time_ms must be greater than zero"),
+        (v1_row(1, bw="-3"), "line 2: bandwidth_GB_s must not be negative"),
+        (v1_row(1, tf="abc"), "line 2: tflops must be a finite number"),
+        (v1_row(1, api=" "), "line 2: api must not be empty"),
+        (v1_row(1) + ",extra", "line 2: row has more values than the CSV header"),
+        (v1_row(1).rsplit(",", 2)[0], "line 2: row has fewer values than the CSV header"),
+        ("   ", "line 2: row has fewer values than the CSV header"),
+    ],
+)
+def test_row_errors_exit_two_with_line_numbers(tmp_path, capsys, row, message):
+    path = write(tmp_path / "bad.csv", V1_HEADER, row)
+    code, out = summarize(tmp_path, path, capsys=capsys)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert sr.escape_markdown(message) in report(tmp_path)
+    assert message in out.err
+
+
+def test_one_bad_row_invalidates_the_whole_file(tmp_path):
+    path = write(tmp_path / "a.csv", V1_HEADER, v1_row(1), v1_row(2, "nan"), v1_row(3))
+    records, issues = sr.load_csv(path)
+    assert records == []
+    assert [issue.message for issue in issues] == ["line 3: time_ms must be a finite number"]
+
+
+def test_unreadable_inputs_exit_two(tmp_path, capsys):
+    bad_bytes = tmp_path / "latin1.csv"
+    bad_bytes.write_bytes((V1_HEADER + "\n" + v1_row(1, api="D\xe9code") + "\n").encode("latin-1"))
+    folder = tmp_path / "folder.csv"
+    folder.mkdir()
+    missing = tmp_path / "missing.csv"
+    code, out = summarize(tmp_path, bad_bytes, folder, missing, capsys=capsys)
+    text = report(tmp_path)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert text.count("unable to read CSV") == 3
+    assert "codec can't decode" in text and "Is a directory" in text and "No such file" in text
+    assert "- Valid files: 0" in text
+    assert out.err.count("unable to read CSV") == 3
+
+
+def test_bom_and_crlf_are_accepted(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (V1_HEADER + "\r\n" + v1_row(1) + "\r\n").encode())
+    code, _ = summarize(tmp_path, path)
+    assert code == sr.EXIT_OK
+    records, issues = sr.load_csv(path)
+    assert issues == [] and records[0]["schema_version"] == "1" and records[0]["time_ms"] == 1.0
+
+
+def test_legacy_rows_are_inferred_ok_with_a_note(tmp_path):
+    code, _ = summarize(tmp_path, LEGACY)
+    text = report(tmp_path)
+    assert code == sr.EXIT_OK
+    assert "legacy\\_inferred\\_ok=3" in text
+    assert "## Compatibility Note" in text
+    records, _ = sr.load_csv(LEGACY)
+    assert records[0]["status"] == "legacy_inferred_ok"
+    assert records[0]["error"] == "" and records[0]["_line"] == 2
+
+
+def test_markdown_escaping_of_csv_text():
+    assert sr.escape_markdown("a|b*c_d#e[f]`g<h>\\") == "a\\|b\\*c\\_d\\#e\\[f\\]\\`g&lt;h&gt;\\\\"
+    assert sr.escape_markdown("one\r\ntwo\nthree") == "one<br>two<br>three"
+
+
+def test_error_text_is_escaped_in_the_report(tmp_path):
+    row = v1_row(1, "", "", "", "failed", '"<script>|x\nnext"')
+    code, _ = summarize(tmp_path, write(tmp_path / "a.csv", V1_HEADER, row))
+    assert code == 1
+    assert "&lt;script&gt;\\|x<br>next" in report(tmp_path)
+
+
+def test_seed_helpers():
+    record = {"api": "A", "batch_size": "2", "head_dim": "", "time_ms": 1.0, "_source": "x"}
+    assert sr.describe_case(record) == "batch_size=2"
+    assert sr.case_identity(record) == ("A", (("batch_size", "2"), ("head_dim", "")))
+    assert sr.parse_float("1e3") == 1000.0 and sr.parse_float("nan") is None
+    assert sr.format_delta(math.inf) == "+∞%" and sr.format_delta(-2.5) == "-2.50%"
+    assert sr.format_metric(1234567.0) == "1.23457e+06"
+
+
+def test_optional_columns_are_validated_not_case_parameters(tmp_path):
+    header = V1_HEADER + ",samples,noise_pct,device"
+    good = write(tmp_path / "good.csv", header, v1_row(1) + ",10,,H200", v1_row(2) + ",,1.5,")
+    records, issues = sr.load_csv(good)
+    assert issues == []
+    assert (
+        sr.describe_case(records[0])
+        == "batch_size=1, seq_len_q=1, seq_len_kv=128, num_qo_heads=32, num_kv_heads=8, head_dim=64"
+    )
+    bad = write(tmp_path / "bad.csv", header, v1_row(1) + ",0.5,,H200")
+    _, issues = sr.load_csv(bad)
+    assert [i.message for i in issues] == ["line 2: samples must be a whole number >= 1, got '0.5'"]
+
+
+# ------------------------------------------------------------ regression mode
+
+
+def test_seed_v1_and_legacy_match_new_style_cases(tmp_path):
+    for baseline in (SEED_V1, LEGACY):
+        code, _ = regress(tmp_path, [baseline], [NEW], gate=50)
+        text = report(tmp_path)
+        assert code == sr.EXIT_OK, baseline
+        assert "- Matched cases: 3" in text and "- Missing candidate cases: 0" in text
+        assert "- New candidate cases: 0" in text
+
+
+def test_states_and_exit_codes(tmp_path):
+    base = write(
+        tmp_path / "b.csv",
+        V1_HEADER,
+        v1_row(1, "1.0"),
+        v1_row(2, "1.0"),
+        v1_row(3, "1.0"),
+        v1_row(4, "", "", "", "failed", "x"),
+        v1_row(5, "", "", "", "failed", "x"),
+        v1_row(6, "1.0"),
+    )
+    cand = write(
+        tmp_path / "c.csv",
+        V1_HEADER,
+        v1_row(1, "1.01"),
+        v1_row(2, "1.2"),
+        v1_row(3, "", "", "", "failed", "y"),
+        v1_row(4, "1.0"),
+        v1_row(5, "", "", "", "failed", "y"),
+        v1_row(7, "1.0"),
+    )
+    code, _ = regress(tmp_path, [base], [cand], gate=5)
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    for state, batch in (
+        ("compared", 1),
+        ("regression", 2),
+        ("candidate failed", 3),
+        ("recovered", 4),
+        ("both failed", 5),
+    ):
+        assert f"| Decode | batch\\_size={batch}, " in text
+        assert f"| {state} |" in text
+    assert "## Missing Candidate Cases" in text and "batch\\_size=6" in text
+    assert "## New Candidate Cases" in text and "batch\\_size=7" in text
+    assert "- Regression gate: 5%" in text
+    order = [
+        text.index(h)
+        for h in (
+            "**Verdict: FAIL**",
+            "## Aggregate Speedup",
+            "## Regressions",
+            "## Failure Details",
+            "## Missing Candidate Cases",
+            "## Matched Cases",
+        )
+    ]
+    assert order == sorted(order)
+
+
+def test_report_only_without_gate_and_improvements_never_fail(tmp_path):
+    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"))
+    cand = write(tmp_path / "c.csv", V1_HEADER, v1_row(1, "3.0"), v1_row(2, "0.1", "900", "9"))
+    assert regress(tmp_path, [base], [cand])[0] == sr.EXIT_OK
+    assert "- Regression gate: report only" in report(tmp_path)
+    cand_fast = write(
+        tmp_path / "f.csv", V1_HEADER, v1_row(1, "0.5", "200", "2"), v1_row(2, "0.1", "900", "9")
+    )
+    assert regress(tmp_path, [base], [cand_fast], gate=0)[0] == sr.EXIT_OK
+
+
+def test_zero_baseline_throughput_is_infinite_delta(tmp_path):
+    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1, "1.0", "0", "0"))
+    cand = write(tmp_path / "c.csv", V1_HEADER, v1_row(1, "1.0", "5", "0"))
+    assert regress(tmp_path, [base], [cand], gate=5)[0] == sr.EXIT_OK
+    assert "0 → 5, +∞%" in report(tmp_path) and "0 → 0, +0.00%" in report(tmp_path)
+
+
+def test_duplicate_cases_are_input_errors(tmp_path, capsys):
+    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1), v1_row(1, "2.0"))
+    cand = write(tmp_path / "c.csv", V1_HEADER, v1_row(1))
+    code, out = regress(tmp_path, [base], [cand], capsys=capsys)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert f"duplicate case also found at {base}:2: Decode (batch_size=1" in out.err
+    baseline, candidate = sr.load_inputs([base], "baseline"), sr.load_inputs([cand], "candidate")
+    markdown, failed, issues = sr.build_regression_markdown(baseline, candidate, None)
+    assert len(issues) == 1 and issues[0].group == "baseline" and "- Matched cases: 0" in markdown
+    assert failed is False
+
+
+def test_aggregates_geomean_and_total_ratio(tmp_path):
+    base = write(
+        tmp_path / "b.csv",
+        V1_HEADER,
+        v1_row(1, "1.0"),
+        v1_row(2, "4.0"),
+        v1_row(3, "1.0", api="Other"),
+    )
+    cand = write(
+        tmp_path / "c.csv",
+        V1_HEADER,
+        v1_row(1, "0.5"),
+        v1_row(2, "8.0"),
+        v1_row(3, "", "", "", "failed", "x", api="Other"),
+    )
+    json_path = tmp_path / "r.json"
+    regress(tmp_path, [base], [cand], extra=["--json", json_path])
+    data = json.loads(json_path.read_text())
+    overall = data["aggregates"][0]
+    assert overall["scope"] == "overall" and overall["cases"] == 2
+    assert overall["geomean_speedup"] == pytest.approx(1.0)  # sqrt(2 * 0.5)
+    assert overall["total_time_ratio"] == pytest.approx(8.5 / 5.0)
+    assert [a["scope"] for a in data["aggregates"]] == ["overall", "Decode"]
+    assert "| overall | 2 | 1.0000x | 5 → 8.5 | 1.7000x |" in report(tmp_path)
+
+
+NOISE_HEADER = V1_HEADER + ",noise_pct,time_q1_ms,time_q3_ms"
+
+
+def test_noise_aware_gate(tmp_path):
+    base = write(
+        tmp_path / "b.csv",
+        NOISE_HEADER,
+        v1_row(1, "1.0") + ",4,,",
+        v1_row(2, "1.0") + ",1,,",
+        v1_row(3, "1.0") + ",,,",
+    )
+    cand = write(
+        tmp_path / "c.csv",
+        NOISE_HEADER,
+        v1_row(1, "1.06") + ",4,,",
+        v1_row(2, "1.06") + ",1,,",
+        v1_row(3, "1.06") + ",3,,",
+    )
+    code, _ = regress(tmp_path, [base], [cand], gate=5)
+    text = report(tmp_path)
+    # case 1: +6% past the 5% gate but inside 4%+4% noise; case 2: outside 1%+1%;
+    # case 3: baseline has no statistics, so the seed's gate alone decides.
+    assert (
+        "| within noise | 0.9434x | time\\_ms +6.00% past the 5% gate, within the measured noise (8.00%) |"
+        in text
+    )
+    assert (
+        "| regression | 0.9434x | time\\_ms +6.00% past the 5% gate, outside the measured noise (2.00%) |"
+        in text
+    )
+    assert "Case states: regression=2, within noise=1" in text
+    assert "Gate rule:" in text
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    only_noise = write(tmp_path / "n.csv", NOISE_HEADER, v1_row(1, "1.06") + ",4,,")
+    base_one = write(tmp_path / "b1.csv", NOISE_HEADER, v1_row(1, "1.0") + ",4,,")
+    assert regress(tmp_path, [base_one], [only_noise], gate=5)[0] == sr.EXIT_OK
+
+
+def test_noise_from_quartiles_when_noise_pct_absent(tmp_path):
+    base = write(tmp_path / "b.csv", NOISE_HEADER, v1_row(1, "1.0") + ",,0.95,1.05")
+    cand = write(tmp_path / "c.csv", NOISE_HEADER, v1_row(1, "1.08") + ",,1.0,1.1")
+    assert regress(tmp_path, [base], [cand], gate=5)[0] == sr.EXIT_OK
+    assert "within the measured noise (19.26%)" in report(tmp_path)
+
+
+def test_environment_per_side_and_mismatch_warning(tmp_path):
+    header = V1_HEADER + ",device,flashinfer_version,timer"
+    base = write(tmp_path / "b.csv", header, v1_row(1) + ",NVIDIA H100,0.6.1,profiler")
+    cand = write(tmp_path / "c.csv", header, v1_row(1) + ",NVIDIA H200,0.6.1,cuda_graph")
+    regress(tmp_path, [base], [cand])
+    text = report(tmp_path)
+    warning = text.index("Warning: baseline and candidate ran on different hardware")
+    assert warning < text.index("- Baseline files:")
+    assert "device: NVIDIA H100 → NVIDIA H200" in text
+    assert "| timer | profiler | cuda\\_graph |" in text
+    assert "flashinfer\\_version:" not in text[: warning + 300]
+
+
+def test_peak_artefacts_flagged_and_not_counted_as_speed(tmp_path):
+    header = V1_HEADER + ",pct_peak_bw"
+    path = write(
+        tmp_path / "a.csv",
+        header,
+        v1_row(1, "1.0", "9000") + ",180",
+        v1_row(2, "1.0", "500") + ",10",
+    )
+    assert summarize(tmp_path, path)[0] == sr.EXIT_OK
+    text = report(tmp_path)
+    assert "- Maximum bandwidth_GB_s: 500 (batch\\_size=2" in text
+    assert "## Measurement Artefacts" in text and "| 9000 | 180 | n/a |" in text
+    assert "Measurement artefacts: 1 row(s) above 100% of a hardware peak" in text
+
+
+# --------------------------------------------------------- size, JSON, files
+
+
+def big_pair(tmp_path: Path, rows: int) -> tuple[Path, Path]:
+    lines_b = [V1_HEADER] + [v1_row(1, "1.0", kv=str(i)) for i in range(rows)]
+    lines_c = [V1_HEADER] + [v1_row(1, "1.5", kv=str(i)) for i in range(rows)]
+    return write(tmp_path / "b.csv", *lines_b), write(tmp_path / "c.csv", *lines_c)
+
+
+def test_report_is_cut_to_the_size_limit_and_json_is_complete(tmp_path):
+    base, cand = big_pair(tmp_path, 400)
+    json_path = tmp_path / "r.json"
+    code, _ = regress(
+        tmp_path, [base], [cand], gate=5, extra=["--max-report-bytes", "8192", "--json", json_path]
+    )
+    size = (tmp_path / "report.md").stat().st_size
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    assert size <= 8192
+    assert "*Cut: " in text and "of 400 matched cases shown" in text
+    assert "**Verdict: FAIL** — 400 regression" in text
+    data = json.loads(json_path.read_text())
+    assert len(data["matched"]) == 400 and data["exit_code"] == 1
+    assert {row["state"] for row in data["matched"]} == {"regression"}
+
+
+def test_no_temporary_files_are_left(tmp_path):
+    summarize(tmp_path, SEED_V1, extra=["--json", tmp_path / "r.json"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "report.md"]
+    assert oct((tmp_path / "report.md").stat().st_mode & 0o777) != oct(0o600) or os.getuid() == 0
+
+
+@pytest.mark.parametrize("target", ["file_parent", "directory"])
+def test_bad_output_location_exits_two_without_traceback(tmp_path, capsys, target):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    output = blocker / "r.md" if target == "file_parent" else tmp_path
+    code = sr.main([str(SEED_V1), "--output", str(output)])
+    err = capsys.readouterr().err
+    assert code == sr.EXIT_INPUT_ERROR
+    assert "cannot write summary report" in err
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["a.csv", "--baseline", "b.csv", "--candidate", "c.csv"],
+        ["--baseline", "b.csv"],
+        ["a.csv", "--fail-on-regression", "5"],
+        ["--baseline", "b", "--candidate", "c", "--fail-on-regression", "nan"],
+        ["--baseline", "b", "--candidate", "c", "--fail-on-regression", "-1"],
+        ["a.csv", "--max-report-bytes", "10"],
+    ],
+)
+def test_bad_arguments_exit_two(argv):
+    with pytest.raises(SystemExit) as raised:
+        sr.parse_args(argv)
+    assert raised.value.code == 2
+
+
+# -------------------------------------------------------------------- plots
+
+
+class FakePlots:
+    """Stands in for report_plots: records what it was given, returns PNG paths."""
+
+    def __init__(self):
+        self.calls = []
+
+    def render_summary_plots(self, rows, out_dir):
+        self.calls.append(("summary", rows))
+        return [Path(out_dir) / "summary_time.png"]
+
+    def render_regression_plots(self, matched, gate_pct, out_dir):
+        self.calls.append(("regression", matched, gate_pct))
+        return [Path(out_dir) / "speedup.png"]
+
+
+def test_plot_links_are_relative_to_the_report(tmp_path, monkeypatch):
+    fake = FakePlots()
+    monkeypatch.setitem(sys.modules, "report_plots", fake)
+    output = tmp_path / "reports" / "summary.md"
+    code = sr.main([str(NEW), "--output", str(output), "--plot-dir", str(tmp_path / "plots")])
+    assert code == sr.EXIT_OK
+    assert "![../plots/summary\\_time.png](../plots/summary_time.png)" in output.read_text()
+    rows = fake.calls[0][1]
+    expected = {
+        "api",
+        "batch_size",
+        "status",
+        "time_ms",
+        "bandwidth_GB_s",
+        "tflops",
+        "arithmetic_intensity",
+        "pct_peak_bw",
+        "pct_peak_tflops",
+        "case_label",
+    }
+    assert expected <= set(rows.columns)
+    assert rows["arithmetic_intensity"].iloc[0] == pytest.approx(2.0)  # flops / io_bytes
+    code = sr.main(
+        [
+            "--baseline",
+            str(SEED_V1),
+            "--candidate",
+            str(NEW),
+            "--output",
+            str(output),
+            "--plot-dir",
+            str(tmp_path / "plots"),
+            "--fail-on-regression",
+            "50",
+        ]
+    )
+    kind, matched, gate = fake.calls[1]
+    assert (kind, gate) == ("regression", 50.0)
+    assert list(matched.columns) == ["api", "case_label", "state", "speedup"]
+    assert matched["speedup"].tolist() == pytest.approx([1.25, 0.1 / 0.105, 2.0])
+
+
+def test_plot_dir_without_matplotlib_exits_two(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code = sr.main(
+        [str(SEED_V1), "--output", str(tmp_path / "r.md"), "--plot-dir", str(tmp_path / "p")]
+    )
+    assert code == sr.EXIT_INPUT_ERROR
+    assert "needs matplotlib" in capsys.readouterr().err
+
+
+def test_module_import_needs_neither_torch_nor_matplotlib():
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['matplotlib'] = None; "
+        "import summarize_results; "
+        "assert 'torch' not in sys.modules or sys.modules['torch'] is None; "
+        f"sys.exit(summarize_results.main([{str(SEED_V1)!r}, '--output', {os.devnull!r}]))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_writer_header_round_trips(tmp_path):
+    header = ",".join(
+        csv_fieldnames(
+            ["batch_size", "seq_len_q", "seq_len_kv", "num_qo_heads", "num_kv_heads", "head_dim"]
+        )
+    )
+    assert header.split(",")[:14] == V1_HEADER.split(",")[:8] + V1_HEADER.split(",")[8:]
+    row = v1_row(1) + "," * (len(header.split(",")) - 14)
+    assert summarize(tmp_path, write(tmp_path / "w.csv", header, row))[0] == sr.EXIT_OK
