@@ -1,0 +1,44 @@
+"""The four real scripts end to end on the CPU torch backend; the summarizer accepts their CSVs."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import summarize_results
+from benchmark_result import read_result_rows
+
+SCRIPTS = (
+    "bench_batch_decode",
+    "bench_batch_prefill_paged",
+    "bench_batch_prefill_ragged",
+    "bench_batch_mla",
+)
+FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_runs_on_cpu_and_summarizer_accepts_csv(name, tmp_path):
+    script = importlib.import_module(name)
+    csv_path = tmp_path / f"{name}.csv"
+    argv = [
+        "--backend",
+        "torch",
+        "--device",
+        "cpu",
+        "--preset",
+        "cpu",
+        "--output",
+        str(csv_path),
+        *FAST,
+    ]
+    assert script.main(argv) == 0
+    header, rows = read_result_rows(csv_path)
+    assert len(rows) == len(script.SPEC.presets["cpu"]) > 0
+    assert {r["status"] for r in rows} == {"ok"}
+    assert {(r["backend"], r["timer"], r["check"]) for r in rows} == {("torch", "wall", "skipped")}
+    assert all(float(r["io_bytes"]) > 0 and float(r["flops"]) > 0 for r in rows)
+    report = tmp_path / f"{name}.md"
+    assert summarize_results.main([str(csv_path), "--output", str(report)]) == 0
+    assert report.read_text(encoding="utf-8").strip()
