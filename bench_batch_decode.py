@@ -9,7 +9,7 @@ formulas.  Timing, checking and the CLI live in ``bench_common.main_for``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -126,7 +126,7 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> DecodeInputs:
     )
 
 
-def reference_fn(inputs: DecodeInputs, scale: float):
+def reference_fn(inputs: DecodeInputs, scale: float) -> Callable[[], torch.Tensor]:
     """The float32 reference over exactly the tensors run() reads."""
     t = inputs.table
     return partial(

@@ -11,7 +11,7 @@ A declaration: grids, inputs and formulas; timing, checking and the CLI live in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -133,7 +133,7 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> MlaInputs:
     )
 
 
-def reference_fn(inputs: MlaInputs, scale: float):
+def reference_fn(inputs: MlaInputs, scale: float) -> Callable[[], torch.Tensor]:
     """The float32 reference over exactly the tensors run() reads."""
     t = inputs.table
     return partial(

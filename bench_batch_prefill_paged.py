@@ -10,7 +10,7 @@ formulas; timing, checking and the CLI live in ``bench_common.main_for``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -127,7 +127,7 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> PagedPrefillInpu
     )
 
 
-def reference_fn(inputs: PagedPrefillInputs, scale: float):
+def reference_fn(inputs: PagedPrefillInputs, scale: float) -> Callable[[], torch.Tensor]:
     """The float32 reference over exactly the tensors run() reads."""
     t = inputs.table
     return partial(

@@ -10,7 +10,7 @@ checking and the CLI live in ``bench_common.main_for``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -139,7 +139,7 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> RaggedInputs:
     )
 
 
-def reference_fn(inputs: RaggedInputs, scale: float):
+def reference_fn(inputs: RaggedInputs, scale: float) -> Callable[[], torch.Tensor]:
     """The float32 reference over exactly the tensors run() reads."""
     return partial(
         attention_reference.ragged_prefill_reference,

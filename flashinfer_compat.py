@@ -26,16 +26,18 @@ import importlib
 import importlib.metadata
 import inspect
 from collections.abc import Callable, Mapping
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
-ALIASES: Mapping[str, tuple[str, ...]] = {
-    "head_dim": ("head_dim_qk",),
-    "head_dim_qk": ("head_dim",),
-    "head_dim_vo": ("head_dim",),
-    "q_data_type": ("data_type",),
-    "kv_data_type": ("data_type",),
-}
+ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "head_dim": ("head_dim_qk",),
+        "head_dim_qk": ("head_dim",),
+        "head_dim_vo": ("head_dim",),
+        "q_data_type": ("data_type",),
+        "kv_data_type": ("data_type",),
+    }
+)
 """Parameter renames between FlashInfer releases: our name -> older/newer spellings.
 
 Two of our names may land on one old parameter (``head_dim_qk`` and ``head_dim_vo`` both on
@@ -56,12 +58,14 @@ DEFAULT_VALUED = frozenset(
 """Keyword arguments the scripts pass only to pin a library default (``"NONE"``, None, False,
 -1): when the installed signature lacks one, dropping it does not change the computation."""
 
-NEUTRAL_INIT_VALUES: Mapping[str, object] = {
-    "kv_layout": "NHD",
-    "use_tensor_cores": False,
-    "backend": "auto",
-    "use_cuda_graph": False,
-}
+NEUTRAL_INIT_VALUES: Mapping[str, object] = MappingProxyType(
+    {
+        "kv_layout": "NHD",
+        "use_tensor_cores": False,
+        "backend": "auto",
+        "use_cuda_graph": False,
+    }
+)
 """Constructor arguments and the value that equals "not passing it" in every release."""
 
 DIST_NAMES = ("flashinfer-python", "flashinfer", "mcflashinfer", "flashinfer-metax")
