@@ -364,6 +364,56 @@ def test_chunked_ragged_and_mla_equal_unchunked():
         )
 
 
+def _plan(batch, q_len, kv_len, hq, hkv, d_qk, d_vo, causal):
+    """A _Problem of the given shape whose gathers must never run (only the plan is tested)."""
+
+    def unused(*_):
+        raise AssertionError("planning must not touch tensors")
+
+    return ar._Problem(
+        q_starts=tuple(range(0, batch * q_len, q_len)),
+        q_lens=(q_len,) * batch,
+        kv_lens=(kv_len,) * batch,
+        num_qo_heads=hq,
+        num_kv_heads=hkv,
+        head_dim_qk=d_qk,
+        head_dim_vo=d_vo,
+        causal=causal,
+        sm_scale=1.0,
+        gather_q=unused,
+        gather_kv=unused,
+    )
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (256, 1, 32768, 32, 32, 128, 128, False),  # decode, MHA, 32k keys
+        (256, 1, 32768, 32, 8, 128, 128, False),  # decode, GQA
+        (256, 1, 512, 32, 8, 128, 128, False),  # many short decodes: batched
+        (16, 8192, 8192, 32, 8, 128, 128, True),  # paged prefill 16 x 8k causal
+        (16, 8192, 8192, 128, 128, 192, 128, True),  # ragged 192/128
+        (128, 1, 32768, 128, 1, 576, 512, False),  # MLA 128 heads, 32k keys
+        (1, 1, 4_000_000, 128, 1, 576, 512, False),  # one row too long for one chunk
+    ],
+)
+def test_default_budget_bounds_every_chunk_of_the_largest_cases(shape):
+    """The memory guarantee, checked on the plan: every chunk's float32 scores and K/V fit
+    the budget, and small requests are batched together."""
+    problem = _plan(*shape)
+    budget = ar.DEFAULT_CHUNK_BYTES // 4
+    groups = ar._group_requests(problem, budget)
+    assert sorted(i for g in groups for i in g) == list(range(shape[0]))
+    for group in groups:
+        b = len(group)
+        q_chunk, kv_chunk = ar._chunk_sizes(problem, b, shape[1], shape[2], budget)
+        assert b * problem.num_qo_heads * q_chunk * kv_chunk <= budget
+        assert b * kv_chunk * problem.num_kv_heads * (shape[5] + shape[6]) <= budget
+        assert b * q_chunk * problem.num_qo_heads * (shape[5] + shape[6]) <= budget
+    if shape[2] == 512:
+        assert len(groups) < shape[0] / 8
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision_inputs_are_computed_in_float32(dtype):
     gen = torch.Generator().manual_seed(9)
