@@ -230,24 +230,60 @@ class DeviceEvent:
         return self.start_ns + self.duration_ns
 
 
-def _kineto_is_device_work(event) -> bool:
+# kineto activity types that are not GPU work (annotations, API calls, syncs, bookkeeping)
+NON_WORK_ACTIVITIES = frozenset(
+    (
+        "cpu_op",
+        "user_annotation",
+        "gpu_user_annotation",
+        "external_correlation",
+        "cuda_runtime",
+        "cuda_driver",
+        "cpu_instant_event",
+        "python_function",
+        "overhead",
+        "cuda_sync",
+        "cuda_profiler_range",
+        "privateuse1_runtime",
+        "privateuse1_driver",
+        "xpu_runtime",
+        "mtia_runtime",
+        "collective_comm",
+    )
+)
+
+
+def _activity(event) -> str | None:
     activity = getattr(event, "activity_type", None)
-    if callable(activity):
-        return str(activity()) in DEVICE_ACTIVITIES
+    return str(activity()) if callable(activity) else None
+
+
+def _is_other_device_work(event) -> bool:
+    """Not on the CPU, not an annotation, not a known bookkeeping activity."""
     annotation = getattr(event, "is_user_annotation", None)
     if callable(annotation) and annotation():
+        return False
+    if _activity(event) in NON_WORK_ACTIVITIES:
         return False
     return event.device_type() != torch.autograd.DeviceType.CPU
 
 
+def _device_event(e) -> DeviceEvent:
+    return DeviceEvent(e.name(), int(e.start_ns()), int(e.duration_ns()))
+
+
 def device_events_from_kineto(raw_events: Iterable) -> list[DeviceEvent]:
-    """GPU work among kineto events (``prof.profiler.kineto_results.events()``), by start."""
-    events = [
-        DeviceEvent(e.name(), int(e.start_ns()), int(e.duration_ns()))
-        for e in raw_events
-        if _kineto_is_device_work(e)
-    ]
-    return sorted(events, key=lambda e: e.start_ns)
+    """GPU work among kineto events (``prof.profiler.kineto_results.events()``), by start.
+
+    Kernels, memsets and memcpys by activity type; where a build names its activities
+    differently (none of those three found), every non-CPU event that is not a known
+    bookkeeping activity.
+    """
+    raw = list(raw_events)
+    work = [e for e in raw if _activity(e) in DEVICE_ACTIVITIES]
+    if not work:
+        work = [e for e in raw if _is_other_device_work(e)]
+    return sorted((_device_event(e) for e in work), key=lambda e: e.start_ns)
 
 
 def device_events_from_function_events(raw_events: Iterable) -> list[DeviceEvent]:
@@ -433,12 +469,16 @@ class EventsTimer:
         self.options, self.device, self.flusher = options, device, flusher
         self.l2 = options.l2
         self.sync = _cuda_sync(device)
+        self._spin = hasattr(torch.cuda, "_sleep")
 
     def _before_call(self) -> None:
         if self.l2 == "cold":
             self.flusher.flush()
-        elif hasattr(torch.cuda, "_sleep"):
-            torch.cuda._sleep(self.options.launch_cover_cycles)
+        elif self._spin:
+            try:
+                torch.cuda._sleep(self.options.launch_cover_cycles)
+            except Exception:  # noqa: BLE001 - a build without the spin kernel: time without it
+                self._spin = False
 
     def open(self, fn, estimate_ms):
         return _EventsSession(self, fn)
@@ -504,6 +544,10 @@ class _GraphSession:
     graph: object
     calls_per_replay: int
 
+    @property
+    def runs_per_sample(self) -> int:
+        return self.calls_per_replay
+
     def batch(self, calls: int) -> Batch:
         pairs = []
         for _ in range(calls):
@@ -521,6 +565,7 @@ def profile_device_events(body: Callable[[], None], sync: Callable[[], None]) ->
     """Run ``body`` under the torch profiler (device activity only) and return its GPU work."""
     from torch.profiler import ProfilerActivity, profile
 
+    sync()  # nothing launched earlier may still run when the profiler starts
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         body()
         sync()
@@ -683,10 +728,11 @@ class MeasureLoop:
         samples: list[float] = []
         kernels: set[str] = set()
         start = self.clock()
+        runs = getattr(session, "runs_per_sample", 1)  # a CUDA-graph sample replays several runs
         per_call = estimate_ms
         while True:
             remaining = self.options.max_time_s - (self.clock() - start)
-            calls = batch_calls(per_call, remaining, estimate_ms, self.options)
+            calls = batch_calls(per_call * runs, remaining, estimate_ms * runs, self.options)
             self.batches.append(calls)
             batch = session.batch(calls)
             samples.extend(batch.samples_ms)

@@ -402,3 +402,32 @@ def test_measure_end_to_end_with_wall_timer():
         lambda: sum(range(1000)), bt.WallTimer(), bt.TimingOptions(max_time_s=0.2, warmup_min_ms=5)
     )
     assert m.timer == "wall" and len(m.samples) >= 1 and m.median > 0
+
+
+def test_kineto_events_of_a_build_with_other_activity_names():
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    raw = [
+        KinetoLike("mc_kernel_a", "mc_kernel", 10, 5, cuda),
+        KinetoLike("aten::mul", "cpu_op", 0, 50, cpu),
+        KinetoLike("sync", "cuda_sync", 20, 5, cuda),
+        KinetoLike("range", "gpu_user_annotation", 5, 50, cuda),
+    ]
+    assert [e.name for e in bt.device_events_from_kineto(raw)] == ["mc_kernel_a"]
+
+
+def test_real_profiler_results_parse_and_hold_no_device_work_on_cpu():
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.ones(64).sum()
+    assert bt.extract_device_events(prof) == []  # the real kineto API; CPU ops are not device work
+
+
+def test_loop_budgets_graph_replays_by_runs_per_sample():
+    clock = FakeClock()
+    session = ScriptedSession([[0.01] * 10], clock, seconds_per_batch=0.01)
+    session.runs_per_sample = 50
+    options = bt.TimingOptions(min_samples=10, batch_target_ms=25.0, max_time_s=100)
+    loop = bt.MeasureLoop(options, clock)
+    loop.run(session, 0.01, FAKE_TIMER)
+    assert loop.batches == [50]  # 25 ms / (0.01 ms x 50 runs per replay)
