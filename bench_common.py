@@ -813,7 +813,7 @@ class CaseRunner:
         torch.manual_seed(case_seed(options.seed, case, self.spec.case_fields))
         prepared = self.spec.prepare(case, options.settings(case, self.spec.case_fields))
         partial["plan_ms"] = prepared.plan_ms
-        if prepared.kernel_pattern and not timing.kernel_pattern:
+        if prepared.kernel_pattern and not timing.kernel_pattern and timing.verbose:
             self.log(
                 f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
             )
@@ -1079,6 +1079,8 @@ def main_for(
     if isinstance(args, int):
         return args
     try:
+        for text in args.filter:  # syntax first: no import, no device query for a typo
+            parse_filter(text, spec.case_fields)
         if args.list:
             return _list_cases(spec, args, probe or Probe())
         choice = resolve_backend(args.backend, args.device, probe or Probe())
@@ -1110,12 +1112,9 @@ def main_for(
 
 
 def _list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
-    preset = args.preset
-    if preset is None:
-        device = _parse_device(args.device, False) if args.device == "cpu" else None
-        if device is None and not probe.cuda_available():
-            device = torch.device("cpu")
-        preset = _preset_for(spec, args, device or torch.device("cuda"))
+    """Print the cases a run would measure (the CPU preset where it would fall back)."""
+    on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
+    preset = _preset_for(spec, args, torch.device("cpu" if on_cpu else "cuda"))
     cases = _select(spec, preset, args.filter)
     print(f"{spec.api}: preset {preset}, {len(cases)} cases")
     for case in cases:

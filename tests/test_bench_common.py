@@ -521,3 +521,18 @@ def test_csv_is_plain_and_rectangular(tmp_path):
     with open(out, newline="") as handle:
         rows = list(csv.reader(handle))
     assert len({len(r) for r in rows}) == 1 and len(rows) == 9
+
+
+def test_filter_typo_is_reported_before_probing_the_machine(capsys):
+    def boom():
+        raise AssertionError("the machine was probed")
+
+    assert run_main(["--filter", "batch_size<<3"], probe=bc.Probe(boom, boom)) == 2
+    assert "malformed filter term" in capsys.readouterr().err
+
+
+def test_list_uses_the_preset_a_run_would_use(capsys):
+    assert run_main(["--list"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "FakeAttentionWrapper: preset cpu, 4 cases"
+    assert run_main(["--list"], probe=probe(True)) == 0
+    assert "preset default, 8 cases" in capsys.readouterr().out
