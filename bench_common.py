@@ -319,7 +319,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         "--filter",
         action="append",
         default=[],
-        help=f"keep cases matching all terms, e.g. batch_size<=16,{spec.case_fields[-1]}=128; fields: {', '.join(spec.case_fields)}",
+        help=f"keep cases matching every term, e.g. 'batch_size<=16,{spec.case_fields[-1]}!=64' (ops == != < <= > >=; fields: {', '.join(spec.case_fields)})",
     )
     cases.add_argument("--list", action="store_true", help="print the selected cases and exit")
     cases.add_argument(
@@ -676,15 +676,20 @@ def runtime_version() -> str:
     return ""
 
 
+def _query(fn: Callable[[], object]) -> str:
+    """A device property as text; empty where this build cannot say."""
+    try:
+        return str(fn())
+    except Exception:  # noqa: BLE001 - an environment stamp must never stop a sweep
+        return ""
+
+
 def environment_columns(options: RunOptions) -> dict[str, object]:
     device = options.device
     if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        name, capability, runtime = (
-            torch.cuda.get_device_name(device),
-            f"{major}.{minor}",
-            runtime_version(),
-        )
+        name = _query(lambda: torch.cuda.get_device_name(device))
+        capability = _query(lambda: "{}.{}".format(*torch.cuda.get_device_capability(device)))
+        runtime = runtime_version()
     else:
         name, capability, runtime = "cpu", "", ""
     return {

@@ -603,7 +603,10 @@ class ProfilerTimer:
         flush = self._flush_calibration()
         call = self._profile(fn, self.sync)
         if not call:
-            raise NoKernelCaptured("the profiler captured no GPU kernel for one run()")
+            raise NoKernelCaptured(
+                "the profiler captured no GPU kernel for one run() (does run() launch work on "
+                f"{self.device}? is the device profiler usable here? --timer events does not need it)"
+            )
         calibration = Calibration(
             call_count=len(call),
             flush_count=len(flush),
