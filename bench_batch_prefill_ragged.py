@@ -193,7 +193,7 @@ def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
         backend="auto",
     )
     kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments(case, settings, inputs))
-    plan_ms = bi.timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device)
+    plan_ms = bi.timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device, warm_first=True)
     run, output = fc.run_call(wrapper.run, (inputs.q, inputs.k, inputs.v), output_buffer(inputs))
     return Prepared(run=run, output=output, reference=reference, plan_ms=plan_ms)
 

@@ -185,8 +185,14 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_ms(fn: Callable[[], object], device: torch.device) -> float:
-    """Host wall time of ``fn()`` in ms, with the device idle before and after."""
+def timed_ms(fn: Callable[[], object], device: torch.device, *, warm_first: bool = False) -> float:
+    """Host wall time of ``fn()`` in ms, with the device idle before and after.
+
+    ``warm_first`` calls ``fn`` once untimed: a wrapper's first plan() JIT-compiles or
+    loads its kernel module (seconds), which is not the plan cost a server pays per step.
+    """
+    if warm_first:
+        fn()
     synchronize(device)
     start = time.perf_counter()
     fn()

@@ -284,11 +284,13 @@ def test_prepare_drives_the_wrappers_correctly(fake, script):
     case = script.SPEC.presets["cpu"][-1]
     prepared = script.prepare(case, _cpu_settings())
     assert prepared.output is not None and prepared.plan_ms >= 0.0
+    # plan() twice in prepare (a JIT-absorbing warm-up, then the timed one), never in run()
+    assert len(_calls(fake, "plan")) == 2
     ar.poison_(prepared.output)
     assert prepared.run() is prepared.output
     result = ar.check_output(prepared.output, prepared.reference())
     assert result.passed, result.message
-    assert len(_calls(fake, "plan")) == 1  # plan once, outside run()
+    assert len(_calls(fake, "plan")) == 2
     run_args = _calls(fake, "run")[-1]
     assert run_args["out"] is prepared.output
 
