@@ -558,7 +558,7 @@ class RunOptions:
         )
 
 
-def _timing_options(args, device: torch.device, pattern_hint: str | None = None) -> TimingOptions:
+def _timing_options(args, device: torch.device) -> TimingOptions:
     timer, l2 = args.timer or "profiler", args.l2
     if device.type == "cpu":
         timer, l2 = "wall", "warm"
@@ -568,7 +568,7 @@ def _timing_options(args, device: torch.device, pattern_hint: str | None = None)
                 "--timer cuda_graph replays back-to-back calls (warm L2 only); use --l2 warm, or --timer events / profiler for cold L2"
             )
         l2 = "warm"
-    pattern = args.kernel_pattern or pattern_hint
+    pattern = args.kernel_pattern
     if pattern:
         try:
             re.compile(pattern)
@@ -655,6 +655,10 @@ def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, i
         words += ["--timer", timing.timer, "--l2", timing.l2]
     if timing.kernel_pattern:
         words += ["--kernel-pattern", timing.kernel_pattern]
+    if timing.attribution != "sum":
+        words += ["--attribution", timing.attribution]
+    if options.workspace_bytes != DEFAULT_WORKSPACE_BYTES:
+        words += ["--workspace-mb", str(options.workspace_bytes // 2**20)]
     if options.seed:
         words += ["--seed", str(options.seed)]
     if not options.check:
@@ -803,6 +807,7 @@ class CaseRunner:
     options: RunOptions
     timer: Timer
     log: Callable[[str], None] = print
+    timed_ms: float = 0.0  # time inside timed runs over all cases (for the cost ratio)
 
     def __call__(self, case: Mapping[str, int]):
         partial: dict[str, object] = {}
@@ -826,6 +831,7 @@ class CaseRunner:
         partial.update(verify_output(prepared, options))
         session = self.timer.open(prepared.run, estimate)
         measurement = MeasureLoop(timing).run(session, estimate, self.timer)
+        self.timed_ms += measurement.timed_ms
         element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
         io_bytes = self.spec.io_bytes(case, element_size)
         flops = self.spec.flops(case)
@@ -1012,7 +1018,7 @@ class Sweep:
         spec, options = self.spec, self.options
         runner = CaseRunner(spec, options, self.timer, self.log)
         progress = Progress.start(len(todo))
-        failed, index = 0, 0
+        failed, index, started = 0, 0, time.monotonic()
         try:
             for index, case in enumerate(todo, 1):
                 record = self._one(runner, case, metadata, roofline)
@@ -1034,6 +1040,7 @@ class Sweep:
             self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
             return 130
         progress.close()
+        self.log(_cost_line(runner.timed_ms / 1e3, time.monotonic() - started))
         self.log(f"\nResults saved to {options.output}")
         if failed:
             self.log(f"{failed} of {len(todo)} cases failed")
@@ -1045,6 +1052,12 @@ class Sweep:
         record = execute_benchmark_case(self.spec.api, case, lambda: runner(case), known)
         record.update(roofline.columns(record))
         return record
+
+
+def _cost_line(timed_s: float, wall_s: float) -> str:
+    """How much of the sweep's wall time was spent inside timed runs."""
+    ratio = f"{wall_s / timed_s:.1f}x" if timed_s > 0 else "n/a"
+    return f"Sweep wall time {wall_s:.1f} s; time inside timed runs {timed_s:.2f} s (wall/timed {ratio})"
 
 
 def _static_columns(spec: BenchmarkSpec, case, options: RunOptions) -> dict[str, object]:

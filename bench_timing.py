@@ -94,6 +94,7 @@ class Measurement:
     timer: str
     l2: str
     kernels: tuple[str, ...] = ()
+    runs_per_sample: int = 1  # a CUDA-graph sample averages several runs
 
     def __post_init__(self):
         if not self.samples:
@@ -124,6 +125,11 @@ class Measurement:
     @cached_property
     def q3(self) -> float:
         return quantile(self._sorted, 0.75)
+
+    @property
+    def timed_ms(self) -> float:
+        """Device (or wall) time spent in the timed runs: the cost side of the sweep."""
+        return sum(self.samples) * self.runs_per_sample
 
     @cached_property
     def noise_pct(self) -> float:
@@ -744,7 +750,7 @@ class MeasureLoop:
                 break
             per_call = max(quantile(sorted(samples), 0.5), 1e-6)
         names = tuple(sorted({shorten_kernel_name(k) for k in kernels}))
-        return Measurement(tuple(samples), timer.name, timer.l2, names)
+        return Measurement(tuple(samples), timer.name, timer.l2, names, runs)
 
 
 def measure(

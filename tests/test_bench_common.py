@@ -536,3 +536,13 @@ def test_list_uses_the_preset_a_run_would_use(capsys):
     assert capsys.readouterr().out.splitlines()[0] == "FakeAttentionWrapper: preset cpu, 4 cases"
     assert run_main(["--list"], probe=probe(True)) == 0
     assert "preset default, 8 cases" in capsys.readouterr().out
+
+
+def test_sweep_reports_its_cost_ratio(tmp_path, capsys):
+    assert (
+        run_main(["--output", str(tmp_path / "r.csv"), "--preset", "smoke"], timer=FakeTimer()) == 0
+    )
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Sweep wall time"))
+    assert "time inside timed runs 0.02 s" in line  # 2 cases x 10 samples x 1 ms
+    assert bc._cost_line(2.0, 5.0).endswith("(wall/timed 2.5x)")
+    assert bc._cost_line(0.0, 5.0).endswith("(wall/timed n/a)")

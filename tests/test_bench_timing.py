@@ -34,6 +34,11 @@ def test_measurement_single_sample_has_zero_noise():
     assert (m.median, m.q1, m.q3, m.noise_pct) == (0.25, 0.25, 0.25, 0.0)
 
 
+def test_measurement_timed_ms_counts_every_run():
+    assert bt.Measurement((1.0, 2.0), "events", "cold").timed_ms == 3.0
+    assert bt.Measurement((1.0, 2.0), "cuda_graph", "warm", runs_per_sample=4).timed_ms == 12.0
+
+
 def test_measurement_is_immutable_and_validated():
     m = bt.Measurement((1.0,), "wall", "warm")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -429,5 +434,6 @@ def test_loop_budgets_graph_replays_by_runs_per_sample():
     session.runs_per_sample = 50
     options = bt.TimingOptions(min_samples=10, batch_target_ms=25.0, max_time_s=100)
     loop = bt.MeasureLoop(options, clock)
-    loop.run(session, 0.01, FAKE_TIMER)
+    m = loop.run(session, 0.01, FAKE_TIMER)
     assert loop.batches == [50]  # 25 ms / (0.01 ms x 50 runs per replay)
+    assert m.runs_per_sample == 50 and m.timed_ms == pytest.approx(10 * 0.01 * 50)
