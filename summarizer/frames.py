@@ -24,8 +24,9 @@ def side_frame(result: LoadResult):
     import pandas as pd
 
     if result.tables:
-        frames = [table.frame.assign(_source=table.source) for table in result.tables]
-        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        frames = [table.frame for table in result.tables]
+        frame = frames[0].copy(deep=False) if len(frames) == 1 else pd.concat(frames)
+        frame["_source"] = _source_column(result.tables)
     else:
         frame = pd.DataFrame.from_records(result.records)
     for name in BASE_COLUMNS:
@@ -35,6 +36,28 @@ def side_frame(result: LoadResult):
         if frame[name].dtype != np.float64:
             frame[name] = pd.to_numeric(frame[name], errors="coerce").astype(np.float64)
     return frame.reset_index(drop=True)
+
+
+def _source_column(tables):
+    """Each row's file as a categorical: one code per row instead of one string."""
+    import pandas as pd
+
+    sources = list(dict.fromkeys(table.source for table in tables))
+    codes = np.concatenate(
+        [np.full(len(table.frame), sources.index(table.source), dtype=np.int32) for table in tables]
+    )
+    return pd.Categorical.from_codes(codes, categories=sources)
+
+
+def codes_of(frame, name: str) -> tuple[np.ndarray, list]:
+    """(integer code per row, distinct values) of a column; categoricals are free."""
+    import pandas as pd
+
+    column = frame[name]
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), list(column.cat.categories)
+    codes, uniques = pd.factorize(column.to_numpy(dtype=object))
+    return codes, list(uniques)
 
 
 def _numeric_names(columns) -> list[str]:

@@ -15,19 +15,18 @@ import numpy as np
 from benchmark_result import (
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMNS,
+    STATUS_FAILED,
     STATUS_LEGACY_OK,
     Role,
 )
 from summarizer.frames import (
     case_labels,
-    failed_mask,
+    codes_of,
     frame_case_columns,
     optional_floats,
     side_frame,
-    status_text,
-    success_mask,
 )
-from summarizer.loading import InputIssue, LoadResult
+from summarizer.loading import SUCCESS_STATUSES, InputIssue, LoadResult
 
 EXIT_OK = 0
 EXIT_BENCHMARK_FAILURE = 1
@@ -154,25 +153,50 @@ class SummaryModel:
 def summarize(result: LoadResult) -> SummaryModel:
     """The summary model of one run."""
     frame = side_frame(result)
-    success = success_mask(frame)
-    failed = failed_mask(frame)
+    status = _StatusCodes(frame)
     artefact = _artefact_mask(frame)
-    verdict, reason = _summary_verdict(len(result.issues), int(failed.sum()), len(frame))
+    failed_rows = status.count(STATUS_FAILED)
+    verdict, reason = _summary_verdict(len(result.issues), failed_rows, len(frame))
     return SummaryModel(
         paths=[str(path) for path in result.paths],
-        files=_file_summaries(frame, result),
-        valid_files=int(frame["_source"].nunique()) if len(frame) else 0,
+        files=_file_summaries(frame, result, status),
+        valid_files=len({table.source for table in result.tables})
+        if result.tables
+        else int(frame["_source"].nunique()),
         total_rows=len(frame),
-        apis=_api_summaries(frame, success, artefact),
-        failures=_failure_table(frame, failed),
+        apis=_api_summaries(frame, status, artefact),
+        failures=_failure_table(frame, status.mask(STATUS_FAILED)),
         artefacts=_artefact_table(frame, artefact),
         issues=list(result.issues),
-        legacy_rows=int((frame["status"].to_numpy() == STATUS_LEGACY_OK).sum()),
+        legacy_rows=status.count(STATUS_LEGACY_OK),
         environment=environment_of(frame),
         verdict=verdict,
         reason=reason,
         frame=frame,
     )
+
+
+class _StatusCodes:
+    """Row statuses as small integers, so counts per file or API are one bincount."""
+
+    def __init__(self, frame):
+        self.codes, self.names = codes_of(frame, "status") if len(frame) else ([], [])
+        self.codes = np.asarray(self.codes, dtype=np.int64)
+
+    def mask(self, *statuses: str) -> np.ndarray:
+        wanted = [index for index, name in enumerate(self.names) if name in statuses]
+        return np.isin(self.codes, wanted)
+
+    def count(self, status: str) -> int:
+        return int(self.mask(status).sum())
+
+    def text_by_group(self, group_codes: np.ndarray, groups: int) -> list[str]:
+        """The seed's "failed=1, ok=2" text for each group code."""
+        width = max(len(self.names), 1)
+        counts = np.bincount(group_codes * width + self.codes, minlength=groups * width)
+        counts = counts.reshape(groups, width)
+        order = sorted(range(len(self.names)), key=lambda index: str(self.names[index]))
+        return [", ".join(f"{self.names[i]}={row[i]}" for i in order if row[i]) for row in counts]
 
 
 def _summary_verdict(issues: int, failed: int, rows: int) -> tuple[Verdict, str]:
@@ -183,23 +207,19 @@ def _summary_verdict(issues: int, failed: int, rows: int) -> tuple[Verdict, str]
     return Verdict.PASS, f"all {rows} case(s) ok"
 
 
-def _file_summaries(frame, result: LoadResult) -> list[FileSummary]:
+def _file_summaries(frame, result: LoadResult, status: _StatusCodes) -> list[FileSummary]:
     invalid = {issue.source for issue in result.issues}
-    by_source = (
-        {source: group for source, group in frame.groupby("_source", sort=False)["status"]}
-        if len(frame)
-        else {}
-    )
+    rows, texts = {}, {}
+    if len(frame):
+        codes, sources = codes_of(frame, "_source")
+        codes = np.asarray(codes, dtype=np.int64)
+        rows = dict(zip(sources, np.bincount(codes, minlength=len(sources)).tolist(), strict=True))
+        texts = dict(zip(sources, status.text_by_group(codes, len(sources)), strict=True))
     files = []
     for path in result.paths:
         source = str(path)
-        statuses = by_source.get(source)
-        rows = 0 if statuses is None else len(statuses)
-        if source in invalid:
-            text = "invalid"
-        else:
-            text = status_text(statuses.to_numpy() if statuses is not None else [])
-        files.append(FileSummary(source, rows, text))
+        text = "invalid" if source in invalid else texts.get(source, "")
+        files.append(FileSummary(source, rows.get(source, 0), text))
     return files
 
 
@@ -210,12 +230,19 @@ def _artefact_mask(frame) -> np.ndarray:
         )
 
 
-def _api_summaries(frame, success: np.ndarray, artefact: np.ndarray) -> list[ApiSummary]:
+def _api_summaries(frame, status: _StatusCodes, artefact: np.ndarray) -> list[ApiSummary]:
     if not len(frame):
         return []
     columns = frame_case_columns(frame)
+    success = status.mask(*SUCCESS_STATUSES)
+    api_codes, apis = codes_of(frame, "api")
+    api_codes = np.asarray(api_codes, dtype=np.int64)
+    texts = status.text_by_group(api_codes, len(apis))
+    order = np.argsort(api_codes, kind="stable")
+    bounds = np.searchsorted(api_codes[order], np.arange(len(apis) + 1))
     summaries = []
-    for api, index in sorted(frame.groupby("api", sort=False).indices.items()):
+    for code in sorted(range(len(apis)), key=lambda index: str(apis[index])):
+        index = order[bounds[code] : bounds[code + 1]]
         best = tuple(
             entry
             for column in NUMERIC_COLUMNS
@@ -223,9 +250,9 @@ def _api_summaries(frame, success: np.ndarray, artefact: np.ndarray) -> list[Api
         )
         summaries.append(
             ApiSummary(
-                api=str(api),
+                api=str(apis[code]),
                 rows=len(index),
-                status=status_text(frame["status"].to_numpy()[index]),
+                status=texts[code],
                 best=best,
                 artefacts=int(artefact[index].sum()),
             )

@@ -12,8 +12,19 @@ from pathlib import Path
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, fsync, then rename over it."""
-    path = Path(path)
+    """Write ``text`` to a temporary file beside ``path``, fsync, then rename over it.
+
+    A symlink is followed (its target is replaced).  A target that is not a regular
+    file (/dev/stdout, a pipe, /dev/null) is written directly: renaming over it
+    would replace the device node itself.
+    """
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -468,6 +468,26 @@ def test_no_temporary_files_are_left(tmp_path):
     assert oct((tmp_path / "report.md").stat().st_mode & 0o777) != oct(0o600) or os.getuid() == 0
 
 
+def test_device_outputs_are_written_not_replaced(tmp_path, capsys):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    code = sr.main([str(SEED_V1), "--output", str(fifo)])
+    out, _ = reader.communicate(timeout=30)
+    assert code == sr.EXIT_OK
+    assert out.startswith("# FlashInfer Benchmark Summary")
+    assert fifo.is_fifo()
+
+
+def test_symlinked_output_replaces_the_target(tmp_path):
+    target = tmp_path / "real.md"
+    target.write_text("old")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    assert sr.main([str(SEED_V1), "--output", str(link)]) == sr.EXIT_OK
+    assert link.is_symlink() and target.read_text().startswith("# FlashInfer Benchmark Summary")
+
+
 @pytest.mark.parametrize("target", ["file_parent", "directory"])
 def test_bad_output_location_exits_two_without_traceback(tmp_path, capsys, target):
     blocker = tmp_path / "blocker"
@@ -567,12 +587,12 @@ def test_plot_dir_without_matplotlib_exits_two(tmp_path, capsys, monkeypatch):
     assert "needs matplotlib" in capsys.readouterr().err
 
 
-def test_module_import_needs_neither_torch_nor_matplotlib():
+def test_module_import_needs_neither_torch_nor_matplotlib(tmp_path):
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['matplotlib'] = None; "
         "import summarize_results; "
         "assert 'torch' not in sys.modules or sys.modules['torch'] is None; "
-        f"sys.exit(summarize_results.main([{str(SEED_V1)!r}, '--output', {os.devnull!r}]))"
+        f"sys.exit(summarize_results.main([{str(SEED_V1)!r}, '--output', {str(tmp_path / 'r.md')!r}]))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
