@@ -1029,6 +1029,8 @@ class Sweep:
                     failed += 1
                     progress.line(f"  repro: {record['repro']}")
                     release_memory(options.device)
+                elif options.device.type == "cuda":
+                    torch.cuda.empty_cache()  # the next case's inputs get unfragmented memory
         except KeyboardInterrupt:
             progress.close()
             where = (

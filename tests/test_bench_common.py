@@ -546,3 +546,26 @@ def test_sweep_reports_its_cost_ratio(tmp_path, capsys):
     assert "time inside timed runs 0.02 s" in line  # 2 cases x 10 samples x 1 ms
     assert bc._cost_line(2.0, 5.0).endswith("(wall/timed 2.5x)")
     assert bc._cost_line(0.0, 5.0).endswith("(wall/timed n/a)")
+
+
+def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(monkeypatch, capsys):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    progress = bc.Progress.start(2)
+    assert progress.bar is not None
+    progress.finished("[1/2] case one: 1.000ms")
+    progress.close()
+    assert "[1/2] case one: 1.000ms" in capsys.readouterr().out
+    assert "1/2" in terminal.getvalue()  # the bar itself goes to stderr
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    plain = bc.Progress.start(3)
+    assert plain.bar is None
+    plain.finished("[1/3] case: 1.000ms")
+    assert capsys.readouterr().out.startswith("[1/3] case: 1.000ms  [ETA 0:00:0")
