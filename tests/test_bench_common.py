@@ -569,3 +569,29 @@ def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(monkeypatch, capsy
     assert plain.bar is None
     plain.finished("[1/3] case: 1.000ms")
     assert capsys.readouterr().out.startswith("[1/3] case: 1.000ms  [ETA 0:00:0")
+
+
+def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatch):
+    import bench_timing as bt
+
+    trace = []
+
+    def profile(body, sync):
+        trace.clear()
+        body()
+        t, events = 0, []
+        for _ in trace:
+            for name, duration in (("FillFunctor", 10_000), ("AttentionKernel", 90_000)):
+                events.append(bt.DeviceEvent(name, t, duration))
+                t += duration + 1_000
+        return events
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(
+        bc, "ProfilerTimer", lambda o, d, f: bt.ProfilerTimer(o, d, f, profile=profile)
+    )
+    run = lambda: trace.append(1)  # noqa: E731
+    assert bc.run_with_profiler(run, device="cpu") == pytest.approx(0.1)
+    assert bc.run_with_profiler(run, ["AttentionKernel"], device="cpu") == pytest.approx(0.09)
+    with pytest.raises(NoKernelCaptured, match="AttentionKernel"):
+        bc.run_with_profiler(run, ["BatchPrefillWithPagedKVCacheKernel"], device="cpu")
