@@ -1094,20 +1094,30 @@ def main_for(
     probe: Probe | None = None,
     timer_factory: TimerFactory = make_timer,
 ) -> int:
-    """The whole command line of a benchmark script; returns the exit code."""
+    """The whole command line of a benchmark script; returns the exit code.
+
+    ``probe`` and ``timer_factory`` are seams for tests (machine probing, fake timers).
+    """
     args = _parse_args(spec, argv)
     if isinstance(args, int):
         return args
     try:
-        for text in args.filter:  # syntax first: no import, no device query for a typo
-            parse_filter(text, spec.case_fields)
-        if args.list:
-            return _list_cases(spec, args, probe or Probe())
-        choice = resolve_backend(args.backend, args.device, probe or Probe())
-        options = resolve_options(spec, args, choice)
+        return _run(spec, args, probe or Probe(), timer_factory)
     except UsageError as exc:
         print(f"{spec.script}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\nInterrupted.", file=sys.stderr)
+        return 130
+
+
+def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -> int:
+    for text in args.filter:  # syntax first: no import, no device query for a typo
+        parse_filter(text, spec.case_fields)
+    if args.list:
+        return _list_cases(spec, args, probe)
+    choice = resolve_backend(args.backend, args.device, probe)
+    options = resolve_options(spec, args, choice)
     if choice.note:
         print(choice.note, file=sys.stderr)
     device = _concrete(options.device)
@@ -1115,20 +1125,12 @@ def main_for(
     if device.type == "cuda":
         torch.cuda.set_device(device)
     print(
-        f"{spec.api}: {len(options.cases)} cases (preset {options.preset}), backend {options.backend} on {device}, timer {options.timing.timer}, L2 {options.timing.l2}",
+        f"{spec.api}: {len(options.cases)} cases (preset {options.preset}), backend "
+        f"{options.backend} on {device}, timer {options.timing.timer}, L2 {options.timing.l2}",
         flush=True,
     )
-    try:
-        timer = timer_factory(options.timing, device, print if args.verbose else (lambda _: None))
-        return Sweep(spec, options, timer).run()
-    except UsageError as exc:
-        print(f"{spec.script}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            f"\nInterrupted; finished cases are in {options.output} (continue with --resume {options.output})"
-        )
-        return 130
+    timer = timer_factory(options.timing, device, print if args.verbose else (lambda _: None))
+    return Sweep(spec, options, timer).run()
 
 
 def _list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
