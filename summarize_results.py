@@ -21,10 +21,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark_result import CASE_COLUMN_ORDER
 from summarizer.frames import case_labels, frame_case_columns
 from summarizer.loading import (
     INTERNAL_COLUMNS,
+    LEGACY_SCHEMAS,
     SUCCESS_STATUSES,
+    V1_REQUIRED_COLUMNS,
     InputIssue,
     LoadResult,
     load_csv,
@@ -53,6 +56,12 @@ from summarizer.output import model_json, write_atomically
 from summarizer.regression import compare
 
 __all__ = [
+    "CASE_COLUMN_ORDER",
+    "LEGACY_SCHEMAS",
+    "V1_REQUIRED_COLUMNS",
+    "best_record",
+    "build_case_index",
+    "group_by_api",
     "EXIT_OK",
     "EXIT_BENCHMARK_FAILURE",
     "EXIT_INPUT_ERROR",
@@ -102,6 +111,46 @@ def case_identity(record: dict) -> tuple:
     return record["api"], tuple(
         (name, str(record.get(name, "")).strip()) for name in frame_case_columns(frame)
     )
+
+
+def group_by_api(records) -> dict[str, list[dict]]:
+    """Records per API, in input order."""
+    grouped: dict[str, list[dict]] = {}
+    for record in records:
+        grouped.setdefault(record["api"], []).append(record)
+    return grouped
+
+
+def best_record(records, column: str):
+    """The first successful record with the minimum time or maximum throughput."""
+    candidates = [record for record in records if record["status"] in SUCCESS_STATUSES]
+    if not candidates:
+        return None
+    pick = min if column == "time_ms" else max
+    return pick(candidates, key=lambda record: record[column])
+
+
+def build_case_index(records, group: str):
+    """(case identity -> record, duplicate issues); duplicated cases are left out."""
+    index, duplicates, issues = {}, set(), []
+    for record in records:
+        key = case_identity(record)
+        if key not in index:
+            index[key] = record
+            continue
+        first = index[key]
+        issues.append(
+            InputIssue(
+                record["_source"],
+                f"duplicate case also found at {first['_source']}:{first['_line']}: "
+                f"{record['api']} ({describe_case(record)})",
+                group,
+            )
+        )
+        duplicates.add(key)
+    for key in duplicates:
+        index.pop(key, None)
+    return index, issues
 
 
 def build_summary_markdown(result: LoadResult, max_bytes: int = DEFAULT_MAX_REPORT_BYTES) -> str:

@@ -96,7 +96,7 @@ def case_labels(frame, columns: list[str]) -> np.ndarray:
     pieces = []
     for name in columns:
         codes, uniques = pd.factorize(frame[name].to_numpy(dtype=object), use_na_sentinel=True)
-        texts = [f"{name}={value}" if value != "" else "" for value in uniques.tolist()]
+        texts = [f"{name}={value}" if str(value).strip() else "" for value in uniques.tolist()]
         pieces.append(np.array([*texts, ""], dtype=object)[codes])  # code -1 (absent) -> ""
     if not pieces:
         return np.full(len(frame), "n/a", dtype=object)

@@ -262,7 +262,7 @@ def _api_summaries(frame, status: _StatusCodes, artefact: np.ndarray) -> list[Ap
 
 def _best(frame, index, success, artefact, column: str, case_cols: list[str]) -> Best | None:
     """Minimum time, maximum bandwidth/TFLOPS; artefact rows never count as a speed."""
-    keep = success[index]
+    keep = success[index] & ~np.isnan(frame[column].to_numpy(dtype=np.float64)[index])
     if column != "time_ms":
         keep = keep & ~artefact[index]
     rows = index[keep]

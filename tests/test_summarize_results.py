@@ -607,3 +607,60 @@ def test_writer_header_round_trips(tmp_path):
     assert header.split(",")[:14] == V1_HEADER.split(",")[:8] + V1_HEADER.split(",")[8:]
     row = v1_row(1) + "," * (len(header.split(",")) - 14)
     assert summarize(tmp_path, write(tmp_path / "w.csv", header, row))[0] == sr.EXIT_OK
+
+
+def test_seed_record_helpers_work_on_hand_built_records():
+    records = [
+        {
+            "api": "A",
+            "batch_size": "1",
+            "status": "ok",
+            "time_ms": 2.0,
+            "bandwidth_GB_s": 5.0,
+            "tflops": 1.0,
+            "_source": "x",
+            "_line": 2,
+        },
+        {
+            "api": "A",
+            "batch_size": "1",
+            "status": "ok",
+            "time_ms": 1.0,
+            "bandwidth_GB_s": 9.0,
+            "tflops": 1.0,
+            "_source": "y",
+            "_line": 3,
+        },
+        {
+            "api": "B",
+            "batch_size": "2",
+            "status": "failed",
+            "time_ms": "",
+            "bandwidth_GB_s": "",
+            "tflops": "",
+            "error_type": "E",
+            "error": "m",
+            "_source": "y",
+            "_line": 4,
+        },
+    ]
+    assert list(sr.group_by_api(records)) == ["A", "B"]
+    assert sr.best_record(records, "time_ms")["_source"] == "y"
+    assert sr.best_record(records[2:], "tflops") is None
+    index, issues = sr.build_case_index(records, "candidate")
+    assert list(index) == [("B", (("batch_size", "2"),))]
+    assert [i.message for i in issues] == ["duplicate case also found at x:2: A (batch_size=1)"]
+    result = sr.LoadResult("input", ["x", "y"], records=records)
+    markdown = sr.build_summary_markdown(result)
+    assert "- Valid files: 2" in markdown and "- Total rows: 3" in markdown
+    assert "- Minimum time_ms: 1 (batch\\_size=1; source=y)" in markdown
+    assert "| y | 2 | failed=1, ok=1 |" in markdown
+
+
+def test_summary_json_holds_every_row(tmp_path):
+    json_path = tmp_path / "s.json"
+    assert summarize(tmp_path, NEW, LEGACY, extra=["--json", json_path])[0] == sr.EXIT_OK
+    data = json.loads(json_path.read_text())
+    assert data["verdict"] == "pass" and data["exit_code"] == 0 and data["total_rows"] == 6
+    assert len(data["frame"]) == 6 and data["legacy_rows"] == 3
+    assert data["environment"]["device"] == ["NVIDIA H200"]
