@@ -353,7 +353,7 @@ def attribute_events(
     """
     events = sorted(events, key=lambda e: e.start_ns)
     group = calibration.flush_count + calibration.call_count
-    if group > 0 and len(events) == calls * group:
+    if group > 0 and len(events) == calls * group and _aligned(events, group, calibration):
         samples, names = [], set()
         for index in range(calls):
             call = events[index * group + calibration.flush_count : (index + 1) * group]
@@ -365,6 +365,18 @@ def attribute_events(
             raise NoKernelCaptured(_no_kernel_message(events, pattern))
         return Batch(tuple(samples), frozenset(names))
     return _batch_mean(events, calls, calibration, pattern)
+
+
+def _aligned(events: Sequence[DeviceEvent], group: int, calibration: Calibration) -> bool:
+    """Each group starts with the flush's kernels and continues with run()'s, by name."""
+    for start in range(0, len(events), group):
+        flush = events[start : start + calibration.flush_count]
+        call = events[start + calibration.flush_count : start + group]
+        if calibration.flush_names and any(e.name not in calibration.flush_names for e in flush):
+            return False
+        if calibration.call_names and any(e.name not in calibration.call_names for e in call):
+            return False
+    return True
 
 
 def _batch_mean(

@@ -437,3 +437,12 @@ def test_loop_budgets_graph_replays_by_runs_per_sample():
     m = loop.run(session, 0.01, FAKE_TIMER)
     assert loop.batches == [50]  # 25 ms / (0.01 ms x 50 runs per replay)
     assert m.runs_per_sample == 50 and m.timed_ms == pytest.approx(10 * 0.01 * 50)
+
+
+def test_attribution_misaligned_groups_fall_back_to_batch_mean():
+    # the right number of events, but the groups do not line up with [flush][attn, merge]
+    events = interleaved(2)
+    events[2] = ev("attn", events[2].start_ns, 40_000)  # call 1 launched attn twice
+    events[3] = ev("merge", events[3].start_ns, 4_000)  # and call 2's flush is missing
+    batch = bt.attribute_events(events, 2, CAL)
+    assert batch.samples_ms == pytest.approx(((40 + 40 + 4 + 40 + 4) / 1000 / 2,))
