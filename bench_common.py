@@ -13,7 +13,9 @@ stay importable for users' own scripts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import glob
 import importlib
 import math
 import os
@@ -922,6 +924,13 @@ def load_resume_rows(
 # ---------------------------------------------------------------- progress
 
 
+def _remove_stale_temporaries(path: str) -> None:
+    """Leftovers of an atomic rewrite killed before its rename (``<path>.tmp<pid>``)."""
+    for leftover in glob.glob(f"{glob.escape(path)}.tmp*"):
+        with contextlib.suppress(OSError):
+            os.remove(leftover)
+
+
 def _clock_text(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -997,6 +1006,7 @@ class Sweep:
         todo = list(options.cases)
         if options.resume:
             store.rows = load_resume_rows(options.output, spec, options)
+            _remove_stale_temporaries(options.output)
             todo = [
                 c
                 for c in todo

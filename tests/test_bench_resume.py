@@ -185,3 +185,8 @@ def test_kill_during_resume_never_leaves_duplicates(tmp_path, monkeypatch):
     rows = assert_valid_csv(path)
     assert len(rows) == N_DEFAULT  # each case exactly once: ok where rerun, failed otherwise
     assert 2 <= sum(r["status"] == "ok" for r in rows) < N_DEFAULT
+
+    (tmp_path / "r.csv.tmp99999").write_text("half a rewrite")  # as if killed before the rename
+    assert run_in_process(["--preset", "default", "--resume", str(path), *FAST], monkeypatch) == 0
+    assert len(assert_valid_csv(path)) == N_DEFAULT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]
