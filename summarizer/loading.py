@@ -295,13 +295,17 @@ _SENTINEL = "\x01"
 _SENTINEL_COLUMN = "\x01end"
 
 
-def _with_row_ends(data: bytes) -> bytes | None:
-    """Mark every line's end with an extra cell, or None when lines are not rows.
+def _line_count(data: bytes) -> int:
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
 
-    pandas pads a short row with empty cells, so a short row could pass as complete;
-    with a marker cell after each line, a short row is one whose marker column is
-    empty.  Files where a line is not a row (quoted line breaks, lone CR), or with
-    NUL or marker bytes, go to the exact reader.
+
+def _prepared(data: bytes, columns: int) -> tuple[bytes, bool] | None:
+    """(bytes for pandas, whether each line ends with a marker cell), or None.
+
+    pandas pads a short row with empty cells, so a short row could pass as complete.
+    Without quotes, every line is a row and a comma count proves every row full.
+    With quotes, a marker cell is appended to each line; a short row is one whose
+    marker column is empty.  NUL bytes, marker bytes, lone CRs: the exact reader.
     """
     if b"\x00" in data or _SENTINEL.encode() in data:
         return None
@@ -309,28 +313,34 @@ def _with_row_ends(data: bytes) -> bytes | None:
         if data.count(b"\r") != data.count(b"\r\n"):
             return None
         data = data.replace(b"\r\n", b"\n")
+    if b'"' not in data:
+        if data.count(b",") != _line_count(data) * (columns - 1):
+            return None
+        return data, False
     marked = data.replace(b"\n", b",\x01\n")
-    return marked if marked.endswith(b"\n") else marked + b",\x01"
+    return (marked if marked.endswith(b"\n") else marked + b",\x01"), True
 
 
 def _pandas_read(data: bytes, header: list[str]):
     """The file as a DataFrame (text as object, metrics float), or None when unsure."""
     import pandas as pd
 
-    marked = _with_row_ends(data)
-    if marked is None:
+    prepared = _prepared(data, len(header))
+    if prepared is None:
         return None
-    lines = marked.count(b"\n") + (0 if marked.endswith(b"\n") else 1)
+    data, marked = prepared
+    lines = _line_count(data)
+    names = [*header, _SENTINEL_COLUMN] if marked else list(header)
     floats = [name for name in header if _is_float_column(name)]
-    dtypes = {name: (np.float64 if name in floats else object) for name in header}
+    dtypes = {name: (np.float64 if name in floats else object) for name in names}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             frame = pd.read_csv(
-                io.BytesIO(marked),
-                names=[*header, _SENTINEL_COLUMN],
+                io.BytesIO(data),
+                names=names,
                 header=0,
-                dtype={**dtypes, _SENTINEL_COLUMN: object},
+                dtype=dtypes,
                 keep_default_na=False,
                 na_values={name: [""] for name in floats},
                 index_col=False,
@@ -339,10 +349,13 @@ def _pandas_read(data: bytes, header: list[str]):
             )
     except (ValueError, TypeError, OverflowError, UnicodeError, Warning, pd.errors.ParserError):
         return None
-    complete = (frame[_SENTINEL_COLUMN].to_numpy() == _SENTINEL).all()
-    if not complete or len(frame) + 1 != lines:
+    if len(frame) + 1 != lines:
         return None
-    return frame.drop(columns=_SENTINEL_COLUMN)
+    if marked:
+        if not (frame[_SENTINEL_COLUMN].to_numpy() == _SENTINEL).all():
+            return None
+        frame = frame.drop(columns=_SENTINEL_COLUMN)
+    return frame
 
 
 def _is_float_column(name: str) -> bool:

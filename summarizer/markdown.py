@@ -252,6 +252,15 @@ def _number(value) -> str:
     return "n/a" if value != value else format_metric(value)
 
 
+ENVIRONMENT_VALUES_SHOWN = 8
+
+
+def _values_text(values: list[str]) -> str:
+    shown = ", ".join(values[:ENVIRONMENT_VALUES_SHOWN])
+    hidden = len(values) - ENVIRONMENT_VALUES_SHOWN
+    return shown + (f" (+{hidden} more)" if hidden > 0 else "")
+
+
 def _environment_block(sides: dict[str, dict[str, list[str]]]) -> list[Block]:
     names = sorted({name for side in sides.values() for name in side})
     if not names:
@@ -259,7 +268,9 @@ def _environment_block(sides: dict[str, dict[str, list[str]]]) -> list[Block]:
     lines = ["## Environment", "", "| Column | " + " | ".join(sides) + " |"]
     lines.append("|---|" + "---|" * len(sides))
     for name in names:
-        cells = [escape_markdown(", ".join(side.get(name, ["unknown"]))) for side in sides.values()]
+        cells = [
+            escape_markdown(_values_text(side.get(name, ["unknown"]))) for side in sides.values()
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [Block([*lines, ""])]
 
@@ -270,7 +281,7 @@ def _environment_block(sides: dict[str, dict[str, list[str]]]) -> list[Block]:
 def regression_markdown(model, limit: int, plots: list[str] = ()) -> str:
     """The regression report: verdict, aggregates, regressions, failures, then all cases."""
     parts: list[Block | Table] = [Block(_regression_head(model))]
-    parts.append(Block(_aggregate_lines(model.aggregates)))
+    parts.append(_aggregate_table(model.aggregates))
     parts += _regression_rows(model.matched)
     parts += failure_table(model.failures, with_run=True)
     parts += _case_list("## Missing Candidate Cases", model.missing, "baseline", "missing cases")
@@ -314,7 +325,8 @@ def _regression_head(model) -> list[str]:
 def _mismatch_warning(model) -> str:
     base, cand = model.environment["baseline"], model.environment["candidate"]
     diffs = "; ".join(
-        f"{name}: {', '.join(base[name])} → {', '.join(cand[name])}" for name in model.mismatches
+        f"{name}: {_values_text(base[name])} → {_values_text(cand[name])}"
+        for name in model.mismatches
     )
     return (
         "> **Warning: baseline and candidate ran on different hardware or software** — "
@@ -322,8 +334,8 @@ def _mismatch_warning(model) -> str:
     )
 
 
-def _aggregate_lines(aggregates) -> list[str]:
-    lines = [
+def _aggregate_table(aggregates) -> Table:
+    head = [
         "## Aggregate Speedup",
         "",
         "Speedup = baseline time_ms / candidate time_ms over the cases ok in both runs "
@@ -333,13 +345,13 @@ def _aggregate_lines(aggregates) -> list[str]:
         "Total time ratio |",
         "|---|---:|---:|---|---:|",
     ]
-    for agg in aggregates:
-        lines.append(
-            f"| {escape_markdown(agg.scope)} | {agg.cases} | {_ratio(agg.geomean_speedup)} | "
-            f"{format_metric(agg.baseline_total_ms)} → {format_metric(agg.candidate_total_ms)} | "
-            f"{_ratio(agg.total_time_ratio)} |"
-        )
-    return [*lines, ""]
+    rows = (
+        f"| {escape_markdown(agg.scope)} | {agg.cases} | {_ratio(agg.geomean_speedup)} | "
+        f"{format_metric(agg.baseline_total_ms)} → {format_metric(agg.candidate_total_ms)} | "
+        f"{_ratio(agg.total_time_ratio)} |"
+        for agg in aggregates
+    )
+    return Table(head, rows, len(aggregates), "aggregate rows")
 
 
 def _ratio(value: float) -> str:

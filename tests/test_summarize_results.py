@@ -664,3 +664,17 @@ def test_summary_json_holds_every_row(tmp_path):
     assert data["verdict"] == "pass" and data["exit_code"] == 0 and data["total_rows"] == 6
     assert len(data["frame"]) == 6 and data["legacy_rows"] == 3
     assert data["environment"]["device"] == ["NVIDIA H200"]
+
+
+def test_every_long_list_is_cut_under_the_limit(tmp_path):
+    header = V1_HEADER + ",device"
+    rows = [v1_row(i, api=f"api{i}", kv=str(i)) + f",GPU model {i}" for i in range(1500)]
+    rows += [v1_row(i, "", "", "", "failed", "e" * 50, api=f"api{i}") + ",x" for i in range(300)]
+    path = write(tmp_path / "many.csv", header, *rows)
+    code, _ = summarize(tmp_path, path, extra=["--max-report-bytes", "8192"])
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    assert len(text.encode()) <= 8192
+    assert "(+1493 more)" in text  # 1501 device names, 8 shown
+    assert "of 300 failures shown" in text and "of 1500 API sections shown" in text
+    assert text.index("**Verdict: FAIL** — 300 of 1800 case(s) failed") < 200
