@@ -785,6 +785,8 @@ def verify_output(prepared: Prepared, options: RunOptions) -> dict[str, object]:
     result = prepared.run()
     _sync(options.device)
     actual = _output_of(prepared, result)
+    if not isinstance(actual, torch.Tensor):
+        raise TypeError("nothing to check: Prepared.output is None and run() returned no tensor")
     expected = prepared.reference()
     tolerance = reference_module.Tolerance(rtol=options.rtol, atol=options.atol)
     outcome = reference_module.check_output(actual, expected, tolerance)
@@ -982,11 +984,31 @@ class Progress:
             self.bar.close()
 
 
+ERROR_KEEP_HEAD, ERROR_KEEP_TAIL = 1500, 500  # a JIT log can be megabytes; CSV readers cap fields
+PRINTED_ERROR_LIMIT = 300
+
+
+def clip_error(message: str) -> str:
+    """The stored error: head and tail of a long message (compiler errors end with the cause)."""
+    if len(message) <= ERROR_KEEP_HEAD + ERROR_KEEP_TAIL:
+        return message
+    cut = len(message) - ERROR_KEEP_HEAD - ERROR_KEEP_TAIL
+    return (
+        f"{message[:ERROR_KEEP_HEAD]} [... {cut} characters cut ...] {message[-ERROR_KEEP_TAIL:]}"
+    )
+
+
+def _one_line(message: str) -> str:
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    more = len(first) > PRINTED_ERROR_LIMIT or first != message.strip()
+    return first[:PRINTED_ERROR_LIMIT] + (" ... (full message in the CSV)" if more else "")
+
+
 def _summary_line(index: int, total: int, text: str, record: Mapping[str, object]) -> str:
     head = f"[{index}/{total}] {text}: "
     if record["status"] == STATUS_OK:
         return f"{head}{record['time_ms']:.3f}ms, {record['bandwidth_GB_s']:.2f} GB/s, {record['tflops']:.2f} TFLOPs"
-    return f"{head}FAILED: {record['error_type']}: {record['error']}"
+    return f"{head}FAILED: {record['error_type']}: {_one_line(str(record['error']))}"
 
 
 # ---------------------------------------------------------------- the sweep
@@ -1062,6 +1084,7 @@ class Sweep:
         repro = repro_command(self.spec, self.options, case)
         known = {**metadata, "repro": repro, **_static_columns(self.spec, case, self.options)}
         record = execute_benchmark_case(self.spec.api, case, lambda: runner(case), known)
+        record["error"] = clip_error(str(record["error"]))
         record.update(roofline.columns(record))
         return record
 

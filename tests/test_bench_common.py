@@ -595,3 +595,33 @@ def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatc
     assert bc.run_with_profiler(run, ["AttentionKernel"], device="cpu") == pytest.approx(0.09)
     with pytest.raises(NoKernelCaptured, match="AttentionKernel"):
         bc.run_with_profiler(run, ["BatchPrefillWithPagedKVCacheKernel"], device="cpu")
+
+
+def test_long_multiline_errors_are_clipped_in_csv_and_one_line_on_screen(tmp_path, capsys):
+    log = "nvcc error: " + "x" * 200_000 + "\nfatal: head_dim 96 not instantiated"
+
+    def prepare(case, settings):
+        raise RuntimeError(log)
+
+    spec = bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
+    out = tmp_path / "r.csv"
+    assert run_main(["--output", str(out), "--preset", "smoke", *FAST], spec=spec) == 1
+    error = read_rows(out)[0]["error"]
+    assert len(error) < 2500 and error.startswith("nvcc error: xxx")
+    assert error.endswith("fatal: head_dim 96 not instantiated") and "characters cut" in error
+    failed = [x for x in capsys.readouterr().out.splitlines() if "FAILED" in x]
+    assert len(failed) == 2 and all(len(x) < 500 for x in failed)
+    assert "... (full message in the CSV)" in failed[0]
+
+
+def test_check_without_any_output_tensor_says_so(tmp_path):
+    def prepare(case, settings):
+        return bc.Prepared(
+            run=lambda: None, output=None, reference=lambda: torch.zeros(2), plan_ms=0.0
+        )
+
+    spec = bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
+    options = check_options(tmp_path)
+    assert sweep(spec, options) == 1
+    row = read_rows(options.output)[0]
+    assert row["error_type"] == "TypeError" and "nothing to check" in row["error"]
