@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import gc
 import glob
 import importlib
@@ -901,7 +902,10 @@ def load_resume_rows(
     path: str, spec: BenchmarkSpec, options: RunOptions
 ) -> dict[tuple[str, ...], dict]:
     """Rows of a resume CSV by case, one per case (an ok row wins over a failed one)."""
-    header, rows = read_result_rows(path)
+    try:
+        header, rows = read_result_rows(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UsageError(f"--resume {path}: cannot read it ({type(exc).__name__}: {exc})") from None
     if not header:
         return {}
     missing = [name for name in ("api", "status", *spec.case_fields) if name not in header]

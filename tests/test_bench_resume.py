@@ -190,3 +190,10 @@ def test_kill_during_resume_never_leaves_duplicates(tmp_path, monkeypatch):
     assert run_in_process(["--preset", "default", "--resume", str(path), *FAST], monkeypatch) == 0
     assert len(assert_valid_csv(path)) == N_DEFAULT
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]
+
+
+def test_resume_of_an_unreadable_file_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "bad.csv"
+    path.write_bytes(b"\xff\xfe\x00garbage\n")
+    assert run_in_process(["--resume", str(path)], monkeypatch) == 2
+    assert "cannot read it" in capsys.readouterr().err
