@@ -391,6 +391,18 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         default=2.0,
         help="measurement budget per case in seconds (default 2)",
     )
+    timing.add_argument(
+        "--batch-ms",
+        type=_positive(float),
+        default=TimingOptions.batch_target_ms,
+        help=f"device time one timed batch aims for; amortizes profiler start/stop (default {TimingOptions.batch_target_ms:g})",
+    )
+    timing.add_argument(
+        "--warmup-ms",
+        type=_positive(float),
+        default=TimingOptions.warmup_min_ms,
+        help=f"minimum warm-up after the first call (default {TimingOptions.warmup_min_ms:g})",
+    )
     check = parser.add_argument_group("correctness")
     check.add_argument(
         "--check",
@@ -585,6 +597,9 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         noise_target_pct=args.noise_target,
         min_samples=args.min_samples,
         max_time_s=args.max_time_per_case,
+        batch_target_ms=args.batch_ms,
+        warmup_min_ms=args.warmup_ms,
+        warmup_max_ms=max(TimingOptions.warmup_max_ms, 5 * args.warmup_ms),
         verbose=args.verbose,
     )
 

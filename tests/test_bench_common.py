@@ -160,6 +160,14 @@ def test_cuda_graph_timer_is_warm_only():
         bc._timing_options(
             parser.parse_args(["--timer", "cuda_graph", "--l2", "cold"]), torch.device("cuda")
         )
+    tuned = bc._timing_options(
+        parser.parse_args(["--batch-ms", "100", "--warmup-ms", "200"]), torch.device("cuda")
+    )
+    assert (tuned.batch_target_ms, tuned.warmup_min_ms, tuned.warmup_max_ms) == (
+        100.0,
+        200.0,
+        1000.0,
+    )
     default = bc._timing_options(parser.parse_args([]), torch.device("cuda"))
     assert (default.timer, default.l2, default.noise_target_pct, default.min_samples) == (
         "profiler",
