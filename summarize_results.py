@@ -248,8 +248,22 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    """Run the command; every outcome is an exit code, never a traceback."""
+    """Run the command; every outcome is an exit code, never a traceback.
+
+    An unexpected error (a bug, or memory exhausted) is reported in one line and
+    gives exit 2; SUMMARIZE_DEBUG=1 re-raises it instead, with its traceback.
+    """
     args = parse_args(argv)
+    try:
+        return _run(args)
+    except Exception as exc:
+        if os.environ.get("SUMMARIZE_DEBUG"):
+            raise
+        print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+
+
+def _run(args: argparse.Namespace) -> int:
     options = ReportOptions(args.output, args.json, args.max_report_bytes, args.plot_dir)
     plots_module = None
     if options.plot_dir is not None:

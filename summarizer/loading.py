@@ -245,8 +245,8 @@ def _exact_row(raw: dict, schema: str) -> tuple[dict | None, str | None]:
 
 
 def _record_columns(header: list[str], schema: str) -> list[str]:
-    if schema == "legacy":
-        return [*header, *LEGACY_FILLED]
+    if schema == "legacy":  # the seed overwrites these four even when the CSV has them
+        return [*header, *(name for name in LEGACY_FILLED if name not in header)]
     return list(header)
 
 

@@ -678,3 +678,33 @@ def test_every_long_list_is_cut_under_the_limit(tmp_path):
     assert "(+1493 more)" in text  # 1501 device names, 8 shown
     assert "of 300 failures shown" in text and "of 1500 API sections shown" in text
     assert text.index("**Verdict: FAIL** — 300 of 1800 case(s) failed") < 200
+
+
+def test_unexpected_errors_are_one_line_exit_two(tmp_path, capsys, monkeypatch):
+    def broken(result):
+        raise RuntimeError("boom")
+
+    monkeypatch.delenv("SUMMARIZE_DEBUG", raising=False)
+    monkeypatch.setattr(sr, "summarize", broken)
+    assert sr.main([str(SEED_V1), "--output", str(tmp_path / "r.md")]) == sr.EXIT_INPUT_ERROR
+    assert capsys.readouterr().err == "error: internal error: RuntimeError: boom\n"
+    monkeypatch.setenv("SUMMARIZE_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        sr.main([str(SEED_V1), "--output", str(tmp_path / "r.md")])
+
+
+def test_legacy_file_with_error_columns_clears_them(tmp_path):
+    header = "api,batch_size,seq_len,num_heads,head_dim_ckv,head_dim_kpe,time_ms,bandwidth_GB_s,tflops,error"
+    path = write(tmp_path / "l.csv", header, "MLA,1,128,16,512,64,1.0,2.0,3.0,stale")
+    records, issues = sr.load_csv(path)
+    assert issues == []
+    assert list(records[0])[-6:] == [
+        "error",
+        "schema_version",
+        "status",
+        "error_type",
+        "_source",
+        "_line",
+    ]
+    assert records[0]["error"] == "" and records[0]["status"] == "legacy_inferred_ok"
+    assert summarize(tmp_path, path)[0] == sr.EXIT_OK

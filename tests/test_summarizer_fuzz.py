@@ -32,6 +32,7 @@ FUZZ = settings(
     derandomize=EXAMPLES <= 1000,  # CI: reproducible; the long run explores
 )
 ROOT = Path(__file__).resolve().parents[1]
+os.environ["SUMMARIZE_DEBUG"] = "1"  # a bug must surface as an exception, not as exit 2
 
 DECODE = ["batch_size", "seq_len_q", "seq_len_kv", "num_qo_heads", "num_kv_heads", "head_dim"]
 RAGGED = ["batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo"]
