@@ -1177,7 +1177,7 @@ def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -
     if device.type == "cuda":
         torch.cuda.set_device(device)
     print(
-        f"{spec.api}: {len(options.cases)} cases (preset {options.preset}), backend "
+        f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}), backend "
         f"{options.backend} on {device}, timer {options.timing.timer}, L2 {options.timing.l2}",
         flush=True,
     )
