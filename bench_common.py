@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from bench_timing import (
+    STOP_RULES,
     TIMER_NAMES,
     L2Flusher,
     MeasureLoop,
@@ -392,6 +393,12 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         help="measurement budget per case in seconds (default 2)",
     )
     timing.add_argument(
+        "--stop-rule",
+        choices=STOP_RULES,
+        default="spread",
+        help="noise judged as IQR/median (spread, default) or as the median's 95%% interval (median_ci: cheaper for jittery short kernels)",
+    )
+    timing.add_argument(
         "--batch-ms",
         type=_positive(float),
         default=TimingOptions.batch_target_ms,
@@ -594,6 +601,7 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         l2=l2 or "cold",
         kernel_pattern=pattern,
         attribution=args.attribution,
+        stop_rule=args.stop_rule,
         noise_target_pct=args.noise_target,
         min_samples=args.min_samples,
         max_time_s=args.max_time_per_case,
@@ -675,6 +683,8 @@ def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, i
         words += ["--kernel-pattern", timing.kernel_pattern]
     if timing.attribution != "sum":
         words += ["--attribution", timing.attribution]
+    if timing.stop_rule != "spread":
+        words += ["--stop-rule", timing.stop_rule]
     if options.workspace_bytes != DEFAULT_WORKSPACE_BYTES:
         words += ["--workspace-mb", str(options.workspace_bytes // 2**20)]
     if options.seed:

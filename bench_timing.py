@@ -33,6 +33,8 @@ import torch
 TIMER_NAMES = ("profiler", "cuda_graph", "events")  # GPU timers a user may pick
 CPU_TIMER = "wall"
 ATTRIBUTIONS = ("sum", "span")
+STOP_RULES = ("spread", "median_ci")
+MEDIAN_CI_FACTOR = 1.57  # McGill notch: 95% interval of a median is +-1.57 IQR / sqrt(n)
 
 FALLBACK_L2_BYTES = 128 * 1024 * 1024  # when the device does not report its L2 size
 DEVICE_ACTIVITIES = frozenset(("kernel", "gpu_memset", "gpu_memcpy"))
@@ -56,6 +58,7 @@ class TimingOptions:
     l2: str = "cold"
     kernel_pattern: str | None = None
     attribution: str = "sum"  # per-call sample: sum of kernel durations, or first start -> last end
+    stop_rule: str = "spread"  # noise judged as IQR/median, or as the median's 95% interval
     noise_target_pct: float = 1.0
     min_samples: int = 10
     max_time_s: float = 2.0  # per-case budget of the measurement loop (wall clock)
@@ -73,6 +76,8 @@ class TimingOptions:
     def __post_init__(self):
         if self.attribution not in ATTRIBUTIONS:
             raise ValueError(f"attribution must be one of {', '.join(ATTRIBUTIONS)}")
+        if self.stop_rule not in STOP_RULES:
+            raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}")
         if self.min_samples < 1 or self.noise_target_pct <= 0 or self.max_time_s <= 0:
             raise ValueError("min_samples >= 1, noise target > 0 and time budget > 0 required")
 
@@ -710,6 +715,23 @@ def warm_up(
             return sorted(times[-3:])[len(times[-3:]) // 2]
 
 
+def stop_noise_pct(samples: Sequence[float], rule: str = "spread") -> float:
+    """Noise the stop hook compares with its target, in % of the median.
+
+    ``spread``: IQR / median (what ``noise_pct`` reports; per-call jitter does not shrink
+    with more samples).  ``median_ci``: half-width of the median's 95% interval,
+    1.57 IQR / sqrt(n) / median, which does shrink: jittery short kernels stop early.
+    """
+    ordered = sorted(samples)
+    median = quantile(ordered, 0.5)
+    if median <= 0:
+        return math.inf
+    spread = (quantile(ordered, 0.75) - quantile(ordered, 0.25)) / median * 100.0
+    if rule == "median_ci":
+        return MEDIAN_CI_FACTOR * spread / math.sqrt(len(ordered))
+    return spread
+
+
 def should_stop(samples: Sequence[float], elapsed_s: float, options: TimingOptions) -> bool:
     """The stop hook: noise target met with enough samples, or the time budget spent."""
     if not samples:
@@ -718,12 +740,7 @@ def should_stop(samples: Sequence[float], elapsed_s: float, options: TimingOptio
         return True
     if len(samples) < options.min_samples:
         return False
-    ordered = sorted(samples)
-    median = quantile(ordered, 0.5)
-    if median <= 0:
-        return False
-    noise = (quantile(ordered, 0.75) - quantile(ordered, 0.25)) / median * 100.0
-    return noise <= options.noise_target_pct
+    return stop_noise_pct(samples, options.stop_rule) <= options.noise_target_pct
 
 
 def batch_calls(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from types import SimpleNamespace
 
@@ -71,6 +72,25 @@ def test_should_stop_rules():
     assert not bt.should_stop(noisy, 0.1, options)
     assert bt.should_stop(noisy, 2.0, options)  # budget spent
     assert not bt.should_stop([], 5.0, options)
+
+
+def test_median_ci_rule_lets_many_jittery_samples_stop():
+    jittery = [1.0, 1.03] * 500  # 3% per-call spread that no number of samples removes
+    spread = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, stop_rule="spread")
+    median_ci = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, stop_rule="median_ci")
+    assert not bt.should_stop(jittery, 0.1, spread)
+    assert bt.should_stop(jittery, 0.1, median_ci)
+    assert not bt.should_stop(jittery[:10], 0.1, median_ci)  # 1.57 x 3% / sqrt(10) > 1%
+    assert bt.stop_noise_pct(jittery, "median_ci") == pytest.approx(
+        1.57 * bt.stop_noise_pct(jittery) / math.sqrt(1000)
+    )
+
+
+def test_timing_options_reject_unknown_rules():
+    with pytest.raises(ValueError, match="stop_rule"):
+        bt.TimingOptions(stop_rule="mean")
+    with pytest.raises(ValueError, match="attribution"):
+        bt.TimingOptions(attribution="max")
 
 
 class FakeClock:
