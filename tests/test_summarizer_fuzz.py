@@ -163,12 +163,14 @@ def _encode(draw, text: str, invalid):
     encoding = draw(st.sampled_from(["utf-8", "utf-8", "utf-8-sig", "utf-16", "latin-1"]))
     if encoding == "utf-16":
         return text.encode("utf-16"), "encoding"
-    data = text.replace("Decode", "Décode").encode(encoding, errors="replace")
+    if encoding == "latin-1":
+        text = text.replace("Decode", "Décode")
+    data = text.encode(encoding, errors="replace")  # latin-1: unmappable -> "?"
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
         return data, "encoding"
-    return text.encode(encoding), invalid
+    return data, invalid
 
 
 def _write_and_run(
