@@ -630,6 +630,11 @@ class ProfilerTimer:
                 "the profiler captured no GPU kernel for one run() (does run() launch work on "
                 f"{self.device}? is the device profiler usable here? --timer events does not need it)"
             )
+        if self.l2 == "cold" and not flush:
+            raise TimingError(
+                "the profiler saw run()'s kernels but not the L2 flush's: cannot separate them; "
+                "use --l2 warm or --timer events"
+            )
         calibration = Calibration(
             call_count=len(call),
             flush_count=len(flush),

@@ -466,3 +466,15 @@ def test_attribution_misaligned_groups_fall_back_to_batch_mean():
     events[3] = ev("merge", events[3].start_ns, 4_000)  # and call 2's flush is missing
     batch = bt.attribute_events(events, 2, CAL)
     assert batch.samples_ms == pytest.approx(((40 + 40 + 4 + 40 + 4) / 1000 / 2,))
+
+
+def test_profiler_timer_refuses_to_guess_when_the_flush_is_invisible():
+    timer, trace = make_profiler([("attn", 20_000)])
+    original = timer._profile
+
+    def profile_without_flush(body, sync):
+        return [e for e in original(body, sync) if e.name != "flush_kernel"]
+
+    timer._profile = profile_without_flush
+    with pytest.raises(bt.TimingError, match="not the L2 flush"):
+        timer.open(lambda: trace.append("call"), 0.1)
