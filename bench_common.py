@@ -384,7 +384,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         "--noise-target",
         type=_positive(float),
         default=1.0,
-        help="stop when IQR/median <= this %% (default 1.0)",
+        help="stop once the noise (see --stop-rule) is <= this %% (default 1.0)",
     )
     timing.add_argument(
         "--max-time-per-case",
