@@ -873,8 +873,11 @@ class CaseRunner:
 
 def _describe(measurement: Measurement) -> str:
     kernels = "; ".join(measurement.kernels) or "(none recorded)"
+    how = (
+        "" if measurement.per_call else " (batch means: device events could not be split per call)"
+    )
     return (
-        f"  {len(measurement.samples)} samples, median {measurement.median:.4f} ms, "
+        f"  {len(measurement.samples)} samples{how}, median {measurement.median:.4f} ms, "
         f"min {measurement.min:.4f} ms, noise {measurement.noise_pct:.2f}%; kernels: {kernels}"
     )
 

@@ -100,6 +100,7 @@ class Measurement:
     l2: str
     kernels: tuple[str, ...] = ()
     runs_per_sample: int = 1  # a CUDA-graph sample averages several runs
+    per_call: bool = True  # False when some profiler batch fell back to its mean per call
 
     def __post_init__(self):
         if not self.samples:
@@ -164,6 +165,7 @@ class Batch:
 
     samples_ms: tuple[float, ...]
     kernels: frozenset[str] = frozenset()
+    per_call: bool = True  # False: one sample per batch (its events could not be split by call)
 
 
 class TimerSession(Protocol):
@@ -397,7 +399,7 @@ def _batch_mean(
     if not counted:
         raise NoKernelCaptured(_no_kernel_message(events, pattern))
     total_ms = sum(e.duration_ns for e in counted) / 1e6
-    return Batch((total_ms / calls,), frozenset(e.name for e in counted))
+    return Batch((total_ms / calls,), frozenset(e.name for e in counted), per_call=False)
 
 
 def _no_kernel_message(events: Sequence[DeviceEvent], pattern: re.Pattern | None) -> str:
@@ -772,7 +774,7 @@ class MeasureLoop:
         kernels: set[str] = set()
         start = self.clock()
         runs = getattr(session, "runs_per_sample", 1)  # a CUDA-graph sample replays several runs
-        per_call = estimate_ms
+        per_call, split = estimate_ms, True
         while True:
             remaining = self.options.max_time_s - (self.clock() - start)
             calls = batch_calls(per_call * runs, remaining, estimate_ms * runs, self.options)
@@ -780,11 +782,12 @@ class MeasureLoop:
             batch = session.batch(calls)
             samples.extend(batch.samples_ms)
             kernels.update(batch.kernels)
+            split = split and batch.per_call
             if self.stop(samples, self.clock() - start, self.options):
                 break
             per_call = max(quantile(sorted(samples), 0.5), 1e-6)
         names = tuple(sorted({shorten_kernel_name(k) for k in kernels}))
-        return Measurement(tuple(samples), timer.name, timer.l2, names, runs)
+        return Measurement(tuple(samples), timer.name, timer.l2, names, runs, split)
 
 
 def measure(

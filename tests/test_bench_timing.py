@@ -255,6 +255,7 @@ def test_attribution_uneven_count_falls_back_to_batch_mean():
     events = interleaved(3)[:-1]  # the last merge kernel is missing
     batch = bt.attribute_events(events, 3, CAL)
     assert batch.samples_ms == pytest.approx(((3 * 0.044 - 0.004) / 3,))
+    assert not batch.per_call and bt.attribute_events(interleaved(3), 3, CAL).per_call
 
 
 def test_attribution_fallback_refuses_ambiguous_flush_names():
@@ -478,3 +479,13 @@ def test_profiler_timer_refuses_to_guess_when_the_flush_is_invisible():
     timer._profile = profile_without_flush
     with pytest.raises(bt.TimingError, match="not the L2 flush"):
         timer.open(lambda: trace.append("call"), 0.1)
+
+
+def test_loop_records_when_a_batch_could_not_be_split_per_call():
+    class MeanSession:
+        def batch(self, calls):
+            return bt.Batch((1.0,), frozenset({"k"}), per_call=False)
+
+    options = bt.TimingOptions(min_samples=3, max_time_s=100)
+    m = bt.MeasureLoop(options, FakeClock()).run(MeanSession(), 1.0, FAKE_TIMER)
+    assert len(m.samples) == 3 and not m.per_call
