@@ -172,7 +172,10 @@ def read_table(
         return None, [InputIssue(source, f"unable to read CSV: {exc}", group)]
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    header = _first_row(data)
+    try:
+        header = _first_row(data)
+    except csv.Error as exc:
+        return None, [InputIssue(source, f"unable to read CSV: {exc}", group)]
     schema, error = header_error(header)
     if error:
         return None, [InputIssue(source, error, group)]
@@ -189,11 +192,8 @@ def read_table(
 
 def _first_row(data: bytes) -> list[str] | None:
     text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="")
-    try:
-        with _large_fields():
-            return next(csv.reader(text), None)
-    except csv.Error:
-        return None
+    with _large_fields():
+        return next(csv.reader(text), None)
 
 
 class _large_fields:
@@ -256,9 +256,15 @@ def table_from_records(records: list[dict], source: str, columns: list[str], sch
 
     frame = pd.DataFrame.from_records(records, columns=[*columns, "_line"])
     for name in [*NUMERIC_COLUMNS, *_numeric_optionals(columns)]:
-        frame[name] = pd.to_numeric(frame[name], errors="coerce").astype(np.float64)
+        frame[name] = np.array([_float_or_nan(value) for value in frame[name]], dtype=np.float64)
     frame["_line"] = frame["_line"].astype(np.int64)
     return FileTable(source, columns, frame, schema == "legacy")
+
+
+def _float_or_nan(text) -> float:
+    """Python's float() of a cell (what validation accepted), NaN for empty or text."""
+    number = parse_float(text)
+    return math.nan if number is None else number
 
 
 def _numeric_optionals(columns: Iterable[str]) -> list[str]:
@@ -282,6 +288,8 @@ def _fast_table(data: bytes, header: list[str], schema: str, source: str):
     suspect = _suspect_rows(frame, header, schema)
     if suspect.any():
         messages = _recheck_rows(frame, header, schema, np.flatnonzero(suspect))
+        if messages is None:
+            return None
         if messages:
             return messages
     frame["_line"] = np.arange(2, len(frame) + 2, dtype=np.int64)
@@ -433,12 +441,16 @@ def _bad_optional(column, values: np.ndarray) -> np.ndarray:
         return bad | (values < 0)
 
 
-def _recheck_rows(frame, header: list[str], schema: str, rows: np.ndarray) -> list[str]:
-    """Exact messages for suspect rows, read back from the original text."""
+def _recheck_rows(frame, header: list[str], schema: str, rows: np.ndarray) -> list[str] | None:
+    """Exact messages for suspect rows; None when a message would quote a cell's
+    original text that the float columns no longer hold (the exact reader decides)."""
+    quoting = tuple(f"{name} " for name in _numeric_optionals(header))
     messages = []
     for row in rows:
         record = {name: _cell_text(frame[name].iat[row]) for name in header}
         error = row_error(record, schema)
+        if error and error.startswith(quoting):
+            return None
         if error:
             messages.append(f"line {row + 2}: {error}")
     return messages

@@ -708,3 +708,35 @@ def test_legacy_file_with_error_columns_clears_them(tmp_path):
     ]
     assert records[0]["error"] == "" and records[0]["status"] == "legacy_inferred_ok"
     assert summarize(tmp_path, path)[0] == sr.EXIT_OK
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [v1_row(1, "1_000")],  # Python's float() accepts it, so the seed does
+        [v1_row(1) + ",00"],  # an invalid optional cell is quoted as written
+        [v1_row(1), "", v1_row(2)],  # blank lines are skipped
+        [v1_row(1), "   ", v1_row(2)],  # a whitespace-only line is a short row
+        [v1_row(1, "", "", "", "failed", '"multi\nline, error"')],
+        [v1_row(1, api=" Decode ")],
+    ],
+)
+def test_fast_and_exact_readers_agree(tmp_path, body):
+    from summarizer.loading import read_table
+
+    header = V1_HEADER + (",samples" if body[0].endswith(",00") else "")
+    rows = [row if row.endswith(",00") or "samples" not in header else row + "," for row in body]
+    path = write(tmp_path / "a.csv", header, *rows, newline="\r\n")
+    fast, fast_issues = read_table(path, reader="fast")
+    exact, exact_issues = read_table(path, reader="exact")
+    assert [i.message for i in fast_issues] == [i.message for i in exact_issues]
+    if exact is not None:
+        for name in [*exact.columns, "_line"]:
+            left, right = fast.frame[name].tolist(), exact.frame[name].tolist()
+            assert [v if v == v else "nan" for v in left] == [v if v == v else "nan" for v in right]
+    if body[0] == v1_row(1, "1_000"):
+        assert exact.frame["time_ms"].tolist() == [1000.0]
+    if body[0].endswith(",00"):
+        assert [i.message for i in exact_issues] == [
+            "line 2: samples must be a whole number >= 1, got '00'"
+        ]
