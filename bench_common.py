@@ -30,7 +30,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+import flashinfer_compat
 from bench_timing import (
+    ATTRIBUTIONS,
     STOP_RULES,
     TIMER_NAMES,
     L2Flusher,
@@ -370,9 +372,10 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     )
     timing.add_argument(
         "--attribution",
-        choices=("sum", "span"),
-        default="sum",
-        help="profiler per-call time: sum of kernel durations (default) or first start to last end",
+        choices=ATTRIBUTIONS,
+        default=TimingOptions.attribution,
+        help="profiler per-call time: sum of kernel durations, first start to last end (span), "
+        "or auto (default: span with cold L2, sum with warm L2)",
     )
     timing.add_argument(
         "--min-samples",
@@ -395,8 +398,9 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     timing.add_argument(
         "--stop-rule",
         choices=STOP_RULES,
-        default="spread",
-        help="noise judged as IQR/median (spread, default) or as the median's 95%% interval (median_ci: cheaper for jittery short kernels)",
+        default=TimingOptions.stop_rule,
+        help="noise judged as the median's 95%% interval (median_ci, default: shrinks with "
+        "samples) or as IQR/median (spread: stricter, costs more for jittery short kernels)",
     )
     timing.add_argument(
         "--batch-ms",
@@ -642,7 +646,11 @@ def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOpti
     device = choice.device
     preset = _preset_for(spec, args, device)
     output, resume = _output_path(spec, args)
-    version = getattr(choice.flashinfer, "__version__", "") if choice.flashinfer is not None else ""
+    version = (
+        flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
+        if choice.flashinfer is not None
+        else ""
+    )
     return RunOptions(
         preset=preset,
         cases=_select(spec, preset, args.filter),
@@ -681,9 +689,9 @@ def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, i
         words += ["--timer", timing.timer, "--l2", timing.l2]
     if timing.kernel_pattern:
         words += ["--kernel-pattern", timing.kernel_pattern]
-    if timing.attribution != "sum":
+    if timing.attribution != TimingOptions.attribution:
         words += ["--attribution", timing.attribution]
-    if timing.stop_rule != "spread":
+    if timing.stop_rule != TimingOptions.stop_rule:
         words += ["--stop-rule", timing.stop_rule]
     if options.workspace_bytes != DEFAULT_WORKSPACE_BYTES:
         words += ["--workspace-mb", str(options.workspace_bytes // 2**20)]

@@ -32,7 +32,7 @@ import torch
 
 TIMER_NAMES = ("profiler", "cuda_graph", "events")  # GPU timers a user may pick
 CPU_TIMER = "wall"
-ATTRIBUTIONS = ("sum", "span")
+ATTRIBUTIONS = ("auto", "sum", "span")
 STOP_RULES = ("spread", "median_ci")
 MEDIAN_CI_FACTOR = 1.57  # McGill notch: 95% interval of a median is +-1.57 IQR / sqrt(n)
 
@@ -57,8 +57,14 @@ class TimingOptions:
     timer: str = "profiler"
     l2: str = "cold"
     kernel_pattern: str | None = None
-    attribution: str = "sum"  # per-call sample: sum of kernel durations, or first start -> last end
-    stop_rule: str = "spread"  # noise judged as IQR/median, or as the median's 95% interval
+    # Per-call sample: sum of kernel durations, or first start -> last end. "auto" takes the
+    # span when L2 is cold (the flush before each call lets the queue run ahead, so the span
+    # is GPU time including the gaps between a call's dependent kernels, as CUDA events see
+    # it) and the sum when warm (back-to-back calls: a span could include host launch gaps).
+    attribution: str = "auto"
+    # Noise judged as the median's 95% interval (shrinks with samples, so jittery short
+    # kernels stop early) or as the samples' IQR/median (does not shrink with samples).
+    stop_rule: str = "median_ci"
     noise_target_pct: float = 1.0
     min_samples: int = 10
     max_time_s: float = 2.0  # per-case budget of the measurement loop (wall clock)
@@ -72,6 +78,13 @@ class TimingOptions:
     max_graph_calls: int = 100
     launch_cover_cycles: int = 200_000  # events + warm L2: GPU spin before each call hides launch
     verbose: bool = False
+
+    @property
+    def effective_attribution(self) -> str:
+        """The attribution "auto" resolves to for this L2 mode."""
+        if self.attribution != "auto":
+            return self.attribution
+        return "span" if self.l2 == "cold" else "sum"
 
     def __post_init__(self):
         if self.attribution not in ATTRIBUTIONS:
@@ -668,7 +681,7 @@ class _ProfilerSession:
             calls,
             self.calibration,
             pattern=timer._pattern,
-            attribution=timer.options.attribution,
+            attribution=timer.options.effective_attribution,
         )
 
 

@@ -237,6 +237,9 @@ def main(argv=None) -> int:
     parser.add_argument("--l2", choices=("cold", "warm"), default="cold")
     parser.add_argument("--scripts", nargs="+", default=list(SCRIPTS))
     parser.add_argument("--skip-fidelity", action="store_true")
+    parser.add_argument(
+        "--deadline-s", type=float, default=math.inf, help="start no new sweep after this many s"
+    )
     args = parser.parse_args(argv)
     extra = ["--l2", args.l2]
     import flashinfer
@@ -251,7 +254,12 @@ def main(argv=None) -> int:
         "",
     ]
     sweeps: dict[str, list[SweepRun]] = {script: [] for script in args.scripts}
+    started = time.perf_counter()
     for index in range(args.sweeps):
+        if index >= 2 and time.perf_counter() - started > args.deadline_s:
+            print(f"deadline: stopping after {index} sweeps", flush=True)
+            args.sweeps = index
+            break
         for script in args.scripts:
             run = run_sweep(script, index, args.out, extra)
             sweeps[script].append(run)

@@ -398,8 +398,23 @@ def test_profiler_timer_counts_all_kernels_of_each_call():
 
     session = timer.open(run, 0.1)
     batch = session.batch(4)
-    assert batch.samples_ms == pytest.approx((0.111,) * 4)
+    # cold L2 -> "auto" attribution is the span: 11 us + the 0.5 us gap + 100 us
+    assert batch.samples_ms == pytest.approx((0.1115,) * 4)
     assert batch.kernels == {"fill", "attn"}
+
+
+@pytest.mark.parametrize(
+    ("attribution", "l2", "effective"),
+    [
+        ("auto", "cold", "span"),
+        ("auto", "warm", "sum"),
+        ("sum", "cold", "sum"),
+        ("span", "warm", "span"),
+    ],
+)
+def test_auto_attribution_follows_the_l2_mode(attribution, l2, effective):
+    options = bt.TimingOptions(timer="profiler", l2=l2, attribution=attribution)
+    assert options.effective_attribution == effective
 
 
 def test_profiler_timer_warm_l2_has_no_flush():
