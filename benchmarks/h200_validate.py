@@ -23,6 +23,7 @@ import argparse
 import csv
 import importlib
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -50,6 +51,7 @@ class SweepRun:
     csv_path: Path
     wall_s: float
     exit_code: int
+    timed_s: float  # the harness's own "time inside timed runs" line
 
 
 def run_sweep(script: str, index: int, out_dir: Path, extra: list[str]) -> SweepRun:
@@ -62,7 +64,9 @@ def run_sweep(script: str, index: int, out_dir: Path, extra: list[str]) -> Sweep
     wall = time.perf_counter() - started
     if completed.returncode != 0:
         sys.stderr.write(completed.stdout[-4000:] + completed.stderr[-4000:])
-    return SweepRun(script, index, csv_path, wall, completed.returncode)
+    found = re.search(r"time inside timed runs ([0-9.]+) s", completed.stdout)
+    timed = float(found.group(1)) if found else math.nan
+    return SweepRun(script, index, csv_path, wall, completed.returncode, timed)
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -268,16 +272,17 @@ def main(argv=None) -> int:
     lines += [
         "## Cost (default preset, JIT warm)",
         "",
-        "| sweep | wall s | GPU s in timed calls | wall / GPU | exit codes |",
-        "|---:|---:|---:|---:|---|",
+        "| sweep | wall s | GPU s in timed calls (harness) | wall / GPU | GPU s (samples x median) | exit codes |",
+        "|---:|---:|---:|---:|---:|---|",
     ]
     for index in range(args.sweeps):
         runs = [sweeps[s][index] for s in args.scripts]
         wall = sum(r.wall_s for r in runs)
-        gpu = sum(gpu_seconds(read_rows(r.csv_path)) for r in runs if r.csv_path.exists())
+        approx = sum(gpu_seconds(read_rows(r.csv_path)) for r in runs if r.csv_path.exists())
+        timed = sum(r.timed_s for r in runs)
         codes = " ".join(str(r.exit_code) for r in runs)
         lines.append(
-            f"| {index} | {wall:.1f} | {gpu:.1f} | {wall / gpu if gpu else math.inf:.2f} | {codes} |"
+            f"| {index} | {wall:.1f} | {timed:.1f} | {wall / timed:.2f} | {approx:.1f} | {codes} |"
         )
     lines.append("")
 
