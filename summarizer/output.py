@@ -26,8 +26,10 @@ def write_atomically(path: Path, text: str) -> None:
             stream.write(text)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _file_mode(path)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(handle, mode)  # mkstemp makes 0600; a report is as readable as any file
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
@@ -39,6 +41,15 @@ def write_atomically(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def _file_mode(path: Path) -> int:
+    """The existing file's mode, or what open() would give a new file (umask applied)."""
+    if path.exists():
+        return path.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def model_json(model) -> str:

@@ -465,7 +465,12 @@ def test_report_is_cut_to_the_size_limit_and_json_is_complete(tmp_path):
 def test_no_temporary_files_are_left(tmp_path):
     summarize(tmp_path, SEED_V1, extra=["--json", tmp_path / "r.json"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "report.md"]
-    assert oct((tmp_path / "report.md").stat().st_mode & 0o777) != oct(0o600) or os.getuid() == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "report.md").stat().st_mode & 0o777 == 0o666 & ~umask
+    (tmp_path / "r.json").chmod(0o640)
+    summarize(tmp_path, SEED_V1, extra=["--json", tmp_path / "r.json"])
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o640
 
 
 def test_device_outputs_are_written_not_replaced(tmp_path, capsys):
