@@ -349,7 +349,7 @@ def _render_plots(model, options: ReportOptions, plots_module) -> list[str]:
 
 def regression_plot_rows(model):
     """The rows report_plots.render_regression_plots reads."""
-    return model.matched[["api", "case_label", "state", "speedup"]].copy()
+    return model.labelled("matched")[["api", "case_label", "state", "speedup"]]
 
 
 if __name__ == "__main__":

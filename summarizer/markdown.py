@@ -282,15 +282,17 @@ def regression_markdown(model, limit: int, plots: list[str] = ()) -> str:
     """The regression report: verdict, aggregates, regressions, failures, then all cases."""
     parts: list[Block | Table] = [Block(_regression_head(model))]
     parts.append(_aggregate_table(model.aggregates))
-    parts += _regression_rows(model.matched)
+    parts += _regression_rows(model)
     parts += failure_table(model.failures, with_run=True)
-    parts += _case_list("## Missing Candidate Cases", model.missing, "baseline", "missing cases")
-    parts += _case_list("## New Candidate Cases", model.new, "candidate", "new cases")
+    parts += _case_list(
+        "## Missing Candidate Cases", model, model.missing, "baseline", "missing cases"
+    )
+    parts += _case_list("## New Candidate Cases", model, model.new, "candidate", "new cases")
     parts += issue_table(model.issues)
     parts += _environment_block(
         {"Baseline": model.environment["baseline"], "Candidate": model.environment["candidate"]}
     )
-    parts.append(_matched_table(model.matched))
+    parts.append(_matched_table(model))
     parts += plot_block(list(plots))
     return render(parts, limit)
 
@@ -358,9 +360,19 @@ def _ratio(value: float) -> str:
     return "n/a" if value != value else f"{value:.4f}x"
 
 
-def _regression_rows(matched) -> list[Table]:
-    states = matched["state"].to_numpy()
-    rows = matched.loc[(states == "regression") | (states == "within noise")]
+CHUNK_ROWS = 1024
+
+
+def _labelled_chunks(model, table) -> Iterator:
+    """The table in chunks, each with its case labels (made only for rows shown)."""
+    for start in range(0, len(table), CHUNK_ROWS):
+        chunk = table.iloc[start : start + CHUNK_ROWS]
+        yield chunk, model.case_labels(chunk["case_id"]).tolist()
+
+
+def _regression_rows(model) -> list[Table]:
+    states = model.matched["state"].to_numpy()
+    rows = model.matched.loc[(states == "regression") | (states == "within noise")]
     if not len(rows):
         return []
     head = [
@@ -369,53 +381,67 @@ def _regression_rows(matched) -> list[Table]:
         "| API | Case | State | Speedup | Why |",
         "|---|---|---|---:|---|",
     ]
-    lines = (
-        f"| {escape_markdown(api)} | {escape_markdown(case)} | {state} | "
-        f"{_ratio(speedup)} | {escape_markdown(reason)} |"
-        for api, case, state, speedup, reason in zip(
-            *(rows[n].tolist() for n in ("api", "case_label", "state", "speedup", "reason")),
-            strict=True,
-        )
-    )
-    return [Table(head, lines, len(rows), "regressed cases")]
+    return [Table(head, _regression_lines(model, rows), len(rows), "regressed cases")]
 
 
-def _case_list(heading: str, cases, side: str, what: str) -> list[Table]:
+def _regression_lines(model, rows) -> Iterator[str]:
+    names = ("api", "state", "speedup", "reason_metric", "noise_pct")
+    for chunk, labels in _labelled_chunks(model, rows):
+        deltas = {metric: chunk[f"{metric}_delta_pct"].tolist() for metric in NUMERIC_COLUMNS}
+        for index, (api, state, speedup, metric, noise) in enumerate(
+            zip(*(chunk[name].tolist() for name in names), strict=True)
+        ):
+            why = _reason_text(metric, deltas[metric][index], noise, state, model.gate)
+            yield (
+                f"| {escape_markdown(api)} | {escape_markdown(labels[index])} | {state} | "
+                f"{_ratio(speedup)} | {escape_markdown(why)} |"
+            )
+
+
+def _reason_text(metric: str, delta: float, noise: float, state: str, gate) -> str:
+    text = f"{metric} {delta:+.2f}% past the {gate.threshold_pct:g}% gate"
+    if noise == noise:
+        relation = "outside" if state == "regression" else "within"
+        text += f", {relation} the measured noise ({noise:.2f}%)"
+    return text
+
+
+def _case_list(heading: str, model, cases, side: str, what: str) -> list[Table]:
     if not len(cases):
         return []
-    rows = (
-        f"- {escape_markdown(api)}: {escape_markdown(case)} "
-        f"({side} source={escape_markdown(source)})"
-        for api, case, source in zip(
-            cases["api"].tolist(), cases["case"].tolist(), cases["source"].tolist(), strict=True
-        )
-    )
-    return [Table([heading, ""], rows, len(cases), what)]
+    return [Table([heading, ""], _case_lines(model, cases, side), len(cases), what)]
 
 
-def _matched_table(matched) -> Table:
+def _case_lines(model, cases, side: str) -> Iterator[str]:
+    for chunk, labels in _labelled_chunks(model, cases):
+        for api, label, source in zip(
+            chunk["api"].tolist(), labels, chunk["source"].tolist(), strict=True
+        ):
+            yield (
+                f"- {escape_markdown(api)}: {escape_markdown(label)} "
+                f"({side} source={escape_markdown(source)})"
+            )
+
+
+def _matched_table(model) -> Table:
     head = ["## Matched Cases", "", MATCHED_HEAD, "|---|---|---|---|---|---|---|"]
-    return Table(head, _matched_rows(matched), len(matched), "matched cases")
+    return Table(head, _matched_rows(model), len(model.matched), "matched cases")
 
 
-def _matched_rows(matched) -> Iterator[str]:
-    names = ["api", "case_label", "state", "source_baseline", "source_candidate"]
+def _matched_rows(model) -> Iterator[str]:
+    names = ["api", "state", "source_baseline", "source_candidate"]
     for name in NUMERIC_COLUMNS:
         names += [f"{name}_baseline", f"{name}_candidate", f"{name}_delta_pct"]
-    for start in range(0, len(matched), 2048):
-        chunk = matched.iloc[start : start + 2048]
-        yield from _matched_chunk([chunk[name].tolist() for name in names])
-
-
-def _matched_chunk(columns: list[list]) -> Iterator[str]:
-    for values in zip(*columns, strict=True):
-        api, case, state, source_b, source_c = values[:5]
-        cells = [_metric_cell(*values[5 + 3 * i : 8 + 3 * i]) for i in range(3)]
-        yield (
-            f"| {escape_markdown(api)} | {escape_markdown(case)} | {escape_markdown(state)} | "
-            + " | ".join(escape_markdown(cell) for cell in cells)
-            + f" | {escape_markdown(f'{source_b} → {source_c}')} |"
-        )
+    for chunk, labels in _labelled_chunks(model, model.matched):
+        columns = [chunk[name].tolist() for name in names]
+        for label, values in zip(labels, zip(*columns, strict=True), strict=True):
+            api, state, source_b, source_c = values[:4]
+            cells = [_metric_cell(*values[4 + 3 * i : 7 + 3 * i]) for i in range(3)]
+            yield (
+                f"| {escape_markdown(api)} | {escape_markdown(label)} | {escape_markdown(state)} | "
+                + " | ".join(escape_markdown(cell) for cell in cells)
+                + f" | {escape_markdown(f'{source_b} → {source_c}')} |"
+            )
 
 
 def _metric_cell(base: float, cand: float, delta: float) -> str:

@@ -54,14 +54,19 @@ def _file_mode(path: Path) -> int:
 
 def model_json(model) -> str:
     """The whole model as JSON; tables become lists of row objects, NaN becomes null."""
-    fields = [(name, getattr(model, name)) for name in _field_names(model)]
+    labelled = getattr(model, "LABELLED", ())
+    fields = [
+        (name, model.labelled(name) if name in labelled else getattr(model, name))
+        for name in _field_names(model)
+    ]
     fields += [("exit_code", model.exit_code)]
     parts = [f"{json.dumps(name)}: {_value_json(value)}" for name, value in fields]
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def _field_names(model) -> list[str]:
-    return [name for name in model.__dataclass_fields__ if not name.startswith("_")]
+    excluded = getattr(model, "JSON_EXCLUDE", ())
+    return [name for name in model.__dataclass_fields__ if name not in excluded]
 
 
 def _value_json(value) -> str:

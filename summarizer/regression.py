@@ -71,10 +71,25 @@ class RegressionModel:
     verdict: Verdict
     reason: str
     state_counts: dict[str, int] = field(default_factory=dict)
+    cases: object = field(default=None, repr=False)  # DataFrame: api + parameters by case id
+    case_columns: list[str] = field(default_factory=list)
+
+    JSON_EXCLUDE = ("cases", "case_columns")
+    LABELLED = ("matched", "missing", "new")
 
     @property
     def exit_code(self) -> int:
         return self.verdict.exit_code
+
+    def case_labels(self, case_ids) -> np.ndarray:
+        """describe_case of these cases; labels are made only for rows someone reads."""
+        return case_labels(self.cases.loc[np.asarray(case_ids)], self.case_columns)
+
+    def labelled(self, name: str):
+        """One of the case tables with a case_label column (for JSON and plots)."""
+        table = getattr(self, name)
+        labels = self.case_labels(table["case_id"]) if len(table) else []
+        return table.assign(case_label=labels)
 
     @property
     def issues(self) -> list[InputIssue]:
@@ -98,7 +113,6 @@ def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> Regressi
     cases = _case_table(base_unique, cand_unique, keys)
     position = cases.index.get_indexer(joined["_id"].to_numpy())
     joined["api"] = cases["api"].to_numpy()[position]
-    joined["_case"] = cases["_case"].to_numpy()[position]
     both = joined["_merge"].to_numpy() == "both"
     matched = _matched_table(joined.loc[both].reset_index(drop=True), gate)
     missing = _side_table(joined.loc[joined["_merge"].to_numpy() == "left_only"], "b")
@@ -135,16 +149,18 @@ def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> Regressi
         comparison_failed=comparison_failed,
         verdict=verdict,
         reason=reason,
-        state_counts=_state_counts(states),
+        state_counts=_state_counts(matched),
+        cases=cases,
+        case_columns=keys[1:],
     )
 
 
 _FAILING = FAILING_STATES
 
 
-def _state_counts(states: np.ndarray) -> dict[str, int]:
-    names, counts = np.unique(states.astype(str), return_counts=True)
-    return {str(name): int(count) for name, count in zip(names, counts, strict=True)}
+def _state_counts(matched) -> dict[str, int]:
+    counts = matched["state"].value_counts()
+    return {str(name): int(counts[name]) for name in sorted(counts.index)}
 
 
 def _with_keys(frame, keys: list[str]):
@@ -180,13 +196,11 @@ def _case_ids(base, cand, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _case_table(base_unique, cand_unique, keys: list[str]):
-    """api and label of every distinct case, indexed by case id."""
+    """api and case parameters of every distinct case, indexed by case id."""
     import pandas as pd
 
     cases = pd.concat([base_unique[["_id", *keys]], cand_unique[["_id", *keys]]])
-    cases = cases.drop_duplicates("_id").set_index("_id")
-    cases["_case"] = case_labels(cases, keys[1:])
-    return cases
+    return cases.drop_duplicates("_id").set_index("_id")
 
 
 def _drop_duplicates(frame, keys: list[str], group: str):
@@ -231,7 +245,7 @@ def _side_table(rows, suffix: str):
     return pd.DataFrame(
         {
             "api": rows["api"].to_numpy(dtype=object),
-            "case": rows["_case"].to_numpy(dtype=object),
+            "case_id": rows["_id"].to_numpy(),
             "source": rows[f"_source_{suffix}"].to_numpy(dtype=object),
             "status": rows[f"status_{suffix}"].to_numpy(dtype=object),
         }
@@ -254,7 +268,7 @@ def _matched_table(joined, gate: Gate):
     ok_c = success_mask(joined.rename(columns={"status_c": "status"}))
     both_ok = ok_b & ok_c
     table = pd.DataFrame(
-        {"api": joined["api"].to_numpy(dtype=object), "case_label": joined["_case"].to_numpy()}
+        {"api": joined["api"].to_numpy(dtype=object), "case_id": joined["_id"].to_numpy()}
     )
     for name in NUMERIC_COLUMNS:
         base, cand = joined[f"{name}_b"].to_numpy(), joined[f"{name}_c"].to_numpy()
@@ -281,7 +295,7 @@ def _matched_table(joined, gate: Gate):
         CaseState.BOTH_FAILED.value,
     )
     table["state"] = state
-    table["reason"] = _reasons(table, gate)
+    table["reason_metric"] = _reason_metrics(table)
     with np.errstate(divide="ignore", invalid="ignore"):
         table["speedup"] = np.where(
             both_ok, table["time_ms_baseline"] / table["time_ms_candidate"], np.nan
@@ -308,33 +322,18 @@ def _gate_masks(table, gate: Gate, noise: np.ndarray) -> tuple[np.ndarray, np.nd
     return gate_hit, beyond
 
 
-def _reasons(table, gate: Gate) -> np.ndarray:
-    """Why a case regressed or was excused as noise (empty for the others)."""
-    reasons = np.full(len(table), "", dtype=object)
+def _reason_metrics(table) -> np.ndarray:
+    """For regressed or excused cases, the metric that got worst (else empty)."""
+    metrics = np.full(len(table), "", dtype=object)
     states = table["state"].to_numpy()
     judged = np.flatnonzero((states == "regression") | (states == "within noise"))
-    if not len(judged):
-        return reasons
-    names = list(WORSE_SIGN)
-    deltas = np.stack([table[f"{name}_delta_pct"].to_numpy()[judged] for name in names])
-    signed = deltas * np.array([WORSE_SIGN[name] for name in names])[:, None]
-    worst = np.argmax(signed, axis=0)
-    noise = table["noise_pct"].to_numpy()[judged]
-    texts = []
-    for column, delta, noise_value, state in zip(
-        worst.tolist(),
-        deltas[worst, np.arange(len(judged))].tolist(),
-        noise.tolist(),
-        states[judged].tolist(),
-        strict=True,
-    ):
-        text = f"{names[column]} {delta:+.2f}% past the {gate.threshold_pct:g}% gate"
-        if noise_value == noise_value:
-            relation = "outside" if state == "regression" else "within"
-            text += f", {relation} the measured noise ({noise_value:.2f}%)"
-        texts.append(text)
-    reasons[judged] = texts
-    return reasons
+    if len(judged):
+        names = list(WORSE_SIGN)
+        signed = np.stack(
+            [WORSE_SIGN[name] * table[f"{name}_delta_pct"].to_numpy()[judged] for name in names]
+        )
+        metrics[judged] = np.array(names, dtype=object)[np.argmax(signed, axis=0)]
+    return metrics
 
 
 def aggregates(matched) -> list[Aggregate]:
