@@ -283,12 +283,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(model, options: ReportOptions, plots_module) -> int:
-    """Plots, Markdown, JSON, stderr; the model decides the exit code."""
+    """Plots, Markdown, JSON, stderr; the model decides the exit code.
+
+    A plot that fails is reported and gives exit 2, but the reports are still written.
+    """
+    plots_failed = False
     try:
         links = _render_plots(model, options, plots_module) if plots_module else []
     except Exception as exc:  # noqa: BLE001 - a broken plot must not hide the verdict
         print(f"error: plotting failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+        links, plots_failed = [], True
     render = regression_markdown if hasattr(model, "matched") else summary_markdown
     markdown = render(model, options.max_bytes, links)
     if not _write(options.output, markdown, "Summary"):
@@ -296,7 +300,7 @@ def _report(model, options: ReportOptions, plots_module) -> int:
     if options.json_path is not None and not _write(options.json_path, model_json(model), "JSON"):
         return EXIT_INPUT_ERROR
     _print_issues(model.issues)
-    return model.exit_code
+    return EXIT_INPUT_ERROR if plots_failed else model.exit_code
 
 
 def _write(path: Path, text: str, what: str) -> bool:

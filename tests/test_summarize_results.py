@@ -745,3 +745,19 @@ def test_fast_and_exact_readers_agree(tmp_path, body):
         assert [i.message for i in exact_issues] == [
             "line 2: samples must be a whole number >= 1, got '00'"
         ]
+
+
+def test_a_failing_plot_still_writes_the_report(tmp_path, capsys, monkeypatch):
+    fake = FakePlots()
+
+    def broken(rows, out_dir):
+        raise ValueError("no axes")
+
+    fake.render_summary_plots = broken
+    monkeypatch.setitem(sys.modules, "report_plots", fake)
+    code = sr.main(
+        [str(NEW), "--output", str(tmp_path / "r.md"), "--plot-dir", str(tmp_path / "p")]
+    )
+    assert code == sr.EXIT_INPUT_ERROR
+    assert "plotting failed: ValueError: no axes" in capsys.readouterr().err
+    assert (tmp_path / "r.md").read_text().startswith("# FlashInfer Benchmark Summary")
