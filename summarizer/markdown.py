@@ -90,20 +90,28 @@ def _size(lines: Iterable[str]) -> int:
 
 
 def render(parts: list[Block | Table], limit: int) -> str:
-    """Join blocks and tables; cut table rows (with a note) to stay under ``limit`` bytes."""
+    """Join blocks and tables; cut table rows (with a note) to stay under ``limit`` bytes.
+
+    Each table may use an equal share of the bytes left when it starts; what it does
+    not use passes on, so one long table cannot crowd out the ones after it.
+    """
     fixed = sum(_size(p.lines) if isinstance(p, Block) else _size(p.head) for p in parts)
-    budget = limit - fixed - NOTE_RESERVE * sum(isinstance(p, Table) for p in parts)
+    tables_left = sum(isinstance(p, Table) for p in parts)
+    budget = limit - fixed - NOTE_RESERVE * tables_left
     lines: list[str] = []
     for part in parts:
         if isinstance(part, Block):
             lines.extend(part.lines)
             continue
         lines.extend(part.head)
+        share = budget // tables_left
+        tables_left -= 1
         shown = 0
         for row in part.rows:
             cost = len(row.encode("utf-8")) + 1
-            if cost > budget:
+            if cost > share:
                 break
+            share -= cost
             budget -= cost
             lines.append(row)
             shown += 1
@@ -371,8 +379,7 @@ def _labelled_chunks(model, table) -> Iterator:
 
 
 def _regression_rows(model) -> list[Table]:
-    states = model.matched["state"].to_numpy()
-    rows = model.matched.loc[(states == "regression") | (states == "within noise")]
+    rows = model.regressions()
     if not len(rows):
         return []
     head = [

@@ -81,6 +81,12 @@ class RegressionModel:
     def exit_code(self) -> int:
         return self.verdict.exit_code
 
+    def regressions(self):
+        """Cases past the gate (regression or within noise), the slowest first."""
+        states = self.matched["state"].to_numpy()
+        judged = self.matched.loc[(states == "regression") | (states == "within noise")]
+        return judged.sort_values("speedup", kind="stable")
+
     def case_labels(self, case_ids) -> np.ndarray:
         """describe_case of these cases; labels are made only for rows someone reads."""
         return case_labels(self.cases.loc[np.asarray(case_ids)], self.case_columns)

@@ -761,3 +761,21 @@ def test_a_failing_plot_still_writes_the_report(tmp_path, capsys, monkeypatch):
     assert code == sr.EXIT_INPUT_ERROR
     assert "plotting failed: ValueError: no axes" in capsys.readouterr().err
     assert (tmp_path / "r.md").read_text().startswith("# FlashInfer Benchmark Summary")
+
+
+def test_regressions_worst_first_and_failures_not_crowded_out(tmp_path):
+    base_rows = [v1_row(1, "1.0", kv=str(i)) for i in range(300)]
+    cand_rows = [v1_row(1, f"{1.1 + i / 1000:.3f}", kv=str(i)) for i in range(300)]
+    base_rows += [v1_row(2, "1.0", kv=str(i)) for i in range(5)]
+    cand_rows += [v1_row(2, "", "", "", "failed", "oom", kv=str(i)) for i in range(5)]
+    base = write(tmp_path / "b.csv", V1_HEADER, *base_rows)
+    cand = write(tmp_path / "c.csv", V1_HEADER, *cand_rows)
+    code, _ = regress(tmp_path, [base], [cand], gate=5, extra=["--max-report-bytes", "16384"])
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    regressions = text[text.index("## Regressions") : text.index("## Failure Details")]
+    first = regressions.split("\n")[4]
+    assert "seq\\_len\\_kv=299," in first and "time\\_ms +39.90%" in first
+    failures = text[text.index("## Failure Details") :]
+    assert failures.count("| candidate | Decode |") == 5
+    assert len(text.encode()) <= 16384
