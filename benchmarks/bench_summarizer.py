@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "report writing). Exit 1 is expected: the inputs hold failed cases.",
     ]
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    out = args.results_dir / f"summarizer_{stamp:%Y%m%d}.md"
+    out = args.results_dir / f"summarizer_{stamp:%Y%m%d_%H%M}.md"
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     print(f"written to {out}")
