@@ -3,7 +3,7 @@
     python benchmarks/bench_summarizer.py [--repeat 5] [--data-dir /tmp/fi-summarizer-bench]
 
 Generates the CSVs once (benchmarks/gen_csvs.py), runs each scenario ``--repeat``
-times as a fresh process, and writes benchmarks/results/summarizer_<date>.md with the
+times as a fresh process, and writes benchmarks/results/summarizer_<date>_<time>.md with the
 machine description.  Wall time is reported as the best and the median run: on a
 shared machine other processes only ever add time.
 """

@@ -119,11 +119,3 @@ def noise_pct(frame) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         from_quartiles = (q3 - q1) / time_ms * 100.0
     return np.where(np.isnan(stated), from_quartiles, stated)
-
-
-def status_text(statuses) -> str:
-    """ "failed=1, ok=2": status counts sorted by name (the seed's format)."""
-    import pandas as pd
-
-    counts = pd.Series(statuses, dtype=object).value_counts()
-    return ", ".join(f"{key}={counts[key]}" for key in sorted(counts.index))
