@@ -403,6 +403,13 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         "samples) or as IQR/median (spread: stricter, costs more for jittery short kernels)",
     )
     timing.add_argument(
+        "--sustain-ms",
+        type=_non_negative_float,
+        default=TimingOptions.sustain_ms,
+        help="back-to-back calls before timing so clocks reach steady state "
+        f"(default {TimingOptions.sustain_ms:g}; 0 measures a GPU fresh from idle)",
+    )
+    timing.add_argument(
         "--batch-ms",
         type=_positive(float),
         default=TimingOptions.batch_target_ms,
@@ -612,6 +619,9 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         batch_target_ms=args.batch_ms,
         warmup_min_ms=args.warmup_ms,
         warmup_max_ms=max(TimingOptions.warmup_max_ms, 5 * args.warmup_ms),
+        # steady-state clocks are a GPU matter; the CPU reference needs neither
+        sustain_ms=0.0 if device.type == "cpu" else args.sustain_ms,
+        min_measure_ms=0.0 if device.type == "cpu" else TimingOptions.min_measure_ms,
         verbose=args.verbose,
     )
 

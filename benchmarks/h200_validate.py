@@ -98,23 +98,37 @@ def _l2_flush_buffer(torch, device):
     return torch.empty(2 * size, dtype=torch.uint8, device=device)
 
 
-def independent_cold_ms(torch, run, device, reps: int = 60) -> float:
+def _sustain(run, flush, calls: int) -> None:
+    """Back-to-back calls so that the GPU is at steady-state clocks when timing starts."""
+    for _ in range(calls):
+        if flush is not None:
+            flush.bitwise_not_()
+        run()
+
+
+def independent_cold_ms(torch, run, device, reps: int = 100) -> float:
     """Median of CUDA-event pairs around one run(), a 2 x L2 write before each."""
     flush = _l2_flush_buffer(torch, device)
+    _sustain(run, flush, 20)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    _sustain(run, flush, 1)
+    torch.cuda.synchronize()
+    one = max(time.perf_counter() - started, 1e-5)
+    _sustain(run, flush, int(min(20_000, 0.2 / one)))  # ~200 ms at steady state
     times = []
     for _ in range(reps):
-        flush.fill_(1)
+        flush.bitwise_not_()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(100_000)  # let the queue fill so events do not time the launch
         start.record()
         run()
         stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+        times.append((start, stop))
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in times)
 
 
-def independent_warm_ms(torch, run, calls: int = 20, replays: int = 15) -> float:
+def independent_warm_ms(torch, run, calls: int = 20, replays: int = 30) -> float:
     """CUDA-graph replay of ``calls`` back-to-back run()s; median per-call time."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -126,7 +140,8 @@ def independent_warm_ms(torch, run, calls: int = 20, replays: int = 15) -> float
     with torch.cuda.graph(graph):
         for _ in range(calls):
             run()
-    graph.replay()
+    for _ in range(10):
+        graph.replay()
     torch.cuda.synchronize()
     times = []
     for _ in range(replays):
@@ -134,9 +149,9 @@ def independent_warm_ms(torch, run, calls: int = 20, replays: int = 15) -> float
         start.record()
         graph.replay()
         stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / calls)
-    return statistics.median(times)
+        times.append((start, stop))
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) / calls for a, b in times)
 
 
 def fidelity(script: str, rows: list[dict[str, str]], l2: str) -> list[tuple]:

@@ -139,7 +139,9 @@ def test_cuda_graph_capture_failure_is_a_timing_error(timeline, monkeypatch):
 
 def test_measure_with_events_timer_end_to_end(timeline):
     flusher = TimelineFlusher(timeline)
-    options = bt.TimingOptions(timer="events", l2="cold", max_time_s=1.0, warmup_min_ms=1.0)
+    options = bt.TimingOptions(
+        min_measure_ms=0.0, timer="events", l2="cold", max_time_s=1.0, warmup_min_ms=1.0
+    )
     m = bt.measure(timeline.run, bt.EventsTimer(options, torch.device("cpu"), flusher), options)
     assert m.median == pytest.approx(0.5) and m.noise_pct == pytest.approx(0.0)
     assert (m.timer, m.l2) == ("events", "cold") and len(m.samples) >= options.min_samples

@@ -64,7 +64,9 @@ def test_measurement_columns_are_registered():
 
 
 def test_should_stop_rules():
-    options = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, max_time_s=2.0)
+    options = bt.TimingOptions(
+        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=2.0
+    )
     quiet = [1.0] * 10
     assert bt.should_stop(quiet, 0.1, options)
     assert not bt.should_stop(quiet[:9], 0.1, options)  # too few
@@ -76,8 +78,12 @@ def test_should_stop_rules():
 
 def test_median_ci_rule_lets_many_jittery_samples_stop():
     jittery = [1.0, 1.03] * 500  # 3% per-call spread that no number of samples removes
-    spread = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, stop_rule="spread")
-    median_ci = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, stop_rule="median_ci")
+    spread = bt.TimingOptions(
+        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, stop_rule="spread"
+    )
+    median_ci = bt.TimingOptions(
+        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, stop_rule="median_ci"
+    )
     assert not bt.should_stop(jittery, 0.1, spread)
     assert bt.should_stop(jittery, 0.1, median_ci)
     assert not bt.should_stop(jittery[:10], 0.1, median_ci)  # 1.57 x 3% / sqrt(10) > 1%
@@ -122,7 +128,9 @@ def test_loop_stops_once_noise_target_met():
     clock = FakeClock()
     noisy, quiet = [1.0, 2.0, 3.0, 4.0], [2.0] * 40
     session = ScriptedSession([noisy, noisy, quiet], clock)
-    options = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, max_time_s=100)
+    options = bt.TimingOptions(
+        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=100
+    )
     m = bt.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
     assert len(session.calls) == 3
     assert len(m.samples) == 48
@@ -134,7 +142,9 @@ def test_loop_stops_once_noise_target_met():
 def test_loop_stops_when_budget_runs_out():
     clock = FakeClock()
     session = ScriptedSession([[1.0, 2.0, 3.0, 4.0]], clock, seconds_per_batch=0.5)
-    options = bt.TimingOptions(min_samples=10, noise_target_pct=1.0, max_time_s=2.0)
+    options = bt.TimingOptions(
+        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=2.0
+    )
     m = bt.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
     assert len(session.calls) == 4  # 0.5 s per batch, 2 s budget
     assert m.noise_pct > 1.0
@@ -144,7 +154,11 @@ def test_loop_sizes_batches_from_measured_time():
     clock = FakeClock()
     session = ScriptedSession([[0.01] * 5, [0.01] * 5, [0.01] * 100], clock, seconds_per_batch=0.01)
     options = bt.TimingOptions(
-        min_samples=200, batch_target_ms=25.0, max_batch_calls=1000, max_time_s=100
+        min_measure_ms=0.0,
+        min_samples=200,
+        batch_target_ms=25.0,
+        max_batch_calls=1000,
+        max_time_s=100,
     )
     loop = bt.MeasureLoop(options, clock)
     loop.run(session, 5.0, FAKE_TIMER)  # warm-up estimate 5 ms: the first batch is small
@@ -440,7 +454,9 @@ def test_make_timer_on_cpu_is_wall_clock():
 
 def test_measure_end_to_end_with_wall_timer():
     m = bt.measure(
-        lambda: sum(range(1000)), bt.WallTimer(), bt.TimingOptions(max_time_s=0.2, warmup_min_ms=5)
+        lambda: sum(range(1000)),
+        bt.WallTimer(),
+        bt.TimingOptions(min_measure_ms=0.0, max_time_s=0.2, warmup_min_ms=5),
     )
     assert m.timer == "wall" and len(m.samples) >= 1 and m.median > 0
 
@@ -468,7 +484,9 @@ def test_loop_budgets_graph_replays_by_runs_per_sample():
     clock = FakeClock()
     session = ScriptedSession([[0.01] * 10], clock, seconds_per_batch=0.01)
     session.runs_per_sample = 50
-    options = bt.TimingOptions(min_samples=10, batch_target_ms=25.0, max_time_s=100)
+    options = bt.TimingOptions(
+        min_measure_ms=0.0, min_samples=10, batch_target_ms=25.0, max_time_s=100
+    )
     loop = bt.MeasureLoop(options, clock)
     m = loop.run(session, 0.01, FAKE_TIMER)
     assert loop.batches == [50]  # 25 ms / (0.01 ms x 50 runs per replay)
@@ -501,6 +519,32 @@ def test_loop_records_when_a_batch_could_not_be_split_per_call():
         def batch(self, calls):
             return bt.Batch((1.0,), frozenset({"k"}), per_call=False)
 
-    options = bt.TimingOptions(min_samples=3, max_time_s=100)
+    options = bt.TimingOptions(min_measure_ms=0.0, min_samples=3, max_time_s=100)
     m = bt.MeasureLoop(options, FakeClock()).run(MeanSession(), 1.0, FAKE_TIMER)
     assert len(m.samples) == 3 and not m.per_call
+
+
+def test_stop_hook_waits_for_the_minimum_measurement_time():
+    options = bt.TimingOptions(min_samples=3, noise_target_pct=1.0, min_measure_ms=100.0)
+    quiet = [1.0] * 50
+    assert not bt.should_stop(quiet, 0.05, options)
+    assert bt.should_stop(quiet, 0.15, options)
+
+
+def test_sustain_runs_back_to_back_calls_with_flushes_when_cold():
+    trace = []
+    timer = SimpleNamespace(
+        name="profiler",
+        l2="cold",
+        flusher=SimpleNamespace(flush=lambda: trace.append("flush")),
+        sync=lambda: trace.append("sync"),
+    )
+    options = bt.TimingOptions(sustain_ms=10.0)
+    bt.sustain(lambda: trace.append("call"), timer, options, estimate_ms=2.0)
+    assert trace == ["flush", "call"] * 5 + ["sync"]  # 10 ms / 2 ms per call, one sync
+
+
+def test_sustain_is_a_no_op_on_the_cpu():
+    calls = []
+    bt.sustain(lambda: calls.append(1), bt.WallTimer(), bt.TimingOptions(), estimate_ms=1.0)
+    assert calls == []
