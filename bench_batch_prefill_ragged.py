@@ -18,7 +18,6 @@ import torch
 
 import attention_reference
 import bench_inputs as bi
-import flashinfer_compat as fc
 from bench_common import BenchmarkSpec, Prepared, Settings, main_for
 
 API = "BatchPrefillWithRaggedKVCacheWrapper"
@@ -183,19 +182,16 @@ def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
     inputs = make_inputs(case, settings)
     reference = reference_fn(inputs, sm_scale(case))
     if settings.backend == "torch":
-        return Prepared(run=reference, output=None, reference=None, plan_ms=0.0)
-    flashinfer = fc.load_flashinfer()
-    wrapper = fc.make_wrapper(
-        flashinfer,
+        return bi.reference_as_run(reference)
+    return bi.planned_wrapper(
         API,
-        bi.workspace(settings.workspace_bytes, settings.device),
-        kv_layout="NHD",
-        backend="auto",
+        settings,
+        reference,
+        wrapper_options=dict(kv_layout="NHD", backend="auto"),
+        plan_arguments=plan_arguments(case, settings, inputs),
+        run_args=(inputs.q, inputs.k, inputs.v),
+        out=output_buffer(inputs),
     )
-    kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments(case, settings, inputs))
-    plan_ms = bi.timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device, warm_first=True)
-    run, output = fc.run_call(wrapper.run, (inputs.q, inputs.k, inputs.v), output_buffer(inputs))
-    return Prepared(run=run, output=output, reference=reference, plan_ms=plan_ms)
 
 
 SPEC = BenchmarkSpec(

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+import flashinfer_compat as fc
+from bench_common import Prepared, Settings
+
 NUM_QO_HEADS = 32
 """The seed's query head count (Llama-style GQA)."""
 
@@ -198,3 +201,32 @@ def timed_ms(fn: Callable[[], object], device: torch.device, *, warm_first: bool
     fn()
     synchronize(device)
     return (time.perf_counter() - start) * 1e3
+
+
+def reference_as_run(reference: Callable[[], torch.Tensor]) -> Prepared:
+    """``--backend torch``: the float32 reference is what is measured (nothing to check)."""
+    return Prepared(run=reference, output=None, reference=None, plan_ms=0.0)
+
+
+def planned_wrapper(
+    api: str,
+    settings: Settings,
+    reference: Callable[[], torch.Tensor],
+    *,
+    wrapper_options: Mapping[str, object],
+    plan_arguments: Mapping[str, object],
+    run_args: tuple,
+    out: torch.Tensor,
+) -> Prepared:
+    """The FlashInfer half of every script's prepare(): build the wrapper with the options
+    the installed API accepts, plan() once untimed (JIT) and once timed, bind run(out=)."""
+    wrapper = fc.make_wrapper(
+        fc.load_flashinfer(),
+        api,
+        workspace(settings.workspace_bytes, settings.device),
+        **wrapper_options,
+    )
+    kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments)
+    plan_ms = timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device, warm_first=True)
+    run, output = fc.run_call(wrapper.run, run_args, out)
+    return Prepared(run=run, output=output, reference=reference, plan_ms=plan_ms)
