@@ -340,7 +340,33 @@ def summary_plot_rows(model: SummaryModel):
     rows["pct_peak_bw"] = optional_floats(frame, "pct_peak_bw")
     rows["pct_peak_tflops"] = optional_floats(frame, "pct_peak_tflops")
     rows["case_label"] = case_labels(frame, columns)
+    peaks = stated_peaks(frame)
+    if peaks:
+        rows.attrs["peaks"] = peaks
     return rows
+
+
+def stated_peaks(frame) -> dict | None:
+    """The device peaks the rows' ``pct_peak_*`` columns were computed against.
+
+    Recovered from the rows themselves (metric * 100 / percentage, median over rows), so
+    the roofline draws the same ceilings the benchmark used; None when no row states them.
+    """
+    peaks = {}
+    for metric, pct_column, key in (
+        ("bandwidth_GB_s", "pct_peak_bw", "bandwidth_GB_s"),
+        ("tflops", "pct_peak_tflops", "tflops"),
+    ):
+        pct = optional_floats(frame, pct_column)
+        value = frame[metric].to_numpy(dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            implied = np.where(pct > 0, value * 100.0 / pct, np.nan)
+        implied = implied[np.isfinite(implied)]
+        if implied.size:
+            peaks[key] = float(np.median(implied))
+    if not peaks:
+        return None
+    return {**peaks, "source": "pct_peak_* columns"}
 
 
 def arithmetic_intensity(frame) -> np.ndarray:

@@ -563,6 +563,10 @@ def test_plot_links_are_relative_to_the_report(tmp_path, monkeypatch):
     }
     assert expected <= set(rows.columns)
     assert rows["arithmetic_intensity"].iloc[0] == pytest.approx(2.0)  # flops / io_bytes
+    # the ceilings the rows' pct_peak_* were computed against, for the roofline's lines
+    peaks = rows.attrs["peaks"]
+    assert peaks["bandwidth_GB_s"] == pytest.approx(638.1 * 100 / 13.3)  # median of 3 rows
+    assert peaks["tflops"] == pytest.approx(1.276 * 100 / 0.13)
     code = sr.main(
         [
             "--baseline",
