@@ -111,11 +111,9 @@ class DecodeInputs:
 def make_inputs(case: Mapping[str, int], settings: Settings) -> DecodeInputs:
     """Random q/K/V (deterministic per seed and case) on a shuffled page table."""
     dev, dt = settings.device, settings.dtype
-    gen = bi.generator(settings.seed, case, dev)
+    gen = bi.generator(settings.seed, dev)
     b, hk, d = case["batch_size"], case["num_kv_heads"], case["head_dim"]
-    table = bi.paged_table(
-        [case["seq_len_kv"]] * b, settings.page_size, dev, bi.case_seed(settings.seed, case)
-    )
+    table = bi.paged_table([case["seq_len_kv"]] * b, settings.page_size, dev, settings.seed)
     cache_shape = (table.num_pages, settings.page_size, hk, d)
     return DecodeInputs(
         q=bi.randn((b, case["num_qo_heads"], d), dt, dev, gen),

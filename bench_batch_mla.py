@@ -118,10 +118,10 @@ class MlaInputs:
 def make_inputs(case: Mapping[str, int], settings: Settings) -> MlaInputs:
     """Random queries and caches (deterministic per seed and case) on a shuffled page table."""
     dev, dt, ps = settings.device, settings.dtype, settings.page_size
-    gen = bi.generator(settings.seed, case, dev)
+    gen = bi.generator(settings.seed, dev)
     b, h = case["batch_size"], case["num_heads"]
     ckv, kpe = case["head_dim_ckv"], case["head_dim_kpe"]
-    table = bi.paged_table([case["seq_len"]] * b, ps, dev, bi.case_seed(settings.seed, case))
+    table = bi.paged_table([case["seq_len"]] * b, ps, dev, settings.seed)
     return MlaInputs(
         q_nope=bi.randn((b, h, ckv), dt, dev, gen),
         q_pe=bi.randn((b, h, kpe), dt, dev, gen),

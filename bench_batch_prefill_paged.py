@@ -113,9 +113,9 @@ class PagedPrefillInputs:
 def make_inputs(case: Mapping[str, int], settings: Settings) -> PagedPrefillInputs:
     """Random q/K/V (deterministic per seed and case) on a shuffled page table."""
     dev, dt = settings.device, settings.dtype
-    gen = bi.generator(settings.seed, case, dev)
+    gen = bi.generator(settings.seed, dev)
     b, n, d = case["batch_size"], case["seq_len"], case["head_dim"]
-    table = bi.paged_table([n] * b, settings.page_size, dev, bi.case_seed(settings.seed, case))
+    table = bi.paged_table([n] * b, settings.page_size, dev, settings.seed)
     cache_shape = (table.num_pages, settings.page_size, case["num_kv_heads"], d)
     return PagedPrefillInputs(
         q=bi.randn((b * n, case["num_qo_heads"], d), dt, dev, gen),

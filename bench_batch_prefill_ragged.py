@@ -126,7 +126,7 @@ class RaggedInputs:
 def make_inputs(case: Mapping[str, int], settings: Settings) -> RaggedInputs:
     """Random q/k/v, deterministic per seed and case."""
     dev, dt = settings.device, settings.dtype
-    gen = bi.generator(settings.seed, case, dev)
+    gen = bi.generator(settings.seed, dev)
     b, n, hk = case["batch_size"], case["seq_len"], case["num_kv_heads"]
     tokens = b * n
     return RaggedInputs(

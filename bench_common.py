@@ -77,6 +77,7 @@ __all__ = [
     "run_with_profiler",
     "setup_paged_kv_indptr",
     "setup_workspace",
+    "synchronize",
 ]
 
 # ---------------------------------------------------------------- seed-compatible helpers
@@ -93,8 +94,9 @@ def _default_device(device=None) -> torch.device:
 
 
 def setup_workspace(device=None, size_bytes: int = DEFAULT_WORKSPACE_BYTES) -> torch.Tensor:
-    """A uint8 workspace buffer for a FlashInfer wrapper."""
-    return torch.empty(size_bytes, dtype=torch.uint8, device=_default_device(device))
+    """A uint8 workspace buffer for a FlashInfer wrapper: zero-initialised, as FlashInfer's
+    docs require for its first use."""
+    return torch.zeros(size_bytes, dtype=torch.uint8, device=_default_device(device))
 
 
 def setup_paged_kv_indptr(
@@ -792,7 +794,8 @@ def load_roofline(options: RunOptions, device_name: str) -> Roofline:
 # ---------------------------------------------------------------- one case
 
 
-def _sync(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device (torch.cuda covers CUDA and MetaX MACA); no-op on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -820,14 +823,14 @@ def verify_output(prepared: Prepared, options: RunOptions) -> dict[str, object]:
     wanted = options.check and options.backend != "torch" and prepared.reference is not None
     if not wanted:
         result = prepared.run()
-        _sync(options.device)
+        synchronize(options.device)
         _require_finite(_output_of(prepared, result))
         return skipped
     reference_module = importlib.import_module("attention_reference")
     if prepared.output is not None:
         reference_module.poison_(prepared.output)
     result = prepared.run()
-    _sync(options.device)
+    synchronize(options.device)
     actual = _output_of(prepared, result)
     if not isinstance(actual, torch.Tensor):
         raise TypeError("nothing to check: Prepared.output is None and run() returned no tensor")

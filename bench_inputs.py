@@ -8,7 +8,6 @@ case grids as data, the causal pair count behind the FLOP formulas, and the host
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 import flashinfer_compat as fc
-from bench_common import Prepared, Settings
+from bench_common import Prepared, Settings, setup_workspace, synchronize
 
 NUM_QO_HEADS = 32
 """The seed's query head count (Llama-style GQA)."""
@@ -99,16 +98,11 @@ def causal_pairs(q_len: int, kv_len: int) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def case_seed(seed: int, case: Case) -> int:
-    """A 63-bit seed from the run's seed and the case, stable across runs and processes."""
-    text = f"{seed}|" + ",".join(f"{k}={v}" for k, v in sorted(case.items()))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
-
-
-def generator(seed: int, case: Case, device: torch.device) -> torch.Generator:
-    """A generator on ``device`` seeded from ``seed`` and the case."""
+def generator(seed: int, device: torch.device) -> torch.Generator:
+    """A generator on ``device``; ``Settings.seed`` is already per case (the harness
+    derives it from ``--seed`` and the case), so it is used as it is."""
     gen = torch.Generator(device=device)
-    gen.manual_seed(case_seed(seed, case))
+    gen.manual_seed(seed)
     return gen
 
 
@@ -172,20 +166,9 @@ def paged_table(
     )
 
 
-def workspace(num_bytes: int, device: torch.device) -> torch.Tensor:
-    """FlashInfer's float workspace: zero-initialised, as its docs require for first use."""
-    return torch.zeros(num_bytes, dtype=torch.uint8, device=device)
-
-
 # ---------------------------------------------------------------------------------------
 # Host timing of plan()
 # ---------------------------------------------------------------------------------------
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device (torch.cuda covers CUDA and MetaX MACA); no-op on the CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def timed_ms(fn: Callable[[], object], device: torch.device, *, warm_first: bool = False) -> float:
@@ -223,7 +206,7 @@ def planned_wrapper(
     wrapper = fc.make_wrapper(
         fc.load_flashinfer(),
         api,
-        workspace(settings.workspace_bytes, settings.device),
+        setup_workspace(settings.device, settings.workspace_bytes),
         **wrapper_options,
     )
     kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments)

@@ -16,6 +16,7 @@ import bench_batch_decode
 import bench_batch_mla
 import bench_batch_prefill_paged
 import bench_batch_prefill_ragged
+import bench_common as bc
 import bench_inputs as bi
 from bench_common import Settings
 
@@ -193,9 +194,10 @@ def test_inputs_are_random_and_deterministic(script):
 
 
 def test_case_seed_depends_on_seed_and_case():
-    assert bi.case_seed(0, {"a": 1}) == bi.case_seed(0, {"a": 1})
-    assert bi.case_seed(0, {"a": 1}) != bi.case_seed(1, {"a": 1})
-    assert bi.case_seed(0, {"a": 1}) != bi.case_seed(0, {"a": 2})
+    """The one per-case seed (the harness's, handed to prepare() as Settings.seed)."""
+    assert bc.case_seed(0, {"a": 1}, ("a",)) == bc.case_seed(0, {"a": 1}, ("a",))
+    assert bc.case_seed(0, {"a": 1}, ("a",)) != bc.case_seed(1, {"a": 1}, ("a",))
+    assert bc.case_seed(0, {"a": 1}, ("a",)) != bc.case_seed(0, {"a": 2}, ("a",))
 
 
 def test_grid_and_unique_cases():
