@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmark_result import case_columns  # noqa: E402
+
 SCRIPTS = (
     "bench_batch_decode.py",
     "bench_batch_prefill_paged.py",
@@ -79,7 +81,8 @@ def case_of(row: dict[str, str], fields: tuple[str, ...]) -> dict[str, int]:
 
 
 def gpu_seconds(rows: list[dict[str, str]]) -> float:
-    """GPU time the timed calls held: samples x per-call time, summed over ok rows."""
+    """GPU time the timed calls held, estimated from the rows alone: samples x the mean of
+    (q1, median, q3), summed over ok rows; a cross-check of the harness's own figure."""
     total = 0.0
     for row in rows:
         if row["status"] == "ok" and row.get("samples"):
@@ -216,17 +219,8 @@ def repeatability(sweeps: dict[str, list[SweepRun]]) -> list[tuple]:
 
 
 def _key(row: dict[str, str]) -> str:
-    names = [n for n in row if n not in _NON_CASE and not n.startswith("_")]
-    return ", ".join(f"{n}={row[n]}" for n in names)
-
-
-def _non_case():
-    import benchmark_result
-
-    return benchmark_result.NON_CASE_COLUMNS
-
-
-_NON_CASE = _non_case()
+    """The case as text: its case parameters, by the column registry's rule."""
+    return ", ".join(f"{n}={row[n]}" for n in case_columns(row))
 
 
 def gate(first: list[Path], second: list[Path], out_dir: Path) -> tuple[int, str]:
@@ -290,7 +284,7 @@ def main(argv=None) -> int:
     lines += [
         "## Cost (default preset, JIT warm)",
         "",
-        "| sweep | wall s | GPU s in timed calls (harness) | wall / GPU | GPU s (samples x median) | exit codes |",
+        "| sweep | wall s | GPU s in timed calls (harness) | wall / GPU | GPU s (samples x quartile mean) | exit codes |",
         "|---:|---:|---:|---:|---:|---|",
     ]
     for index in range(args.sweeps):
