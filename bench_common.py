@@ -36,16 +36,16 @@ from bench_timing import (
     STOP_RULES,
     TIMER_NAMES,
     L2Flusher,
-    MeasureLoop,
     Measurement,
     NoKernelCaptured,
+    PhaseClock,
     ProfilerTimer,
     Timer,
     TimingError,
     TimingOptions,
     make_timer,
+    measure,
     quantile,
-    warm_up,
 )
 from benchmark_result import (
     OPTIONAL_COLUMN_NAMES,
@@ -859,6 +859,7 @@ class CaseRunner:
     timer: Timer
     log: Callable[[str], None] = print
     timed_ms: float = 0.0  # time inside timed runs over all cases (for the cost ratio)
+    phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
 
     def __call__(self, case: Mapping[str, int]):
         partial: dict[str, object] = {}
@@ -872,16 +873,20 @@ class CaseRunner:
     def _measure(self, case, partial):
         options, timing = self.options, self.options.timing
         torch.manual_seed(case_seed(options.seed, case, self.spec.case_fields))
-        prepared = self.spec.prepare(case, options.settings(case, self.spec.case_fields))
+        settings = options.settings(case, self.spec.case_fields)
+        prepared = self.phases.run("prepare", lambda: self.spec.prepare(case, settings))
         partial["plan_ms"] = prepared.plan_ms
         if prepared.kernel_pattern and not timing.kernel_pattern and timing.verbose:
             self.log(
                 f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
             )
-        estimate = warm_up(prepared.run, self.timer.sync, timing)
-        partial.update(verify_output(prepared, options))
-        session = self.timer.open(prepared.run, estimate)
-        measurement = MeasureLoop(timing).run(session, estimate, self.timer)
+        measurement = measure(
+            prepared.run,
+            self.timer,
+            timing,
+            after_warm_up=lambda: partial.update(verify_output(prepared, options)),
+            phases=self.phases,
+        )
         self.timed_ms += measurement.timed_ms
         element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
         io_bytes = self.spec.io_bytes(case, element_size)
@@ -1127,7 +1132,7 @@ class Sweep:
             self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
             return 130
         progress.close()
-        self.log(_cost_line(runner.timed_ms / 1e3, time.monotonic() - started))
+        self.log(_cost_line(runner.timed_ms / 1e3, time.monotonic() - started, runner.phases))
         self.log(f"\nResults saved to {options.output}")
         if failed:
             self.log(f"{failed} of {len(todo)} cases failed")
@@ -1142,10 +1147,13 @@ class Sweep:
         return record
 
 
-def _cost_line(timed_s: float, wall_s: float) -> str:
-    """How much of the sweep's wall time was spent inside timed runs."""
+def _cost_line(timed_s: float, wall_s: float, phases: PhaseClock | None = None) -> str:
+    """How much of the sweep's wall time was spent inside timed runs, and where the rest went."""
     ratio = f"{wall_s / timed_s:.1f}x" if timed_s > 0 else "n/a"
-    return f"Sweep wall time {wall_s:.1f} s; time inside timed runs {timed_s:.2f} s (wall/timed {ratio})"
+    line = f"Sweep wall time {wall_s:.1f} s; time inside timed runs {timed_s:.2f} s (wall/timed {ratio})"
+    if phases is not None and phases.seconds:
+        line += f"; by phase: {phases.describe()}"
+    return line
 
 
 def _static_columns(spec: BenchmarkSpec, case, options: RunOptions) -> dict[str, object]:

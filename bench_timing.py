@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
+T = TypeVar("T")
+
 TIMER_NAMES = ("profiler", "cuda_graph", "events")  # GPU timers a user may pick
 CPU_TIMER = "wall"
-ATTRIBUTIONS = ("auto", "sum", "span")
+ATTRIBUTIONS = ("auto", "sum", "span", "stream")
 STOP_RULES = ("spread", "median_ci")
 MEDIAN_CI_FACTOR = 1.57  # McGill notch: 95% interval of a median is +-1.57 IQR / sqrt(n)
 
@@ -57,10 +60,12 @@ class TimingOptions:
     timer: str = "profiler"
     l2: str = "cold"
     kernel_pattern: str | None = None
-    # Per-call sample: sum of kernel durations, or first start -> last end. "auto" takes the
-    # span when L2 is cold (the flush before each call lets the queue run ahead, so the span
-    # is GPU time including the gaps between a call's dependent kernels, as CUDA events see
-    # it) and the sum when warm (back-to-back calls: a span could include host launch gaps).
+    # Per-call sample from the profiler: "sum" of kernel durations; "span", first start ->
+    # last end; "stream", end of the GPU work before the call (its L2 flush) -> last end: the
+    # time the call held the stream, which is what a CUDA event pair around it measures when
+    # the launch is queued ahead (H200: span reads 3-4 us below events on 20-50 us cases).
+    # "auto" is stream when L2 is cold and sum when warm (back-to-back warm calls of small
+    # cases outrun the CPU's launches, so anything but the sum would count host gaps).
     attribution: str = "auto"
     # Noise judged as the median's 95% interval (shrinks with samples, so jittery short
     # kernels stop early) or as the samples' IQR/median (does not shrink with samples).
@@ -82,6 +87,10 @@ class TimingOptions:
     graph_target_ms: float = 2.0  # GPU time of one CUDA-graph replay
     max_graph_calls: int = 100
     launch_cover_cycles: int = 200_000  # events + warm L2: GPU spin before each call hides launch
+    # Cold L2: a spin kernel ahead of each batch, long enough for the CPU to queue the whole
+    # batch before the GPU reaches it, so no timed call waits for its own launch.
+    queue_ahead_min_ms: float = 0.05
+    queue_ahead_max_ms: float = 20.0
     verbose: bool = False
 
     @property
@@ -89,7 +98,7 @@ class TimingOptions:
         """The attribution "auto" resolves to for this L2 mode."""
         if self.attribution != "auto":
             return self.attribution
-        return "span" if self.l2 == "cold" else "sum"
+        return "stream" if self.l2 == "cold" else "sum"
 
     def __post_init__(self):
         if self.attribution not in ATTRIBUTIONS:
@@ -345,20 +354,29 @@ def _counted(events: Iterable[DeviceEvent], pattern: re.Pattern | None) -> list[
     return [e for e in events if pattern is None or pattern.search(e.name)]
 
 
-def _call_time_ms(events: Sequence[DeviceEvent], attribution: str) -> float:
-    if attribution == "span":
-        return (max(e.end_ns for e in events) - min(e.start_ns for e in events)) / 1e6
+def _call_time_ms(
+    events: Sequence[DeviceEvent], attribution: str, predecessor_end_ns: int | None = None
+) -> float:
+    """One call's time; "stream" without a known predecessor falls back to the span."""
+    end = max(e.end_ns for e in events)
+    if attribution == "stream" and predecessor_end_ns is not None:
+        return (end - predecessor_end_ns) / 1e6
+    if attribution in ("span", "stream"):
+        return (end - min(e.start_ns for e in events)) / 1e6
     return sum(e.duration_ns for e in events) / 1e6
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Device events one run() launches and one L2 flush launches (0 when L2 stays warm)."""
+    """Device events one run() launches, one L2 flush launches (0 when L2 stays warm) and
+    the batch's lead launches (the queue-ahead spin; 0 when the build has none)."""
 
     call_count: int
     flush_count: int = 0
     call_names: frozenset[str] = frozenset()
     flush_names: frozenset[str] = frozenset()
+    lead_count: int = 0
+    lead_names: frozenset[str] = frozenset()
 
 
 def attribute_events(
@@ -371,25 +389,40 @@ def attribute_events(
 ) -> Batch:
     """Split a batch's device events into per-call samples by stream order.
 
-    The batch ran ``calls`` times [flush][run()], so its sorted events are groups of
-    ``flush_count + call_count``; each call's sample is the time of its counted events.
-    When the count does not divide evenly, the batch gives one sample: the counted time
-    of every event that is not a flush, divided by ``calls``.
+    The batch ran [lead] + ``calls`` x ([flush][run()]), so its sorted events are the lead's
+    then groups of ``flush_count + call_count``; each call's sample is the time of its
+    counted events (for "stream", from the end of the work just before the call).  When
+    the count does not divide evenly, the batch gives one sample: the counted time of
+    every event that is neither lead nor flush, divided by ``calls``.
     """
     events = sorted(events, key=lambda e: e.start_ns)
     group = calibration.flush_count + calibration.call_count
-    if group > 0 and len(events) == calls * group and _aligned(events, group, calibration):
-        samples, names = [], set()
-        for index in range(calls):
-            call = events[index * group + calibration.flush_count : (index + 1) * group]
-            counted = _counted(call, pattern)
-            if counted:
-                samples.append(_call_time_ms(counted, attribution))
-                names.update(e.name for e in counted)
-        if not samples:
-            raise NoKernelCaptured(_no_kernel_message(events, pattern))
-        return Batch(tuple(samples), frozenset(names))
+    lead = len(events) - calls * group
+    if group > 0 and lead in (0, calibration.lead_count):
+        body = events[lead:]
+        lead_ok = not calibration.lead_names or all(
+            e.name in calibration.lead_names for e in events[:lead]
+        )
+        if lead_ok and _aligned(body, group, calibration):
+            return _per_call(events[:lead], body, calls, group, calibration, pattern, attribution)
     return _batch_mean(events, calls, calibration, pattern)
+
+
+def _per_call(lead, body, calls, group, calibration, pattern, attribution) -> Batch:
+    samples, names = [], set()
+    previous_end = max((e.end_ns for e in lead), default=None)
+    for index in range(calls):
+        flush = body[index * group : index * group + calibration.flush_count]
+        call = body[index * group + calibration.flush_count : (index + 1) * group]
+        counted = _counted(call, pattern)
+        predecessor = max(e.end_ns for e in flush) if flush else previous_end
+        if counted:
+            samples.append(_call_time_ms(counted, attribution, predecessor))
+            names.update(e.name for e in counted)
+        previous_end = max(e.end_ns for e in call)
+    if not samples:
+        raise NoKernelCaptured(_no_kernel_message(body, pattern))
+    return Batch(tuple(samples), frozenset(names))
 
 
 def _aligned(events: Sequence[DeviceEvent], group: int, calibration: Calibration) -> bool:
@@ -407,8 +440,8 @@ def _aligned(events: Sequence[DeviceEvent], group: int, calibration: Calibration
 def _batch_mean(
     events: Sequence[DeviceEvent], calls: int, calibration: Calibration, pattern
 ) -> Batch:
-    flush_only = calibration.flush_names - calibration.call_names
-    if calibration.flush_count and not flush_only:
+    flush_only = (calibration.flush_names | calibration.lead_names) - calibration.call_names
+    if calibration.flush_count and not (calibration.flush_names - calibration.call_names):
         raise TimingError(
             f"cannot attribute {len(events)} device events to {calls} calls: the L2 flush and "
             "run() launch kernels of the same name; use --l2 warm or --timer events"
@@ -453,6 +486,14 @@ class L2Flusher:
         self.device = device
         self._log = log
         self._buffer: torch.Tensor | None = None
+        self._duration_ms: float | None = None
+
+    def duration_ms(self) -> float:
+        """GPU time of one flush (measured once with CUDA events)."""
+        if self._duration_ms is None:
+            self.flush()
+            self._duration_ms = statistics.median(_event_times(self.flush, 5))
+        return self._duration_ms
 
     def flush(self) -> None:
         if self._buffer is None:
@@ -467,6 +508,98 @@ class L2Flusher:
 
 def _cuda_sync(device: torch.device) -> Callable[[], None]:
     return lambda: torch.cuda.synchronize(device)
+
+
+def _event_times(body: Callable[[], object], repeats: int) -> list[float]:
+    """ms of ``body`` between a CUDA event pair, ``repeats`` times (synchronizes)."""
+    pairs = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        body()
+        end.record()
+        pairs.append((start, end))
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in pairs]
+
+
+class QueueAhead:
+    """A spin kernel ahead of a batch that holds the GPU while the CPU queues the batch
+    (nvbench's blocking kernel), so that no timed call waits for its own launch.
+
+    It spins for the CPU's expected lead over the GPU: ``calls`` x (host time per call -
+    GPU time per call), measured on the previous batch (the warm-up's estimate before the
+    first), plus a small floor.  Builds without ``torch.cuda._sleep`` get no spin.
+    """
+
+    CALIBRATION_CYCLES = 2_000_000
+
+    def __init__(self, options: TimingOptions):
+        self.options = options
+        self.available = hasattr(torch.cuda, "_sleep")
+        self.host_ms_per_call: float | None = None
+        self._cycles_per_ms: float | None = None
+
+    def spin_ms(self, calls: int, gpu_ms_per_call: float, fallback_host_ms: float) -> float:
+        host = self.host_ms_per_call if self.host_ms_per_call is not None else fallback_host_ms
+        lead = calls * max(host - gpu_ms_per_call, 0.0) + self.options.queue_ahead_min_ms
+        return min(lead, self.options.queue_ahead_max_ms)
+
+    def prepare(self) -> bool:
+        """Measure the spin kernel's cycles per ms once; False when there is no usable spin."""
+        if self.available and self._cycles_per_ms is None:
+            try:
+                spin = lambda: torch.cuda._sleep(self.CALIBRATION_CYCLES)  # noqa: E731
+                spin()
+                ms = statistics.median(_event_times(spin, 3))
+                self._cycles_per_ms = self.CALIBRATION_CYCLES / max(ms, 1e-6)
+            except Exception:  # noqa: BLE001 - a build whose spin kernel fails: time without it
+                self.available = False
+        return self.available
+
+    def hold(self, calls: int, gpu_ms_per_call: float, fallback_host_ms: float) -> None:
+        if self.prepare():
+            ms = self.spin_ms(calls, gpu_ms_per_call, fallback_host_ms)
+            torch.cuda._sleep(max(1, int(ms * self._cycles_per_ms)))
+
+    def batch(
+        self,
+        fn: Callable[[], object],
+        calls: int,
+        flusher: L2Flusher | None,
+        mark: bool,
+        gpu_ms_per_call: float,
+        fallback_host_ms: float,
+    ) -> list[tuple[object, object]]:
+        """Spin, queue the calls (see ``enqueue_calls``), remember the CPU's time per call."""
+        self.hold(calls, gpu_ms_per_call, fallback_host_ms)
+        started = time.perf_counter()
+        pairs = enqueue_calls(fn, calls, flusher, mark)
+        self.host_ms_per_call = (time.perf_counter() - started) * 1e3 / max(calls, 1)
+        return pairs
+
+
+def enqueue_calls(
+    fn: Callable[[], object], calls: int, flusher: L2Flusher | None, mark: bool
+) -> list[tuple[object, object]]:
+    """Queue ``calls`` x ([L2 flush] [start event] run() [end event]); the event pairs.
+
+    Every cold-L2 timer runs exactly this sequence, so the profiler and the events timer
+    time the same GPU work as CUDA events with an L2 flush before each call.
+    """
+    pairs = []
+    for _ in range(calls):
+        if flusher is not None:
+            flusher.flush()
+        if mark:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+        else:
+            fn()
+    return pairs
 
 
 class WallTimer:
@@ -500,10 +633,11 @@ class _WallSession:
 
 
 class EventsTimer:
-    """A CUDA event pair around each call; L2 flushed before each call when cold.
+    """A CUDA event pair around each call.
 
-    With warm L2 a short GPU spin precedes each call so that the start event is not
-    recorded while the GPU waits for the CPU to launch run().
+    Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end], the
+    profiler's sequence.  Warm L2: a short GPU spin precedes each call so that the start
+    event is not recorded while the GPU waits for the CPU to launch run().
     """
 
     name = "events"
@@ -512,38 +646,44 @@ class EventsTimer:
         self.options, self.device, self.flusher = options, device, flusher
         self.l2 = options.l2
         self.sync = _cuda_sync(device)
+        self.queue = QueueAhead(options)
         self._spin = hasattr(torch.cuda, "_sleep")
 
-    def _before_call(self) -> None:
-        if self.l2 == "cold":
-            self.flusher.flush()
-        elif self._spin:
-            try:
-                torch.cuda._sleep(self.options.launch_cover_cycles)
-            except Exception:  # noqa: BLE001 - a build without the spin kernel: time without it
-                self._spin = False
+    def _warm_pairs(self, fn, calls: int) -> list[tuple[object, object]]:
+        pairs = []
+        for _ in range(calls):
+            if self._spin:
+                try:
+                    torch.cuda._sleep(self.options.launch_cover_cycles)
+                except Exception:  # noqa: BLE001 - a build without the spin kernel
+                    self._spin = False
+            pairs.extend(enqueue_calls(fn, 1, None, mark=True))
+        return pairs
 
     def open(self, fn, estimate_ms):
-        return _EventsSession(self, fn)
+        flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
+        return _EventsSession(self, fn, estimate_ms, flush_ms)
 
 
 @dataclass
 class _EventsSession:
     timer: EventsTimer
     fn: Callable[[], object]
+    estimate_ms: float
+    flush_ms: float
+    run_ms: float = 0.0  # median of the last batch
 
     def batch(self, calls: int) -> Batch:
-        pairs = []
-        for _ in range(calls):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            self.timer._before_call()
-            start.record()
-            self.fn()
-            end.record()
-            pairs.append((start, end))
-        self.timer.sync()
-        return Batch(tuple(start.elapsed_time(end) for start, end in pairs))
+        timer = self.timer
+        if timer.l2 == "cold":
+            gpu_ms = self.flush_ms + self.run_ms
+            pairs = timer.queue.batch(self.fn, calls, timer.flusher, True, gpu_ms, self.estimate_ms)
+        else:
+            pairs = timer._warm_pairs(self.fn, calls)
+        timer.sync()
+        samples = tuple(start.elapsed_time(end) for start, end in pairs)
+        self.run_ms = statistics.median(samples)
+        return Batch(samples)
 
 
 class CudaGraphTimer:
@@ -632,7 +772,9 @@ class ProfilerTimer:
         self.sync = _cuda_sync(device)
         self._profile = profile
         self._pattern = re.compile(options.kernel_pattern) if options.kernel_pattern else None
+        self.queue = QueueAhead(options)
         self._flush_events: list[DeviceEvent] | None = None
+        self._lead_events: list[DeviceEvent] | None = None
 
     def _flush_calibration(self) -> list[DeviceEvent]:
         if self.l2 != "cold":
@@ -642,7 +784,16 @@ class ProfilerTimer:
             self._flush_events = self._profile(self.flusher.flush, self.sync)
         return self._flush_events
 
+    def _lead_calibration(self) -> list[DeviceEvent]:
+        """What the queue-ahead spin launches (nothing when the build has no spin)."""
+        if self._lead_events is None:
+            self._lead_events = []
+            if self.queue.prepare():
+                self._lead_events = self._profile(lambda: self.queue.hold(1, 0.0, 0.0), self.sync)
+        return self._lead_events
+
     def open(self, fn, estimate_ms):
+        lead = self._lead_calibration()
         flush = self._flush_calibration()
         call = self._profile(fn, self.sync)
         if not call:
@@ -660,8 +811,11 @@ class ProfilerTimer:
             flush_count=len(flush),
             call_names=frozenset(e.name for e in call),
             flush_names=frozenset(e.name for e in flush),
+            lead_count=len(lead),
+            lead_names=frozenset(e.name for e in lead),
         )
-        return _ProfilerSession(self, fn, calibration)
+        flush_ms = sum(e.duration_ns for e in flush) / 1e6
+        return _ProfilerSession(self, fn, calibration, estimate_ms, flush_ms)
 
 
 @dataclass
@@ -669,25 +823,31 @@ class _ProfilerSession:
     timer: ProfilerTimer
     fn: Callable[[], object]
     calibration: Calibration
+    estimate_ms: float
+    flush_ms: float
+    run_ms: float = 0.0  # median of the last batch
 
     def batch(self, calls: int) -> Batch:
-        timer, fn = self.timer, self.fn
+        """[queue-ahead spin] + calls x run(), cold: x [flush, event, run(), event] (the
+        events timer's sequence, so both time the same GPU work), under the profiler."""
+        timer = self.timer
         cold = timer.l2 == "cold"
+        flusher = timer.flusher if cold else None
+        gpu_ms = self.flush_ms + self.run_ms
 
         def body():
-            for _ in range(calls):
-                if cold:
-                    timer.flusher.flush()
-                fn()
+            timer.queue.batch(self.fn, calls, flusher, cold, gpu_ms, self.estimate_ms)
 
         events = timer._profile(body, timer.sync)
-        return attribute_events(
+        batch = attribute_events(
             events,
             calls,
             self.calibration,
             pattern=timer._pattern,
             attribution=timer.options.effective_attribution,
         )
+        self.run_ms = statistics.median(batch.samples_ms)
+        return batch
 
 
 def make_timer(options: TimingOptions, device: torch.device, log: Callable[[str], None]) -> Timer:
@@ -822,14 +982,42 @@ def sustain(fn: Callable[[], object], timer: Timer, options: TimingOptions, esti
     timer.sync()
 
 
+@dataclass
+class PhaseClock:
+    """Wall seconds per phase of a sweep (prepare, warm-up, check, sustain, timing), so the
+    sweep can say where its time went."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    clock: Callable[[], float] = time.perf_counter
+
+    def run(self, phase: str, body: Callable[[], T]) -> T:
+        started = self.clock()
+        try:
+            return body()
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + self.clock() - started
+
+    def describe(self) -> str:
+        return ", ".join(f"{name} {value:.1f} s" for name, value in self.seconds.items())
+
+
 def measure(
     fn: Callable[[], object],
     timer: Timer,
     options: TimingOptions,
     clock: Callable[[], float] = time.perf_counter,
+    after_warm_up: Callable[[], object] = lambda: None,
+    phases: PhaseClock | None = None,
 ) -> Measurement:
-    """Warm up, hold the GPU at steady state, open the timer, sample until the stop hook."""
-    estimate = warm_up(fn, timer.sync, options, clock)
-    sustain(fn, timer, options, estimate)
-    session = timer.open(fn, estimate)
-    return MeasureLoop(options, clock).run(session, estimate, timer)
+    """Warm up, run ``after_warm_up`` (the correctness check), hold the GPU at steady
+    state, open the timer, sample until the stop hook."""
+    phases = phases or PhaseClock(clock=clock)
+    estimate = phases.run("warm-up", lambda: warm_up(fn, timer.sync, options, clock))
+    phases.run("check", after_warm_up)
+    phases.run("sustain", lambda: sustain(fn, timer, options, estimate))
+
+    def timing() -> Measurement:
+        session = timer.open(fn, estimate)
+        return MeasureLoop(options, clock).run(session, estimate, timer)
+
+    return phases.run("timing", timing)

@@ -552,6 +552,10 @@ def test_sweep_reports_its_cost_ratio(tmp_path, capsys):
     )
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Sweep wall time"))
     assert "time inside timed runs 0.02 s" in line  # 2 cases x 10 samples x 1 ms
+    phases = line.split("by phase: ")[1]
+    assert [p.split()[0] for p in phases.split(", ")] == [
+        "prepare", "warm-up", "check", "sustain", "timing"
+    ]  # fmt: skip
     assert bc._cost_line(2.0, 5.0).endswith("(wall/timed 2.5x)")
     assert bc._cost_line(0.0, 5.0).endswith("(wall/timed n/a)")
 

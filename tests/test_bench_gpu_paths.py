@@ -92,15 +92,22 @@ class TimelineFlusher:
         self.flushes += 1
         self.line.now += self.line.flush_ms
 
+    def duration_ms(self):
+        return self.line.flush_ms
+
 
 def test_events_timer_cold_excludes_the_flush(timeline):
     flusher = TimelineFlusher(timeline)
     timer = bt.EventsTimer(
         bt.TimingOptions(timer="events", l2="cold"), torch.device("cpu"), flusher
     )
-    batch = timer.open(timeline.run, 1.0).batch(5)
+    session = timer.open(timeline.run, 1.0)
+    batch = session.batch(5)
     assert batch.samples_ms == pytest.approx((0.5,) * 5)
-    assert flusher.flushes == 5 and timeline.spins == 0
+    calibration = 4  # the spin's cycles per ms, measured once
+    assert flusher.flushes == 5 and timeline.spins == calibration + 1  # one spin per batch
+    session.batch(3)
+    assert flusher.flushes == 8 and timeline.spins == calibration + 2
 
 
 def test_events_timer_warm_spins_before_each_call(timeline):

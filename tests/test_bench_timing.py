@@ -239,6 +239,42 @@ def test_attribution_span_includes_gaps():
     assert batch.samples_ms == pytest.approx((0.045,) * 2)  # 40 + 1 gap + 4 us
 
 
+def test_attribution_stream_counts_from_the_end_of_the_flush():
+    batch = bt.attribute_events(interleaved(2), 2, CAL, attribution="stream")
+    assert batch.samples_ms == pytest.approx((0.046,) * 2)  # 1 us after the flush + 45 us
+
+
+def test_attribution_skips_the_queue_ahead_spin():
+    spin = ev("spin_kernel", -500_000, 400_000)
+    cal = dataclasses.replace(CAL, lead_count=1, lead_names=frozenset({"spin_kernel"}))
+    for attribution, expected in (("sum", 0.044), ("stream", 0.046)):
+        batch = bt.attribute_events([spin, *interleaved(3)], 3, cal, attribution=attribution)
+        assert batch.samples_ms == pytest.approx((expected,) * 3) and batch.per_call
+    # a spin the profiler did not show changes nothing
+    assert bt.attribute_events(interleaved(3), 3, cal).samples_ms == pytest.approx((0.044,) * 3)
+
+
+def test_attribution_stream_warm_counts_from_the_previous_call():
+    calls = interleaved(3, flush=())  # attn 40 us, 1 us gap, merge 4 us, 1 us gap, ...
+    cal = bt.Calibration(2, 0, frozenset({"attn", "merge"}), lead_count=1)
+    spin = ev("spin_kernel", -3_000, 1_000)  # ends 2 us before the first call
+    batch = bt.attribute_events([spin, *calls], 3, cal, attribution="stream")
+    assert batch.samples_ms == pytest.approx((0.047, 0.046, 0.046))
+    # without a predecessor the first call falls back to its span
+    nolead = bt.attribute_events(calls, 3, cal, attribution="stream")
+    assert nolead.samples_ms == pytest.approx((0.045, 0.046, 0.046))
+
+
+def test_queue_ahead_spins_for_the_cpus_lead_only():
+    queue = bt.QueueAhead(bt.TimingOptions(queue_ahead_min_ms=0.05, queue_ahead_max_ms=20.0))
+    # first batch: the warm-up's estimate stands in for the host's time per call
+    assert queue.spin_ms(100, gpu_ms_per_call=0.06, fallback_host_ms=0.1) == pytest.approx(4.05)
+    queue.host_ms_per_call = 0.03  # the GPU is slower than the CPU: the floor is enough
+    assert queue.spin_ms(100, 0.06, 0.1) == pytest.approx(0.05)
+    queue.host_ms_per_call = 1.0
+    assert queue.spin_ms(1000, 0.06, 0.1) == pytest.approx(20.0)  # capped
+
+
 def test_attribution_is_positional_not_by_name():
     # run() launches a kernel with the flush kernel's name (e.g. a FillFunctor memset)
     kernels = (("flush_kernel", 10_000), ("attn", 100_000))
@@ -377,6 +413,22 @@ def test_l2_flush_bytes_from_device_and_fallback():
     assert bt.l2_flush_bytes(SimpleNamespace(L2_cache_size=0))[0] == 2 * bt.FALLBACK_L2_BYTES
 
 
+@pytest.fixture(autouse=True)
+def marked_events(monkeypatch):
+    """CUDA events that write "event" into the trace of the profiler fakes below."""
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self, stream=None):
+            log.append("event")
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    return log
+
+
 def make_profiler(call_kernels, cold=True, pattern=None):
     """A ProfilerTimer whose profiler records a scripted kernel list per call and flush."""
     trace = []
@@ -412,15 +464,26 @@ def test_profiler_timer_counts_all_kernels_of_each_call():
 
     session = timer.open(run, 0.1)
     batch = session.batch(4)
-    # cold L2 -> "auto" attribution is the span: 11 us + the 0.5 us gap + 100 us
-    assert batch.samples_ms == pytest.approx((0.1115,) * 4)
+    # cold L2 -> "auto" attribution is the stream time: the 0.5 us gap after the flush,
+    # 11 us, the 0.5 us gap between run()'s kernels, 100 us
+    assert batch.samples_ms == pytest.approx((0.112,) * 4)
     assert batch.kernels == {"fill", "attn"}
+
+
+def test_profiler_timer_cold_batch_is_the_events_timers_sequence(marked_events):
+    timer, trace = make_profiler([("attn", 20_000)])
+    session = timer.open(lambda: trace.append("call"), 0.1)
+    marked_events.clear()
+    real_flush = timer.flusher.flush
+    timer.flusher.flush = lambda: (real_flush(), marked_events.append("flush"))
+    session.batch(2)
+    assert marked_events == ["flush", "event", "event"] * 2  # flush, start, run(), end
 
 
 @pytest.mark.parametrize(
     ("attribution", "l2", "effective"),
     [
-        ("auto", "cold", "span"),
+        ("auto", "cold", "stream"),
         ("auto", "warm", "sum"),
         ("sum", "cold", "sum"),
         ("span", "warm", "span"),
@@ -548,3 +611,31 @@ def test_sustain_is_a_no_op_on_the_cpu():
     calls = []
     bt.sustain(lambda: calls.append(1), bt.WallTimer(), bt.TimingOptions(), estimate_ms=1.0)
     assert calls == []
+
+
+def test_measure_checks_then_sustains_then_times():
+    clock, trace = FakeClock(), []
+
+    def run():
+        clock.now += 0.001  # 1 ms per call
+        trace.append("call")
+
+    class GpuTimer:
+        name, l2 = "profiler", "warm"
+
+        def sync(self):
+            pass
+
+        def open(self, fn, estimate_ms):
+            trace.append("open")
+            return SimpleNamespace(batch=lambda calls: bt.Batch((1.0,) * calls))
+
+    options = bt.TimingOptions(
+        sustain_ms=10.0, warmup_min_ms=0.0, min_measure_ms=0.0, min_samples=10
+    )
+    phases = bt.PhaseClock(clock=clock)
+    m = bt.measure(run, GpuTimer(), options, clock, lambda: trace.append("check"), phases)
+    check, opened = trace.index("check"), trace.index("open")
+    assert 0 < check < opened and trace[check + 1 : opened] == ["call"] * 10  # 10 ms / 1 ms
+    assert m.median == 1.0 and list(phases.seconds) == ["warm-up", "check", "sustain", "timing"]
+    assert phases.seconds["sustain"] == pytest.approx(0.010)
