@@ -859,6 +859,7 @@ class CaseRunner:
     timer: Timer
     log: Callable[[str], None] = print
     timed_ms: float = 0.0  # time inside timed runs over all cases (for the cost ratio)
+    batch_gpu_ms: float = 0.0  # GPU time of the timed batches, L2 flushes included
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
 
     def __call__(self, case: Mapping[str, int]):
@@ -888,6 +889,7 @@ class CaseRunner:
             phases=self.phases,
         )
         self.timed_ms += measurement.timed_ms
+        self.batch_gpu_ms += measurement.batch_gpu_ms
         element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
         io_bytes = self.spec.io_bytes(case, element_size)
         flops = self.spec.flops(case)
@@ -1132,7 +1134,7 @@ class Sweep:
             self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
             return 130
         progress.close()
-        self.log(_cost_line(runner.timed_ms / 1e3, time.monotonic() - started, runner.phases))
+        self.log(_cost_line(runner, time.monotonic() - started))
         self.log(f"\nResults saved to {options.output}")
         if failed:
             self.log(f"{failed} of {len(todo)} cases failed")
@@ -1147,12 +1149,17 @@ class Sweep:
         return record
 
 
-def _cost_line(timed_s: float, wall_s: float, phases: PhaseClock | None = None) -> str:
+def _cost_line(runner: CaseRunner, wall_s: float) -> str:
     """How much of the sweep's wall time was spent inside timed runs, and where the rest went."""
+    timed_s = runner.timed_ms / 1e3
     ratio = f"{wall_s / timed_s:.1f}x" if timed_s > 0 else "n/a"
     line = f"Sweep wall time {wall_s:.1f} s; time inside timed runs {timed_s:.2f} s (wall/timed {ratio})"
-    if phases is not None and phases.seconds:
-        line += f"; by phase: {phases.describe()}"
+    if runner.batch_gpu_ms > 0:
+        line += (
+            f"; GPU busy in timed batches {runner.batch_gpu_ms / 1e3:.2f} s (L2 flushes included)"
+        )
+    if runner.phases.seconds:
+        line += f"; by phase: {runner.phases.describe()}"
     return line
 
 

@@ -76,12 +76,12 @@ class TimingOptions:
     warmup_min_calls: int = 3
     warmup_min_ms: float = 50.0
     warmup_max_ms: float = 250.0
-    batch_target_ms: float = 25.0  # GPU time one batch should hold (amortizes profiler start/stop)
+    batch_target_ms: float = 50.0  # GPU time one batch should hold (amortizes profiler start/stop)
     # Back-to-back calls before timing, so that clocks and power reach the steady state a
     # busy server sees: a GPU fresh from idle runs a compute-bound kernel ~10% faster for
     # the first tens of ms (H200: prefill 4.2 ms vs 4.7 ms sustained, sweep-to-sweep CV 8%).
     sustain_ms: float = 200.0
-    min_measure_ms: float = 100.0  # the stop hook waits at least this long (wall)
+    min_measure_ms: float = 300.0  # the stop hook waits at least this long (wall)
     min_batch_calls: int = 10
     max_batch_calls: int = 1000
     graph_target_ms: float = 2.0  # GPU time of one CUDA-graph replay
@@ -128,6 +128,8 @@ class Measurement:
     kernels: tuple[str, ...] = ()
     runs_per_sample: int = 1  # a CUDA-graph sample averages several runs
     per_call: bool = True  # False when some profiler batch fell back to its mean per call
+    # GPU time of the timed batches, L2 flushes between calls included (0: not known)
+    batch_gpu_ms: float = 0.0
 
     def __post_init__(self):
         if not self.samples:
@@ -193,6 +195,7 @@ class Batch:
     samples_ms: tuple[float, ...]
     kernels: frozenset[str] = frozenset()
     per_call: bool = True  # False: one sample per batch (its events could not be split by call)
+    gpu_ms: float = 0.0  # GPU time of the batch's calls, their flushes included (0: not known)
 
 
 class TimerSession(Protocol):
@@ -422,7 +425,8 @@ def _per_call(lead, body, calls, group, calibration, pattern, attribution) -> Ba
         previous_end = max(e.end_ns for e in call)
     if not samples:
         raise NoKernelCaptured(_no_kernel_message(body, pattern))
-    return Batch(tuple(samples), frozenset(names))
+    gpu_ms = (max(e.end_ns for e in body) - min(e.start_ns for e in body)) / 1e6
+    return Batch(tuple(samples), frozenset(names), gpu_ms=gpu_ms)
 
 
 def _aligned(events: Sequence[DeviceEvent], group: int, calibration: Calibration) -> bool:
@@ -683,7 +687,7 @@ class _EventsSession:
         timer.sync()
         samples = tuple(start.elapsed_time(end) for start, end in pairs)
         self.run_ms = statistics.median(samples)
-        return Batch(samples)
+        return Batch(samples, gpu_ms=sum(samples) + calls * self.flush_ms)
 
 
 class CudaGraphTimer:
@@ -741,7 +745,8 @@ class _GraphSession:
             end.record()
             pairs.append((start, end))
         self.timer.sync()
-        return Batch(tuple(s.elapsed_time(e) / self.calls_per_replay for s, e in pairs))
+        replays = tuple(s.elapsed_time(e) for s, e in pairs)
+        return Batch(tuple(r / self.calls_per_replay for r in replays), gpu_ms=sum(replays))
 
 
 def profile_device_events(body: Callable[[], None], sync: Callable[[], None]) -> list[DeviceEvent]:
@@ -952,7 +957,7 @@ class MeasureLoop:
         kernels: set[str] = set()
         start = self.clock()
         runs = getattr(session, "runs_per_sample", 1)  # a CUDA-graph sample replays several runs
-        per_call, split = estimate_ms, True
+        per_call, split, gpu_ms = estimate_ms, True, 0.0
         while True:
             remaining = self.options.max_time_s - (self.clock() - start)
             calls = batch_calls(per_call * runs, remaining, estimate_ms * runs, self.options)
@@ -961,11 +966,12 @@ class MeasureLoop:
             samples.extend(batch.samples_ms)
             kernels.update(batch.kernels)
             split = split and batch.per_call
+            gpu_ms += batch.gpu_ms
             if self.stop(samples, self.clock() - start, self.options):
                 break
             per_call = max(quantile(sorted(samples), 0.5), 1e-6)
         names = tuple(sorted({shorten_kernel_name(k) for k in kernels}))
-        return Measurement(tuple(samples), timer.name, timer.l2, names, runs, split)
+        return Measurement(tuple(samples), timer.name, timer.l2, names, runs, split, gpu_ms)
 
 
 def sustain(fn: Callable[[], object], timer: Timer, options: TimingOptions, estimate_ms: float):

@@ -556,8 +556,14 @@ def test_sweep_reports_its_cost_ratio(tmp_path, capsys):
     assert [p.split()[0] for p in phases.split(", ")] == [
         "prepare", "warm-up", "check", "sustain", "timing"
     ]  # fmt: skip
-    assert bc._cost_line(2.0, 5.0).endswith("(wall/timed 2.5x)")
-    assert bc._cost_line(0.0, 5.0).endswith("(wall/timed n/a)")
+    runner = SimpleNamespace(timed_ms=2000.0, batch_gpu_ms=0.0, phases=bc.PhaseClock())
+    assert bc._cost_line(runner, 5.0).endswith("(wall/timed 2.5x)")
+    runner.batch_gpu_ms = 2500.0
+    assert bc._cost_line(runner, 5.0).endswith(
+        "GPU busy in timed batches 2.50 s (L2 flushes included)"
+    )
+    runner.timed_ms = 0.0
+    assert "(wall/timed n/a)" in bc._cost_line(runner, 5.0)
 
 
 def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(monkeypatch, capsys):

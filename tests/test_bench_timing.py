@@ -250,6 +250,8 @@ def test_attribution_skips_the_queue_ahead_spin():
     for attribution, expected in (("sum", 0.044), ("stream", 0.046)):
         batch = bt.attribute_events([spin, *interleaved(3)], 3, cal, attribution=attribution)
         assert batch.samples_ms == pytest.approx((expected,) * 3) and batch.per_call
+    two = bt.attribute_events([spin, *interleaved(2)], 2, cal)
+    assert two.gpu_ms == pytest.approx(0.213)  # first flush start -> last merge end, no spin
     # a spin the profiler did not show changes nothing
     assert bt.attribute_events(interleaved(3), 3, cal).samples_ms == pytest.approx((0.044,) * 3)
 
