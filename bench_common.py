@@ -157,8 +157,10 @@ def run_with_profiler(
     fn()
     timer.sync()
     estimate = (time.perf_counter() - start) * 1e3
-    batch = timer.open(fn, estimate).batch(reps or compute_reps(estimate))
-    return quantile(sorted(batch.samples_ms), 0.5)
+    session = timer.open(fn, estimate)
+    calls = reps or compute_reps(estimate)
+    session.record(lambda: session.batch(calls))
+    return quantile(sorted(s for batch in session.result() for s in batch.samples_ms), 0.5)
 
 
 # ---------------------------------------------------------------- the script interface

@@ -43,6 +43,7 @@ FALLBACK_L2_BYTES = 128 * 1024 * 1024  # when the device does not report its L2 
 DEVICE_ACTIVITIES = frozenset(("kernel", "gpu_memset", "gpu_memcpy"))
 SIMILAR_WARMUP_FRACTION = 0.15  # two warm-up calls within 15% of each other are "similar"
 KERNEL_NAME_LIMIT = 100
+SUSTAIN_CHUNK_MS = 10.0  # the sustain phase checks the clock after about this much work
 
 
 class TimingError(RuntimeError):
@@ -825,34 +826,84 @@ class ProfilerTimer:
 
 @dataclass
 class _ProfilerSession:
+    """One profiler recording around the whole measurement loop of a case.
+
+    Every batch runs the events timer's sequence, so the stop hook judges the event pairs'
+    times as the batches come; when the loop ends, the recording is split by stream order
+    into per-call profiler samples, which replace the provisional ones.  One recording per
+    case, not one per batch: each profiler start/stop left the GPU idle for tens of ms,
+    and a GPU that idles half the time runs compute-bound kernels faster (cooler, less
+    power-capped) than one under the steady load the events reference sees.
+    """
+
     timer: ProfilerTimer
     fn: Callable[[], object]
     calibration: Calibration
     estimate_ms: float
     flush_ms: float
     run_ms: float = 0.0  # median of the last batch
+    calls: list[int] = field(default_factory=list)
+    events: list[DeviceEvent] = field(default_factory=list)
+
+    def record(self, loop: Callable[[], None]) -> None:
+        """Run the measurement loop under the profiler."""
+        self.events = self.timer._profile(loop, self.timer.sync)
 
     def batch(self, calls: int) -> Batch:
-        """[queue-ahead spin] + calls x run(), cold: x [flush, event, run(), event] (the
-        events timer's sequence, so both time the same GPU work), under the profiler."""
+        """[queue-ahead spin] + calls x ([flush] event run() event): provisional samples."""
         timer = self.timer
-        cold = timer.l2 == "cold"
-        flusher = timer.flusher if cold else None
+        flusher = timer.flusher if timer.l2 == "cold" else None
         gpu_ms = self.flush_ms + self.run_ms
+        pairs = timer.queue.batch(self.fn, calls, flusher, True, gpu_ms, self.estimate_ms)
+        timer.sync()
+        samples = tuple(start.elapsed_time(end) for start, end in pairs)
+        self.calls.append(calls)
+        self.run_ms = statistics.median(samples) if samples else 0.0
+        return Batch(samples)
 
-        def body():
-            timer.queue.batch(self.fn, calls, flusher, cold, gpu_ms, self.estimate_ms)
-
-        events = timer._profile(body, timer.sync)
-        batch = attribute_events(
-            events,
-            calls,
+    def result(self) -> list[Batch]:
+        """The recording's per-call samples, batch by batch."""
+        return attribute_recording(
+            self.events,
+            self.calls,
             self.calibration,
-            pattern=timer._pattern,
-            attribution=timer.options.effective_attribution,
+            pattern=self.timer._pattern,
+            attribution=self.timer.options.effective_attribution,
         )
-        self.run_ms = statistics.median(batch.samples_ms)
-        return batch
+
+
+def attribute_recording(
+    events: Sequence[DeviceEvent],
+    calls: Sequence[int],
+    calibration: Calibration,
+    *,
+    pattern: re.Pattern | None = None,
+    attribution: str = "sum",
+) -> list[Batch]:
+    """Split one recording of several batches (each [lead] + calls x group) into batches.
+
+    When the event count fits neither with nor without the leads, the whole recording
+    gives one mean sample (see ``attribute_events``).
+    """
+    events = sorted(events, key=lambda e: e.start_ns)
+    group = calibration.flush_count + calibration.call_count
+    body = sum(calls) * group
+    for lead in dict.fromkeys((calibration.lead_count, 0)):
+        if len(events) == body + lead * len(calls):
+            batches, position = [], 0
+            for count in calls:
+                size = lead + count * group
+                chunk = events[position : position + size]
+                batches.append(
+                    attribute_events(
+                        chunk, count, calibration, pattern=pattern, attribution=attribution
+                    )
+                )
+                position += size
+            return batches
+    return [
+        attribute_events(events, sum(calls), calibration, pattern=pattern, attribution=attribution)
+    ]
 
 
 def make_timer(options: TimingOptions, device: torch.device, log: Callable[[str], None]) -> Timer:
@@ -953,39 +1004,64 @@ class MeasureLoop:
     batches: list[int] = field(default_factory=list)  # calls per batch, for inspection
 
     def run(self, session: TimerSession, estimate_ms: float, timer: Timer) -> Measurement:
-        samples: list[float] = []
-        kernels: set[str] = set()
+        samples: list[float] = []  # what the stop hook sees
         start = self.clock()
         runs = getattr(session, "runs_per_sample", 1)  # a CUDA-graph sample replays several runs
-        per_call, split, gpu_ms = estimate_ms, True, 0.0
-        while True:
-            remaining = self.options.max_time_s - (self.clock() - start)
-            calls = batch_calls(per_call * runs, remaining, estimate_ms * runs, self.options)
-            self.batches.append(calls)
-            batch = session.batch(calls)
-            samples.extend(batch.samples_ms)
-            kernels.update(batch.kernels)
-            split = split and batch.per_call
-            gpu_ms += batch.gpu_ms
-            if self.stop(samples, self.clock() - start, self.options):
-                break
-            per_call = max(quantile(sorted(samples), 0.5), 1e-6)
-        names = tuple(sorted({shorten_kernel_name(k) for k in kernels}))
-        return Measurement(tuple(samples), timer.name, timer.l2, names, runs, split, gpu_ms)
+        batches: list[Batch] = []
+
+        def loop() -> None:
+            per_call = estimate_ms
+            while True:
+                remaining = self.options.max_time_s - (self.clock() - start)
+                calls = batch_calls(per_call * runs, remaining, estimate_ms * runs, self.options)
+                self.batches.append(calls)
+                batch = session.batch(calls)
+                batches.append(batch)
+                samples.extend(batch.samples_ms)
+                if self.stop(samples, self.clock() - start, self.options):
+                    break
+                per_call = max(quantile(sorted(samples), 0.5), 1e-6)
+
+        if hasattr(session, "record"):  # a timer that records the whole loop
+            session.record(loop)
+            batches = session.result()
+        else:
+            loop()
+        return _measurement(batches, timer, runs)
 
 
-def sustain(fn: Callable[[], object], timer: Timer, options: TimingOptions, estimate_ms: float):
-    """Keep the GPU busy with back-to-back calls (L2 flushes included when cold) for about
-    ``sustain_ms``, so timing starts at steady-state clocks; a no-op on the CPU."""
+def _measurement(batches: Sequence[Batch], timer: Timer, runs: int) -> Measurement:
+    samples = tuple(sample for batch in batches for sample in batch.samples_ms)
+    kernels = {name for batch in batches for name in batch.kernels}
+    names = tuple(sorted({shorten_kernel_name(k) for k in kernels}))
+    split = all(batch.per_call for batch in batches)
+    gpu_ms = sum(batch.gpu_ms for batch in batches)
+    return Measurement(samples, timer.name, timer.l2, names, runs, split, gpu_ms)
+
+
+def sustain(
+    fn: Callable[[], object],
+    timer: Timer,
+    options: TimingOptions,
+    estimate_ms: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> None:
+    """Keep the GPU busy with back-to-back calls (L2 flushes included when cold) for
+    ``sustain_ms`` of wall time, so timing starts at steady-state clocks; a no-op on the
+    CPU.  Chunks of about ``SUSTAIN_CHUNK_MS`` of calls, synchronized, until the time is up."""
     if timer.name == CPU_TIMER or options.sustain_ms <= 0:
         return
     flusher = getattr(timer, "flusher", None) if timer.l2 == "cold" else None
-    calls = _clamp(math.ceil(options.sustain_ms / max(estimate_ms, 1e-3)), 1, 20_000)
-    for _ in range(calls):
-        if flusher is not None:
-            flusher.flush()
-        fn()
-    timer.sync()
+    chunk = _clamp(math.ceil(SUSTAIN_CHUNK_MS / max(estimate_ms, 1e-3)), 1, 1000)
+    deadline = clock() + options.sustain_ms / 1e3
+    while True:
+        for _ in range(chunk):
+            if flusher is not None:
+                flusher.flush()
+            fn()
+        timer.sync()
+        if clock() >= deadline:
+            return
 
 
 @dataclass
@@ -1020,7 +1096,7 @@ def measure(
     phases = phases or PhaseClock(clock=clock)
     estimate = phases.run("warm-up", lambda: warm_up(fn, timer.sync, options, clock))
     phases.run("check", after_warm_up)
-    phases.run("sustain", lambda: sustain(fn, timer, options, estimate))
+    phases.run("sustain", lambda: sustain(fn, timer, options, estimate, clock))
 
     def timing() -> Measurement:
         session = timer.open(fn, estimate)

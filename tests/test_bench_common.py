@@ -604,6 +604,17 @@ def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatc
                 t += duration + 1_000
         return events
 
+    class Event:  # the provisional samples' CUDA events
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self, stream=None):
+            pass
+
+        def elapsed_time(self, end):
+            return 1.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(
         bc, "ProfilerTimer", lambda o, d, f: bt.ProfilerTimer(o, d, f, profile=profile)

@@ -427,6 +427,9 @@ def marked_events(monkeypatch):
         def record(self, stream=None):
             log.append("event")
 
+        def elapsed_time(self, end):
+            return 0.5  # the provisional (events) sample
+
     monkeypatch.setattr(torch.cuda, "Event", Event)
     return log
 
@@ -455,21 +458,27 @@ def make_profiler(call_kernels, cold=True, pattern=None):
     timer = bt.ProfilerTimer(
         options, torch.device("cpu"), SimpleNamespace(flush=record_flush), profile=profile
     )
+    timer.sync = lambda: None
     return timer, trace
+
+
+def recorded(session, *calls):
+    """Batches of ``calls`` under one recording, as MeasureLoop runs them."""
+    provisional = []
+    session.record(lambda: provisional.extend(session.batch(c) for c in calls))
+    assert all(b.samples_ms == (0.5,) * c for b, c in zip(provisional, calls, strict=True))
+    return session.result()
 
 
 def test_profiler_timer_counts_all_kernels_of_each_call():
     timer, trace = make_profiler([("fill", 11_000), ("attn", 100_000)])
-
-    def run():
-        trace.append("call")
-
-    session = timer.open(run, 0.1)
-    batch = session.batch(4)
+    session = timer.open(lambda: trace.append("call"), 0.1)
+    first, second = recorded(session, 4, 2)
     # cold L2 -> "auto" attribution is the stream time: the 0.5 us gap after the flush,
     # 11 us, the 0.5 us gap between run()'s kernels, 100 us
-    assert batch.samples_ms == pytest.approx((0.112,) * 4)
-    assert batch.kernels == {"fill", "attn"}
+    assert first.samples_ms == pytest.approx((0.112,) * 4)
+    assert second.samples_ms == pytest.approx((0.112,) * 2)
+    assert first.kernels == {"fill", "attn"} and first.per_call
 
 
 def test_profiler_timer_cold_batch_is_the_events_timers_sequence(marked_events):
@@ -480,6 +489,47 @@ def test_profiler_timer_cold_batch_is_the_events_timers_sequence(marked_events):
     timer.flusher.flush = lambda: (real_flush(), marked_events.append("flush"))
     session.batch(2)
     assert marked_events == ["flush", "event", "event"] * 2  # flush, start, run(), end
+
+
+def test_recording_of_several_batches_is_split_at_each_batchs_spin():
+    spin = ("spin_kernel", 400_000)
+    cal = dataclasses.replace(CAL, lead_count=1, lead_names=frozenset({"spin_kernel"}))
+    events, t = [], 0
+    for calls in (3, 2):
+        events.append(ev(*spin[:1], t, spin[1]))
+        t += spin[1] + 1_000
+        events += [dataclasses.replace(e, start_ns=e.start_ns + t) for e in interleaved(calls)]
+        t = events[-1].end_ns + 1_000
+    batches = bt.attribute_recording(events, [3, 2], cal, attribution="stream")
+    assert [b.samples_ms for b in batches] == [
+        pytest.approx((0.046,) * 3),
+        pytest.approx((0.046,) * 2),
+    ]
+    assert all(b.per_call for b in batches)
+    # one event lost: no way to split by call; one mean sample for the whole recording
+    (mean,) = bt.attribute_recording(events[:-1], [3, 2], cal)
+    assert not mean.per_call and len(mean.samples_ms) == 1
+
+
+def test_measure_loop_reports_the_recordings_samples_not_the_provisional_ones():
+    class Recording:
+        def __init__(self):
+            self.calls = []
+
+        def record(self, loop):
+            loop()
+
+        def batch(self, calls):
+            self.calls.append(calls)
+            return bt.Batch((9.0,) * calls)  # what the stop hook sees
+
+        def result(self):
+            return [bt.Batch((1.0,) * c, frozenset({"k"}), gpu_ms=2.0 * c) for c in self.calls]
+
+    options = bt.TimingOptions(min_measure_ms=0.0, min_samples=10, max_time_s=100)
+    m = bt.MeasureLoop(options, FakeClock()).run(Recording(), 1.0, FAKE_TIMER)
+    assert set(m.samples) == {1.0} and m.kernels == ("k",)
+    assert m.batch_gpu_ms == pytest.approx(2.0 * len(m.samples))
 
 
 @pytest.mark.parametrize(
@@ -499,7 +549,7 @@ def test_auto_attribution_follows_the_l2_mode(attribution, l2, effective):
 def test_profiler_timer_warm_l2_has_no_flush():
     timer, trace = make_profiler([("attn", 20_000)], cold=False)
     session = timer.open(lambda: trace.append("call"), 0.1)
-    batch = session.batch(3)
+    (batch,) = recorded(session, 3)
     assert batch.samples_ms == pytest.approx((0.02,) * 3)
     assert "flush" not in trace
 
@@ -604,9 +654,16 @@ def test_sustain_runs_back_to_back_calls_with_flushes_when_cold():
         flusher=SimpleNamespace(flush=lambda: trace.append("flush")),
         sync=lambda: trace.append("sync"),
     )
-    options = bt.TimingOptions(sustain_ms=10.0)
-    bt.sustain(lambda: trace.append("call"), timer, options, estimate_ms=2.0)
-    assert trace == ["flush", "call"] * 5 + ["sync"]  # 10 ms / 2 ms per call, one sync
+    clock = FakeClock()
+
+    def call():
+        clock.now += 0.004  # the GPU's pace: 4 ms per call (the estimate said 2 ms)
+        trace.append("call")
+
+    options = bt.TimingOptions(sustain_ms=30.0)
+    bt.sustain(call, timer, options, estimate_ms=2.0, clock=clock)
+    # chunks of 10 ms / 2 ms = 5 calls, synchronized, until 30 ms of wall time have passed
+    assert trace == (["flush", "call"] * 5 + ["sync"]) * 2
 
 
 def test_sustain_is_a_no_op_on_the_cpu():
