@@ -281,6 +281,12 @@ def main(argv=None) -> int:
     parser.add_argument("--scripts", nargs="+", default=list(SCRIPTS))
     parser.add_argument("--skip-fidelity", action="store_true")
     parser.add_argument(
+        "--fidelity-scripts",
+        nargs="+",
+        default=None,
+        help="fidelity for these (default: --scripts)",
+    )
+    parser.add_argument(
         "--deadline-s", type=float, default=math.inf, help="start no new sweep after this many s"
     )
     args = parser.parse_args(argv)
@@ -377,8 +383,8 @@ def main(argv=None) -> int:
             "| script | case | harness ms | independent ms | diff % | sweep-0 CSV diff % |",
             "|---|---|---:|---:|---:|---:|",
         ]
-        for script in args.scripts:
-            rows = read_rows(sweeps[script][0].csv_path) if sweeps[script] else []
+        for script in args.fidelity_scripts or args.scripts:
+            rows = read_rows(sweeps[script][0].csv_path) if sweeps.get(script) else []
             for item in fidelity(script, args.l2, rows):
                 if item.error:
                     table.append(
