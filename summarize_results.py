@@ -53,7 +53,7 @@ from summarizer.model import (
     summary_plot_rows,
 )
 from summarizer.output import model_json, write_atomically
-from summarizer.regression import compare
+from summarizer.scan import scan_inputs
 
 __all__ = [
     "CASE_COLUMN_ORDER",
@@ -162,6 +162,8 @@ def build_regression_markdown(
     baseline, candidate, threshold=None, max_bytes=DEFAULT_MAX_REPORT_BYTES
 ):
     """(markdown, comparison failed, duplicate-case issues): the seed's triple."""
+    from summarizer.regression import compare
+
     model = compare(baseline, candidate, Gate(threshold))
     markdown = regression_markdown(model, max_bytes)
     return markdown, model.comparison_failed, list(model.comparison_issues)
@@ -272,14 +274,26 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_INPUT_ERROR
     if args.baseline is not None:
+        from summarizer.regression import compare
+
         model = compare(
             load_inputs(args.baseline, "baseline"),
             load_inputs(args.candidate, "candidate"),
             Gate(args.fail_on_regression),
         )
     else:
-        model = summarize(load_inputs(args.csv))
+        model = _summary(args.csv, options, plots_module)
     return _report(model, options, plots_module)
+
+
+def _summary(paths, options: ReportOptions, plots_module):
+    """The summary model.  A Markdown-only summary of files the pandas-free reader
+    accepts skips pandas (its import alone outweighs the work); JSON and plots need
+    the row frame, and any file that reader declines goes the pandas way."""
+    scanned = None
+    if options.json_path is None and plots_module is None:
+        scanned = scan_inputs(paths)
+    return summarize(scanned if scanned is not None else load_inputs(paths))
 
 
 def _report(model, options: ReportOptions, plots_module) -> int:

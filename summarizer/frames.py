@@ -119,3 +119,40 @@ def noise_pct(frame) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         from_quartiles = (q3 - q1) / time_ms * 100.0
     return np.where(np.isnan(stated), from_quartiles, stated)
+
+
+class FrameView:
+    """The columns a summary reads, from a row frame (scan.ScannedView is the other
+    source): both answer the same questions, so one summary model serves both paths."""
+
+    def __init__(self, frame):
+        self.frame = frame
+        self.rows = len(frame)
+        self.case_columns = frame_case_columns(frame)
+
+    def codes(self, name: str) -> tuple[np.ndarray, list]:
+        return codes_of(self.frame, name)
+
+    def floats(self, name: str) -> np.ndarray:
+        return optional_floats(self.frame, name)
+
+    def texts(self, name: str, rows) -> list:
+        return self.frame[name].iloc[np.asarray(rows, dtype=np.int64)].tolist()
+
+    def labels(self, rows) -> np.ndarray:
+        return case_labels(self.frame.iloc[np.asarray(rows, dtype=np.int64)], self.case_columns)
+
+    def distinct(self, name: str) -> list[str] | None:
+        """Sorted distinct non-empty values of a column; None when the frame lacks it."""
+        import pandas as pd
+
+        if name not in self.frame.columns:
+            return None
+        values = pd.unique(self.frame[name].to_numpy(dtype=object))
+        return sorted({str(value) for value in values if value == value and value != ""})
+
+    @staticmethod
+    def table(columns: dict):
+        import pandas as pd
+
+        return pd.DataFrame(columns)

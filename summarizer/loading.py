@@ -256,12 +256,12 @@ def table_from_records(records: list[dict], source: str, columns: list[str], sch
 
     frame = pd.DataFrame.from_records(records, columns=[*columns, "_line"])
     for name in [*NUMERIC_COLUMNS, *_numeric_optionals(columns)]:
-        frame[name] = np.array([_float_or_nan(value) for value in frame[name]], dtype=np.float64)
+        frame[name] = np.array([float_or_nan(value) for value in frame[name]], dtype=np.float64)
     frame["_line"] = frame["_line"].astype(np.int64)
     return FileTable(source, columns, frame, schema == "legacy")
 
 
-def _float_or_nan(text) -> float:
+def float_or_nan(text) -> float:
     """Python's float() of a cell (what validation accepted), NaN for empty or text."""
     number = parse_float(text)
     return math.nan if number is None else number
@@ -406,16 +406,18 @@ def _suspect_rows(frame, header: list[str], schema: str) -> np.ndarray:
         success = ok
     else:
         success = np.ones(len(frame), dtype=bool)
-    suspect |= success & _bad_metrics(frame)
+    metrics = {name: frame[name].to_numpy(dtype=np.float64) for name in NUMERIC_COLUMNS}
+    suspect |= success & bad_metrics(metrics)
     for name in header:
         column = OPTIONAL_COLUMN_BY_NAME.get(name)
         if column is not None:
-            suspect |= _bad_optional(column, frame[name].to_numpy())
+            suspect |= bad_optional(column, frame[name].to_numpy())
     return suspect
 
 
-def _bad_metrics(frame) -> np.ndarray:
-    values = [frame[name].to_numpy(dtype=np.float64) for name in NUMERIC_COLUMNS]
+def bad_metrics(metrics) -> np.ndarray:
+    """Rows whose metrics (name -> float64 array) may break metric_error; NaN counts."""
+    values = [metrics[name] for name in NUMERIC_COLUMNS]
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(values[0]) | (values[0] <= 0)
         for value in values[1:]:
@@ -423,7 +425,8 @@ def _bad_metrics(frame) -> np.ndarray:
     return bad
 
 
-def _bad_optional(column, values: np.ndarray) -> np.ndarray:
+def bad_optional(column, values: np.ndarray) -> np.ndarray:
+    """Cells of an optional column that may break its rule (NaN: empty, so not here)."""
     if column.kind is Kind.TEXT:
         return np.zeros(len(values), dtype=bool)
     if column.kind is Kind.CHOICE:

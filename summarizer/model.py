@@ -20,8 +20,8 @@ from benchmark_result import (
     Role,
 )
 from summarizer.frames import (
+    FrameView,
     case_labels,
-    codes_of,
     frame_case_columns,
     optional_floats,
     side_frame,
@@ -150,26 +150,37 @@ class SummaryModel:
         return self.verdict.exit_code
 
 
-def summarize(result: LoadResult) -> SummaryModel:
-    """The summary model of one run."""
+def summarize(result) -> SummaryModel:
+    """The summary model of one run: from a LoadResult's row frame (any input; JSON and
+    plots need the frame), or from the pandas-free reader's scan.ScannedView."""
+    if not isinstance(result, LoadResult):
+        return summary_model(result, result.paths, [], result.valid_files)
     frame = side_frame(result)
-    status = _StatusCodes(frame)
-    artefact = _artefact_mask(frame)
-    failed_rows = status.count(STATUS_FAILED)
-    verdict, reason = _summary_verdict(len(result.issues), failed_rows, len(frame))
-    return SummaryModel(
-        paths=[str(path) for path in result.paths],
-        files=_file_summaries(frame, result, status),
-        valid_files=len({table.source for table in result.tables})
+    valid_files = (
+        len({table.source for table in result.tables})
         if result.tables
-        else int(frame["_source"].nunique()),
-        total_rows=len(frame),
-        apis=_api_summaries(frame, status, artefact),
-        failures=_failure_table(frame, status.mask(STATUS_FAILED)),
-        artefacts=_artefact_table(frame, artefact),
-        issues=list(result.issues),
+        else int(frame["_source"].nunique())
+    )
+    return summary_model(FrameView(frame), result.paths, result.issues, valid_files, frame)
+
+
+def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryModel:
+    """The summary model from a column view: frames.FrameView or scan.ScannedView."""
+    status = _StatusCodes(view)
+    artefact = artefact_mask(view)
+    failed_rows = status.count(STATUS_FAILED)
+    verdict, reason = _summary_verdict(len(issues), failed_rows, view.rows)
+    return SummaryModel(
+        paths=[str(path) for path in paths],
+        files=_file_summaries(view, paths, issues, status),
+        valid_files=valid_files,
+        total_rows=view.rows,
+        apis=_api_summaries(view, status, artefact),
+        failures=failure_table(view, status.mask(STATUS_FAILED)),
+        artefacts=_artefact_table(view, artefact),
+        issues=list(issues),
         legacy_rows=status.count(STATUS_LEGACY_OK),
-        environment=environment_of(frame),
+        environment=environment_of(view),
         verdict=verdict,
         reason=reason,
         frame=frame,
@@ -179,9 +190,9 @@ def summarize(result: LoadResult) -> SummaryModel:
 class _StatusCodes:
     """Row statuses as small integers, so counts per file or API are one bincount."""
 
-    def __init__(self, frame):
-        self.codes, self.names = codes_of(frame, "status") if len(frame) else ([], [])
-        self.codes = np.asarray(self.codes, dtype=np.int64)
+    def __init__(self, view):
+        codes, self.names = view.codes("status") if view.rows else ([], [])
+        self.codes = np.asarray(codes) if len(codes) else np.zeros(0, dtype=np.int64)
 
     def mask(self, *statuses: str) -> np.ndarray:
         wanted = [index for index, name in enumerate(self.names) if name in statuses]
@@ -193,8 +204,11 @@ class _StatusCodes:
     def text_by_group(self, group_codes: np.ndarray, groups: int) -> list[str]:
         """The seed's "failed=1, ok=2" text for each group code."""
         width = max(len(self.names), 1)
-        counts = np.bincount(group_codes * width + self.codes, minlength=groups * width)
-        counts = counts.reshape(groups, width)
+        if groups == 1:  # the usual single file or API: no per-row key to build
+            counts = np.bincount(self.codes, minlength=width).reshape(1, width)
+        else:
+            keys = np.asarray(group_codes, dtype=np.int64) * width + self.codes
+            counts = np.bincount(keys, minlength=groups * width).reshape(groups, width)
         order = sorted(range(len(self.names)), key=lambda index: str(self.names[index]))
         return [", ".join(f"{self.names[i]}={row[i]}" for i in order if row[i]) for row in counts]
 
@@ -207,92 +221,105 @@ def _summary_verdict(issues: int, failed: int, rows: int) -> tuple[Verdict, str]
     return Verdict.PASS, f"all {rows} case(s) ok"
 
 
-def _file_summaries(frame, result: LoadResult, status: _StatusCodes) -> list[FileSummary]:
-    invalid = {issue.source for issue in result.issues}
+def _file_summaries(view, paths, issues, status: _StatusCodes) -> list[FileSummary]:
+    invalid = {issue.source for issue in issues}
     rows, texts = {}, {}
-    if len(frame):
-        codes, sources = codes_of(frame, "_source")
-        codes = np.asarray(codes, dtype=np.int64)
+    if view.rows:
+        codes, sources = view.codes("_source")
         rows = dict(zip(sources, np.bincount(codes, minlength=len(sources)).tolist(), strict=True))
         texts = dict(zip(sources, status.text_by_group(codes, len(sources)), strict=True))
     files = []
-    for path in result.paths:
+    for path in paths:
         source = str(path)
         text = "invalid" if source in invalid else texts.get(source, "")
         files.append(FileSummary(source, rows.get(source, 0), text))
     return files
 
 
-def _artefact_mask(frame) -> np.ndarray:
+def artefact_mask(view) -> np.ndarray:
+    """Rows above PEAK_PCT_LIMIT of a hardware peak: an artefact, not a speed."""
     with np.errstate(invalid="ignore"):
-        return (optional_floats(frame, "pct_peak_bw") > PEAK_PCT_LIMIT) | (
-            optional_floats(frame, "pct_peak_tflops") > PEAK_PCT_LIMIT
+        return (view.floats("pct_peak_bw") > PEAK_PCT_LIMIT) | (
+            view.floats("pct_peak_tflops") > PEAK_PCT_LIMIT
         )
 
 
-def _api_summaries(frame, status: _StatusCodes, artefact: np.ndarray) -> list[ApiSummary]:
-    if not len(frame):
+def _api_summaries(view, status: _StatusCodes, artefact: np.ndarray) -> list[ApiSummary]:
+    if not view.rows:
         return []
-    columns = frame_case_columns(frame)
     success = status.mask(*SUCCESS_STATUSES)
-    api_codes, apis = codes_of(frame, "api")
-    api_codes = np.asarray(api_codes, dtype=np.int64)
+    api_codes, apis = view.codes("api")
     texts = status.text_by_group(api_codes, len(apis))
-    order = np.argsort(api_codes, kind="stable")
-    bounds = np.searchsorted(api_codes[order], np.arange(len(apis) + 1))
+    groups = _group_rows(np.asarray(api_codes), len(apis))
     summaries = []
     for code in sorted(range(len(apis)), key=lambda index: str(apis[index])):
-        index = order[bounds[code] : bounds[code + 1]]
+        rows = groups[code]
         best = tuple(
             entry
             for column in NUMERIC_COLUMNS
-            if (entry := _best(frame, index, success, artefact, column, columns)) is not None
+            if (entry := _best(view, rows, success, artefact, column)) is not None
         )
         summaries.append(
             ApiSummary(
                 api=str(apis[code]),
-                rows=len(index),
+                rows=view.rows if isinstance(rows, slice) else len(rows),
                 status=texts[code],
                 best=best,
-                artefacts=int(artefact[index].sum()),
+                artefacts=int(artefact[rows].sum()),
             )
         )
     return summaries
 
 
-def _best(frame, index, success, artefact, column: str, case_cols: list[str]) -> Best | None:
-    """Minimum time, maximum bandwidth/TFLOPS; artefact rows never count as a speed."""
-    keep = success[index] & ~np.isnan(frame[column].to_numpy(dtype=np.float64)[index])
+def _group_rows(codes: np.ndarray, groups: int) -> list:
+    """The rows of each group code, in order; one group is all rows (a slice: no copy)."""
+    if groups == 1:
+        return [slice(None)]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(groups + 1))
+    return [order[bounds[group] : bounds[group + 1]] for group in range(groups)]
+
+
+def _best(view, rows, success, artefact, column: str) -> Best | None:
+    """Minimum time, maximum bandwidth/TFLOPS (the first such row); artefact rows
+    never count as a speed."""
+    values = view.floats(column)[rows]
+    keep = success[rows] & ~np.isnan(values)
     if column != "time_ms":
-        keep = keep & ~artefact[index]
-    rows = index[keep]
-    if not len(rows):
+        keep &= ~artefact[rows]
+    if not keep.any():
         return None
-    values = frame[column].to_numpy(dtype=np.float64)[rows]
-    pick = rows[int(np.argmin(values) if column == "time_ms" else np.argmax(values))]
+    position = _first_extreme(values, keep, lowest=column == "time_ms")
+    pick = position if isinstance(rows, slice) else int(rows[position])
     return Best(
         column=column,
-        value=float(frame[column].iat[pick]),
-        case=str(case_labels(frame.iloc[[pick]], case_cols)[0]),
-        source=str(frame["_source"].iat[pick]),
+        value=float(view.floats(column)[pick]),
+        case=str(view.labels([pick])[0]),
+        source=str(view.texts("_source", [pick])[0]),
     )
 
 
-def _failure_table(frame, failed: np.ndarray, run: str | None = None):
-    """api, case, source, error of every failed row (error_type: error)."""
-    import pandas as pd
+def _first_extreme(values: np.ndarray, keep: np.ndarray, lowest: bool) -> int:
+    """Position of the first kept minimum (or maximum) of ``values``."""
+    fill = np.inf if lowest else -np.inf
+    position = int((np.argmin if lowest else np.argmax)(np.where(keep, values, fill)))
+    if keep[position]:
+        return position
+    candidates = np.flatnonzero(keep)  # every kept value is the fill value itself
+    return int(candidates[0])
 
-    rows = frame.loc[failed]
-    error = [
-        f"{kind}: {text}".strip(": ")
-        for kind, text in zip(rows["error_type"].tolist(), rows["error"].tolist(), strict=True)
-    ]
-    table = pd.DataFrame(
+
+def failure_table(view, failed: np.ndarray, run: str | None = None):
+    """api, case, source, error of every failed row (error_type: error)."""
+    rows = np.flatnonzero(failed)
+    kinds, texts = view.texts("error_type", rows), view.texts("error", rows)
+    error = [f"{kind}: {text}".strip(": ") for kind, text in zip(kinds, texts, strict=True)]
+    table = view.table(
         {
-            "api": rows["api"].to_numpy(dtype=object),
-            "case": case_labels(rows, frame_case_columns(frame)),
-            "source": rows["_source"].to_numpy(dtype=object),
-            "error": np.array(error, dtype=object),
+            "api": _objects(view.texts("api", rows)),
+            "case": view.labels(rows),
+            "source": _objects(view.texts("_source", rows)),
+            "error": _objects(error),
         }
     )
     if run is not None:
@@ -300,32 +327,31 @@ def _failure_table(frame, failed: np.ndarray, run: str | None = None):
     return table
 
 
-def _artefact_table(frame, artefact: np.ndarray):
-    import pandas as pd
+def _objects(values: list) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
 
-    rows = frame.loc[artefact]
-    return pd.DataFrame(
+
+def _artefact_table(view, artefact: np.ndarray):
+    rows = np.flatnonzero(artefact)
+    return view.table(
         {
-            "api": rows["api"].to_numpy(dtype=object),
-            "case": case_labels(rows, frame_case_columns(frame)),
-            "source": rows["_source"].to_numpy(dtype=object),
-            "bandwidth_GB_s": rows["bandwidth_GB_s"].to_numpy(dtype=np.float64),
-            "pct_peak_bw": optional_floats(rows, "pct_peak_bw"),
-            "pct_peak_tflops": optional_floats(rows, "pct_peak_tflops"),
+            "api": _objects(view.texts("api", rows)),
+            "case": view.labels(rows),
+            "source": _objects(view.texts("_source", rows)),
+            "bandwidth_GB_s": view.floats("bandwidth_GB_s")[rows],
+            "pct_peak_bw": view.floats("pct_peak_bw")[rows],
+            "pct_peak_tflops": view.floats("pct_peak_tflops")[rows],
         }
     )
 
 
-def environment_of(frame) -> dict[str, list[str]]:
+def environment_of(view) -> dict[str, list[str]]:
     """Distinct non-empty values of each environment column a run carries."""
-    import pandas as pd
-
     found = {}
     for name in ENVIRONMENT_COLUMNS:
-        if name not in frame.columns:
-            continue
-        values = pd.unique(frame[name].to_numpy(dtype=object))
-        texts = sorted({str(value) for value in values if value == value and value != ""})
+        texts = view.distinct(name)
         if texts:
             found[name] = texts
     return found

@@ -8,6 +8,7 @@ import numpy as np
 
 from benchmark_result import NUMERIC_COLUMNS
 from summarizer.frames import (
+    FrameView,
     case_labels,
     failed_mask,
     frame_case_columns,
@@ -22,9 +23,9 @@ from summarizer.model import (
     CaseState,
     Gate,
     Verdict,
-    _artefact_mask,
-    _failure_table,
+    artefact_mask,
     environment_of,
+    failure_table,
 )
 
 SIDE_COLUMNS = ("status", *NUMERIC_COLUMNS, "_source", "_line", "noise")
@@ -125,8 +126,8 @@ def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> Regressi
     new = _side_table(joined.loc[joined["_merge"].to_numpy() == "right_only"], "c")
     failures = pd.concat(
         [
-            _failure_table(base, failed_mask(base), "baseline"),
-            _failure_table(cand, failed_mask(cand), "candidate"),
+            failure_table(FrameView(base), failed_mask(base), "baseline"),
+            failure_table(FrameView(cand), failed_mask(cand), "candidate"),
         ],
         ignore_index=True,
     )
@@ -136,7 +137,10 @@ def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> Regressi
     comparison_failed = bool(failing.any() or len(missing) or new_failed)
     comparison_issues = [*base_dups, *cand_dups]
     input_issues = [*baseline.issues, *candidate.issues]
-    environment = {"baseline": environment_of(base), "candidate": environment_of(cand)}
+    environment = {
+        "baseline": environment_of(FrameView(base)),
+        "candidate": environment_of(FrameView(cand)),
+    }
     verdict, reason = _verdict(input_issues, comparison_issues, matched, missing, new_failed)
     return RegressionModel(
         baseline_paths=[str(path) for path in baseline.paths],
@@ -149,7 +153,9 @@ def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> Regressi
         aggregates=aggregates(matched),
         environment=environment,
         mismatches=_mismatches(environment),
-        artefact_rows=int(_artefact_mask(base).sum() + _artefact_mask(cand).sum()),
+        artefact_rows=int(
+            artefact_mask(FrameView(base)).sum() + artefact_mask(FrameView(cand)).sum()
+        ),
         input_issues=input_issues,
         comparison_issues=comparison_issues,
         comparison_failed=comparison_failed,

@@ -1,0 +1,540 @@
+"""Summary-mode reader without pandas: CSV bytes to validated columns with numpy.
+
+Importing pandas costs more than summarizing 200k rows, so a plain summary reads the
+common file here: ASCII, no quotes, no NUL or lone CR, every line exactly as wide as
+the header.  One pass finds every separator; after that only the cells a summary
+needs are read, as 8-byte words, and text is compared as distinct values.
+
+It never words an input error itself.  Anything unusual, and any row a vectorized
+check cannot vouch for that ``row_error`` then rejects, makes it return None: the
+pandas path reads the file again and decides, with its exact messages.  So a file
+this reader accepts is one the pandas path accepts, with the same values.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+
+import numpy as np
+
+from benchmark_result import (
+    NUMERIC_COLUMNS,
+    OPTIONAL_COLUMN_BY_NAME,
+    SCHEMA_VERSION,
+    STATUS_FAILED,
+    STATUS_LEGACY_OK,
+    STATUS_OK,
+    Kind,
+    case_columns,
+    is_case_column,
+)
+from summarizer.loading import (
+    ERROR_COLUMNS,
+    bad_metrics,
+    bad_optional,
+    float_or_nan,
+    header_error,
+    row_error,
+)
+
+BOM = b"\xef\xbb\xbf"
+PAD = 64  # zero bytes after the data, so a word read past the last cell stays inside
+CHUNK_BYTES = 1 << 18  # bytes per separator scan block: scratch stays cache-sized
+CHUNK_ROWS = 8192  # rows per vectorized step: temporaries stay in cache
+MAX_PEELED = 32  # distinct values found by comparison passes; more are hashed in Python
+MAX_RECHECKS = 256  # more suspect rows than this: the file is surely invalid
+NUMBER_WIDTH = 16  # cells up to 16 bytes may take the vectorized number parser
+MAX_DIGITS = 15  # a mantissa below 2**53 converts to float64 exactly
+
+_SPACE = np.zeros(256, dtype=bool)  # what str.strip() removes, ASCII part
+_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+_HIGH_BYTES = np.array(  # keep the top n bytes of a little-endian word
+    [0, *(((1 << 64) - 1) ^ ((1 << (8 * (8 - n))) - 1) for n in range(1, 9))], dtype="<u8"
+)
+_ONES = np.uint64(0x0101010101010101)  # one 1 per byte: sums 0/1 bytes by multiplication
+_POW10 = 10 ** np.arange(NUMBER_WIDTH + 1, dtype=np.int64)
+
+
+class ScannedTable:
+    """One accepted CSV: where its cells are, and the columns a summary reads.
+
+    Text is held as it will be used, stripped (as the pandas path strips every cell).
+    Cell ends are kept only for the columns validation and summary read; a case
+    parameter is read from its line when a label needs it.
+    """
+
+    def __init__(self, source, header, legacy, buffer, line_starts, column_ends):
+        self.source = source
+        self.header = header
+        self.legacy = legacy
+        self.buffer = buffer  # the file's bytes: a read-only mmap, or bytes
+        self.bytes = np.frombuffer(buffer, dtype=np.uint8)
+        self.line_starts = line_starts
+        self.column_ends = column_ends  # column index -> position of each cell's separator
+        self.position = {name: index for index, name in enumerate(header)}
+        self._codes: dict[str, tuple[np.ndarray, list[str]]] = {}
+        self._floats: dict[str, np.ndarray] = {}
+
+    @property
+    def rows(self) -> int:
+        return len(self.line_starts)
+
+    def has(self, name: str) -> bool:
+        return name in self.position
+
+    def span(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(start, length) of every cell of a column."""
+        column = self.position[name]
+        starts = self.line_starts if column == 0 else self.column_ends[column - 1] + 1
+        return starts, self.column_ends[column] - starts
+
+    def text(self, row: int, name: str) -> str:
+        """One stripped cell ("" where the pandas path blanks legacy error columns)."""
+        if not self.has(name) or (self.legacy and name in ERROR_COLUMNS):
+            return ""
+        start, end = int(self.line_starts[row]), int(self.column_ends[len(self.header) - 1][row])
+        line = self.buffer[start:end].decode("ascii")
+        return line.split(",")[self.position[name]].strip()
+
+    def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """(integer code per row, distinct stripped texts) of a text column."""
+        if name not in self._codes:
+            if self.legacy and name == "status":
+                self._codes[name] = (np.zeros(self.rows, np.int64), [STATUS_LEGACY_OK])
+            else:
+                self._codes[name] = _stripped(*self._factorize(*self.span(name)))
+        return self._codes[name]
+
+    def floats(self, name: str) -> np.ndarray:
+        """A numeric column as float64: Python's float() of each cell, NaN when empty,
+        unparsable or not finite (what the exact reader stores)."""
+        if name not in self._floats:
+            self._floats[name] = self._numbers(*self.span(name))
+        return self._floats[name]
+
+    def _windows(self, width: int) -> np.ndarray:
+        """Every ``width``-byte window of the buffer, one per start position (a view)."""
+        count = len(self.buffer) - width + 1
+        return np.ndarray((count,), dtype=f"V{width}", buffer=self.buffer, strides=(1,))
+
+    def _equal(self, starts, lengths, value: bytes) -> np.ndarray:
+        """Which cells hold exactly these bytes, compared as little-endian words."""
+        same = lengths == len(value)
+        count = -(-len(value) // 8)
+        if not value or 8 * count > len(self.buffer):
+            return same
+        wanted = np.frombuffer(value.ljust(8 * count, b"\0"), dtype="<u8")
+        masks = np.full(count, (1 << 64) - 1, dtype="<u8")
+        masks[-1] = (1 << (8 * (len(value) - 8 * count + 8))) - 1
+        windows = self._windows(8 * count)  # a start this close to the end: shorter cell
+        starts = np.minimum(starts, len(windows) - 1)
+        for low in range(0, len(starts), CHUNK_ROWS):
+            words = windows[starts[low : low + CHUNK_ROWS]].view("<u8").reshape(-1, count)
+            part = same[low : low + CHUNK_ROWS]
+            for index in range(count):
+                part &= (words[:, index] & masks[index]) == wanted[index]
+        return same
+
+    def _factorize(self, starts, lengths) -> tuple[np.ndarray, list[str]]:
+        """Raw distinct texts: peel off one value per pass while values are few."""
+        codes = np.empty(len(starts), dtype=np.int64)
+        left = np.arange(len(starts))
+        texts: list[str] = []
+        while len(left) and len(texts) < MAX_PEELED:
+            first = int(left[0])
+            value = self.buffer[int(starts[first]) : int(starts[first] + lengths[first])]
+            if len(left) == len(starts):
+                same = self._equal(starts, lengths, value)
+            else:
+                same = self._equal(starts[left], lengths[left], value)
+            codes[left[same]] = len(texts)
+            texts.append(value.decode("ascii"))
+            left = left[~same]
+        if len(left):
+            index = {text: code for code, text in enumerate(texts)}
+            codes[left] = [
+                index.setdefault(self.buffer[s : s + n].decode("ascii"), len(index))
+                for s, n in zip(starts[left].tolist(), lengths[left].tolist(), strict=True)
+            ]
+            texts = list(index)
+        return codes, texts
+
+    def _numbers(self, starts, lengths) -> np.ndarray:
+        ends = starts + lengths
+        values = np.empty(len(starts), dtype=np.float64)
+        for low in range(0, len(starts), CHUNK_ROWS):
+            part = slice(low, low + CHUNK_ROWS)
+            values[part] = _plain_decimals(self._right_aligned(ends[part], lengths[part]))
+        for row in np.flatnonzero(np.isnan(values) & (lengths > 0)):
+            start = int(starts[row])
+            values[row] = float_or_nan(self.buffer[start : start + int(lengths[row])].decode())
+        return values
+
+    def _right_aligned(self, ends, lengths) -> np.ndarray:
+        """(rows, 16) bytes: each cell's last 16 bytes, zeros before its start.
+
+        Every cell ends after the header, which is longer than 16 bytes."""
+        windows = self._windows(NUMBER_WIDTH)[ends - NUMBER_WIDTH]
+        words = windows.view("<u8").reshape(len(ends), 2)
+        words[:, 0] &= _HIGH_BYTES[np.clip(lengths - 8, 0, 8)]
+        words[:, 1] &= _HIGH_BYTES[np.clip(lengths, 0, 8)]
+        cells = words.view(np.uint8)
+        cells[lengths > NUMBER_WIDTH] = 255  # too long: not parsed here
+        return cells
+
+
+def _stripped(codes: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Codes of stripped texts: raw values that strip alike share a code."""
+    index: dict[str, int] = {}
+    mapping = np.array([index.setdefault(text.strip(), len(index)) for text in texts], np.int64)
+    return (codes if len(index) == len(texts) else mapping[codes]), list(index)
+
+
+def _plain_decimals(cells: np.ndarray) -> np.ndarray:
+    """float() of right-aligned cells that are digits with at most one '.', else NaN.
+
+    The digits, read eight at a time as words, form an integer below 2**53 and the
+    point divides it by an exact power of ten: one rounding, so float()'s value.
+    """
+    digits = cells - np.uint8(48)
+    is_digit = digits < 10
+    is_dot = cells == 46
+    allowed = (is_digit | is_dot | (cells == 0)).view("<u8")
+    digit_bits, dot_bits = is_digit.view("<u8"), is_dot.view("<u8")
+    count = _byte_sum(digit_bits[:, 0]) + _byte_sum(digit_bits[:, 1])
+    dots = _byte_sum(dot_bits[:, 0]) + _byte_sum(dot_bits[:, 1])
+    plain = (allowed[:, 0] & allowed[:, 1]) == _ONES
+    plain &= (dots <= 1) & (count > 0) & (count <= MAX_DIGITS)
+    values = (digits * is_digit).view("<u8")
+    weighted = (_eight_digits(values[:, 0]) * 10**8 + _eight_digits(values[:, 1])).view(np.int64)
+    fraction = np.where(plain, _after_dot(digit_bits, dot_bits), 0).view(np.int64)
+    scale = _POW10[fraction]
+    right = weighted % scale  # digits after the point; those before it sit one place high
+    mantissa = right + (weighted - right) // np.where(dots > 0, 10, 1)
+    return np.where(plain, mantissa / scale, np.nan)
+
+
+def _byte_sum(words: np.ndarray) -> np.ndarray:
+    """How many bytes of each word are 1 (bytes are 0 or 1)."""
+    return (words * _ONES) >> np.uint64(56)
+
+
+def _eight_digits(words: np.ndarray) -> np.ndarray:
+    """The number whose decimal digits are a word's bytes, first byte most significant."""
+    words = (words * np.uint64(10) + (words >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+    words = (words * np.uint64(100) + (words >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    return (words * np.uint64(10000) + (words >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+
+
+def _after_dot(digit_bits: np.ndarray, dot_bits: np.ndarray) -> np.ndarray:
+    """Digits after the point: bits above the dot's byte, in its word and the next."""
+    above = [digit_bits[:, i] & ~((dot_bits[:, i] << np.uint64(1)) - np.uint64(1)) for i in (0, 1)]
+    in_first = (dot_bits[:, 0] != 0) * (_byte_sum(above[0]) + _byte_sum(digit_bits[:, 1]))
+    return _byte_sum(above[1]) + in_first
+
+
+# ------------------------------------------------------------------ the file
+
+
+def scan_table(path) -> ScannedTable | None:
+    """The table of one CSV, or None when the pandas path must read it."""
+    buffer = _plain_bytes(path)
+    if buffer is None:
+        return None
+    start = 3 if buffer[:3] == BOM else 0
+    newline = buffer.find(b"\n", start)
+    if newline < 0 or newline + 1 == len(buffer):
+        return None  # no rows: the pandas path words it
+    try:
+        header = buffer[start:newline].decode("ascii").split(",")
+    except UnicodeDecodeError:
+        return None
+    schema, error = header_error(header)
+    if error:
+        return None
+    wanted = _read_columns(header)
+    located = _locate(buffer, newline + 1, len(header), wanted)
+    if located is None:
+        return None
+    table = ScannedTable(str(path), header, schema == "legacy", buffer, *located)
+    return table if _all_rows_valid(table) else None
+
+
+def _read_columns(header: list[str]) -> list[int]:
+    """Columns whose cell ends are kept: every non-case column, the one before each
+    (where its cells start) and the last (where lines end)."""
+    used = [index for index, name in enumerate(header) if not is_case_column(name)]
+    return sorted({len(header) - 1, *used, *(index - 1 for index in used if index)})
+
+
+def _plain_bytes(path):
+    """The file's bytes (mapped, not copied), CRLF as LF; None for an irregular or
+    empty file, quotes, NUL or a lone CR."""
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+                return None
+            buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    if buffer.find(b'"') >= 0 or buffer.find(b"\0") >= 0:
+        return None
+    if buffer.find(b"\r") >= 0:
+        data = buffer[:]
+        if data.count(b"\r") != data.count(b"\r\n"):
+            return None
+        return data.replace(b"\r\n", b"\n")
+    return buffer
+
+
+def _locate(buffer, start: int, columns: int, wanted: list[int]):
+    """(line starts, {column: cell ends}), or None unless the bytes after the header
+    are ASCII lines of exactly columns - 1 commas each (none blank, short or long).
+
+    Two passes over blocks of whole lines: count the lines, then fill arrays of
+    exactly that size.  Fresh memory is slow to touch; block temporaries are reused."""
+    data = np.frombuffer(buffer, dtype=np.uint8)
+    blocks = _line_blocks(buffer, start)
+    scratch = _Scratch(max(high - low for low, high in blocks))
+    counts = [scratch.lines(data[low:high]) for low, high in blocks]
+    if None in counts:
+        return None
+    position = np.int32 if len(buffer) < 2**31 else np.int64
+    starts = np.empty(sum(counts), dtype=position)
+    ends = {column: np.empty(len(starts), dtype=position) for column in wanted}
+    row = 0
+    for (low, high), lines in zip(blocks, counts, strict=True):
+        cells = scratch.cell_ends(data[low:high], lines, columns)
+        if cells is None:
+            return None
+        starts[row] = low
+        starts[row + 1 : row + lines] = cells[:-1, -1] + (low + 1)
+        for column in wanted:
+            ends[column][row : row + lines] = cells[:, column] + low
+        row += lines
+    return starts, ends
+
+
+def _line_blocks(buffer, start: int) -> list[tuple[int, int]]:
+    """(low, high) byte ranges of about CHUNK_BYTES, each ending after a newline
+    (or at the end of the file)."""
+    blocks, low, end = [], start, len(buffer)
+    while low < end:
+        high = buffer.rfind(b"\n", low, min(low + CHUNK_BYTES, end)) + 1
+        if high <= low:  # a line longer than a block, or the last line without "\n"
+            high = buffer.find(b"\n", low) + 1 or end
+        blocks.append((low, high))
+        low = high
+    return blocks
+
+
+class _Scratch:
+    """Masks reused from block to block."""
+
+    def __init__(self, size: int):
+        self.breaks = np.empty(size, dtype=bool)
+        self.commas = np.empty(size, dtype=bool)
+        self.offsets = np.arange(size + 1, dtype=np.int32)
+        self.found = np.empty(size + 1, dtype=np.int32)
+
+    def lines(self, block: np.ndarray) -> int | None:
+        """Lines in a block of whole lines (the file's last may lack its newline);
+        None when a byte is not ASCII."""
+        if block.max() > 127:
+            return None
+        breaks = self.breaks[: len(block)]
+        np.equal(block, 10, out=breaks)
+        return int(np.count_nonzero(breaks)) + (block[-1] != 10)
+
+    def cell_ends(self, block: np.ndarray, lines: int, columns: int) -> np.ndarray | None:
+        """(lines, columns) separator offsets in a block, or None when a line has
+        another number of cells."""
+        breaks, commas = self.breaks[: len(block)], self.commas[: len(block)]
+        np.equal(block, 10, out=breaks)
+        np.equal(block, 44, out=commas)
+        commas |= breaks
+        count = int(np.count_nonzero(commas))
+        found = self.found[: count + (block[-1] != 10)]
+        np.compress(commas, self.offsets[: len(block)], out=found[:count])
+        if block[-1] != 10:  # end the file's last line at the end
+            found[count] = len(block)
+        if len(found) != lines * columns:
+            return None
+        cells = found.reshape(lines, columns)
+        if not (block[cells[:-1, -1]] == 10).all():
+            return None
+        return cells
+
+
+# ------------------------------------------------------------------ validation
+
+
+def _all_rows_valid(table: ScannedTable) -> bool:
+    """True when no row breaks a rule: vectorized checks flag rows that might, and
+    ``row_error`` (the exact rules) decides each flagged row."""
+    suspect = _rows_with(table, "api", lambda text: text == "")
+    if table.legacy:
+        success = np.ones(table.rows, dtype=bool)
+    else:
+        success = _v1_suspects(table, suspect)
+    metrics = {name: table.floats(name) for name in NUMERIC_COLUMNS}
+    suspect |= success & bad_metrics(metrics)
+    for name in table.header:
+        column = OPTIONAL_COLUMN_BY_NAME.get(name)
+        if column is not None:
+            suspect |= _bad_optional_cells(table, column)
+    rows = np.flatnonzero(suspect)
+    if len(rows) > MAX_RECHECKS:
+        return False
+    schema = "legacy" if table.legacy else "v1"
+    return all(row_error(_record(table, int(row)), schema) is None for row in rows)
+
+
+def _rows_with(table: ScannedTable, name: str, predicate) -> np.ndarray:
+    codes, texts = table.codes(name)
+    return np.isin(codes, [code for code, text in enumerate(texts) if predicate(text)])
+
+
+def _v1_suspects(table: ScannedTable, suspect: np.ndarray) -> np.ndarray:
+    """Flag rows whose version, status or error details may be wrong; the ok mask."""
+    suspect |= _rows_with(table, "schema_version", lambda text: text != SCHEMA_VERSION)
+    ok = _rows_with(table, "status", lambda text: text == STATUS_OK)
+    failed = _rows_with(table, "status", lambda text: text == STATUS_FAILED)
+    has_error = _maybe_text(table, "error_type") | _maybe_text(table, "error")
+    suspect |= ~(ok | failed) | (ok & has_error)
+    failed_rows = np.flatnonzero(failed)
+    suspect[failed_rows[~_certainly_text(table, failed_rows, "error_type", "error")]] = True
+    return ok
+
+
+def _maybe_text(table: ScannedTable, name: str) -> np.ndarray:
+    return table.span(name)[1] > 0
+
+
+def _certainly_text(table: ScannedTable, rows: np.ndarray, *names: str) -> np.ndarray:
+    """Whether one of these cells starts with a non-space byte (so is not empty)."""
+    found = np.zeros(len(rows), dtype=bool)
+    for name in names:
+        starts, lengths = table.span(name)
+        found |= (lengths[rows] > 0) & ~_SPACE[table.bytes[starts[rows]]]
+    return found
+
+
+def _bad_optional_cells(table: ScannedTable, column) -> np.ndarray:
+    if column.kind is Kind.TEXT:
+        return np.zeros(table.rows, dtype=bool)
+    if column.kind is Kind.CHOICE:
+        return _rows_with(table, column.name, lambda text: text and text not in column.choices)
+    values = table.floats(column.name)
+    return bad_optional(column, values) | (np.isnan(values) & _maybe_text(table, column.name))
+
+
+def _record(table: ScannedTable, row: int) -> dict:
+    return {name: table.text(row, name) for name in table.header}
+
+
+# ------------------------------------------------------------------ the run
+
+
+class ScannedView:
+    """The columns a summary reads (see frames.FrameView), over accepted tables in order."""
+
+    def __init__(self, paths, tables: list[ScannedTable]):
+        self.paths = list(paths)
+        self.tables = tables
+        self.valid_files = len({table.source for table in tables})
+        self.rows = sum(table.rows for table in tables)
+        names = dict.fromkeys(name for table in tables for name in table.header)
+        self.case_columns = case_columns(name for name in names if name != "api")
+        self.offsets = np.cumsum([0, *(table.rows for table in tables)])
+        self._floats: dict[str, np.ndarray] = {}
+
+    def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """Codes over all rows; ``_source`` is the file of each row."""
+        if name == "_source":
+            return self._joined(lambda table: (np.zeros(table.rows, np.int64), [table.source]))
+        return self._joined(lambda table: table.codes(name))
+
+    def _joined(self, codes_of) -> tuple[np.ndarray, list[str]]:
+        if len(self.tables) == 1:
+            return codes_of(self.tables[0])
+        index: dict[str, int] = {}
+        parts = []
+        for table in self.tables:
+            codes, texts = codes_of(table)
+            mapping = np.array([index.setdefault(text, len(index)) for text in texts], np.int64)
+            parts.append(mapping[codes])
+        return np.concatenate(parts), list(index)
+
+    def floats(self, name: str) -> np.ndarray:
+        if name not in self._floats:
+            parts = [
+                table.floats(name) if table.has(name) else np.full(table.rows, np.nan)
+                for table in self.tables
+            ]
+            self._floats[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return self._floats[name]
+
+    def _locate_rows(self, rows):
+        tables = np.searchsorted(self.offsets, rows, side="right") - 1
+        return zip(tables.tolist(), (rows - self.offsets[tables]).tolist(), strict=True)
+
+    def texts(self, name: str, rows) -> list[str]:
+        rows = np.asarray(rows, dtype=np.int64)
+        if name == "_source":
+            return [self.tables[t].source for t, _ in self._locate_rows(rows)]
+        return [self.tables[t].text(row, name) for t, row in self._locate_rows(rows)]
+
+    def labels(self, rows) -> np.ndarray:
+        """describe_case of these rows: "name=value, ..." of non-empty parameters."""
+        labels = []
+        for t, row in self._locate_rows(np.asarray(rows, dtype=np.int64)):
+            table = self.tables[t]
+            cells = ((name, table.text(row, name)) for name in self.case_columns)
+            labels.append(", ".join(f"{n}={v}" for n, v in cells if v) or "n/a")
+        return _objects(labels)
+
+    def distinct(self, name: str) -> list[str] | None:
+        """Sorted distinct non-empty texts of a column; None when no file has it."""
+        tables = [table for table in self.tables if table.has(name)]
+        if not tables:
+            return None
+        return sorted({text for table in tables for text in table.codes(name)[1] if text})
+
+    @staticmethod
+    def table(columns: dict):
+        return ColumnTable(columns)
+
+
+def _objects(values: list) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+class ColumnTable:
+    """The few DataFrame features the Markdown renderer uses: len, columns, [name]."""
+
+    def __init__(self, columns: dict):
+        self._columns = dict(columns)
+        self.columns = list(self._columns)
+
+    def __len__(self) -> int:
+        return len(next(iter(self._columns.values()))) if self._columns else 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._columns[name]
+
+
+def scan_inputs(paths) -> ScannedView | None:
+    """All files read by this reader, or None when any needs the pandas path."""
+    tables = []
+    for path in paths:
+        table = scan_table(path)
+        if table is None:
+            return None
+        tables.append(table)
+    return ScannedView(paths, tables)
