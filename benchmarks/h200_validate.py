@@ -66,6 +66,7 @@ def run_sweep(script: str, index: int, out_dir: Path, extra: list[str]) -> Sweep
     started = time.perf_counter()
     completed = subprocess.run([*command, *extra], cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - started
+    csv_path.with_suffix(".log").write_text(completed.stdout + completed.stderr, encoding="utf-8")
     if completed.returncode != 0:
         sys.stderr.write(completed.stdout[-4000:] + completed.stderr[-4000:])
     found = re.search(r"time inside timed runs ([0-9.]+) s", completed.stdout)
@@ -82,6 +83,55 @@ def run_sweep(script: str, index: int, out_dir: Path, extra: list[str]) -> Sweep
         phases.group(1) if phases else "",
         float(busy.group(1)) if busy else math.nan,
     )
+
+
+def sweeps_from_log(log: Path, out_dir: Path, scripts) -> dict[str, list[SweepRun]]:
+    """SweepRuns rebuilt from a run's "sweep N script: X s exit C" lines and its CSVs
+    (the harness's own timed-time figure is not in that log: NaN)."""
+    found: dict[str, list[SweepRun]] = {script: [] for script in scripts}
+    pattern = re.compile(r"^sweep (\d+) (\S+): ([0-9.]+) s exit (-?\d+)$")
+    for line in log.read_text(encoding="utf-8").splitlines():
+        match = pattern.match(line)
+        if match and match.group(2) in found:
+            index, script = int(match.group(1)), match.group(2)
+            csv_path = out_dir / f"sweep{index}" / f"{Path(script).stem}.csv"
+            wall, code = float(match.group(3)), int(match.group(4))
+            found[script].append(
+                SweepRun(script, index, csv_path, wall, code, math.nan, "", math.nan)
+            )
+    return found
+
+
+def _header_from_gpu(args) -> list[str]:
+    import flashinfer
+    import torch
+
+    return [
+        f"# Harness validation on {torch.cuda.get_device_name()}",
+        "",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- torch {torch.__version__}, CUDA {torch.version.cuda}, FlashInfer {flashinfer.__version__}",
+        f"- command: `python benchmarks/h200_validate.py --sweeps {args.sweeps} --l2 {args.l2}`",
+        "",
+    ]
+
+
+def _header_from_rows(rows: list[dict[str, str]], args) -> list[str]:
+    row = rows[0]
+    return [
+        f"# Harness validation on {row.get('device', '?')} (analysed from the sweeps' CSVs)",
+        "",
+        f"- analysed: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- torch {row.get('torch_version')}, {row.get('runtime')}, FlashInfer {row.get('flashinfer_version')}",
+        f"- command: `python benchmarks/h200_validate.py --from-log {args.from_log} --out {args.out}`",
+        "",
+    ]
+
+
+def _write(report: Path | None, lines: list[str]) -> None:
+    """Write the report so far (a run cut short by its time limit keeps what it measured)."""
+    if report:
+        report.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -289,22 +339,25 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--deadline-s", type=float, default=math.inf, help="start no new sweep after this many s"
     )
+    parser.add_argument(
+        "--from-log",
+        type=Path,
+        default=None,
+        help="analyse the sweeps a timed-out run left in --out (its stdout in this file): "
+        "cost, false alarms, repeatability; no GPU needed",
+    )
     args = parser.parse_args(argv)
     extra = ["--l2", args.l2]
-    import flashinfer
-    import torch
-
-    lines = [
-        f"# Harness validation on {torch.cuda.get_device_name()}",
-        "",
-        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"- torch {torch.__version__}, CUDA {torch.version.cuda}, FlashInfer {flashinfer.__version__}",
-        f"- command: `python benchmarks/h200_validate.py --sweeps {args.sweeps} --l2 {args.l2}`",
-        "",
-    ]
-    sweeps: dict[str, list[SweepRun]] = {script: [] for script in args.scripts}
+    if args.from_log:
+        sweeps = sweeps_from_log(args.from_log, args.out, args.scripts)
+        args.sweeps, args.skip_fidelity = len(sweeps[args.scripts[0]]), True
+        lines = _header_from_rows(read_rows(sweeps[args.scripts[0]][0].csv_path), args)
+    else:
+        lines = _header_from_gpu(args)
+        sweeps = {script: [] for script in args.scripts}
+    _write(args.report, lines)
     started = time.perf_counter()
-    for index in range(args.sweeps):
+    for index in range(args.sweeps if not args.from_log else 0):
         if index >= 2 and time.perf_counter() - started > args.deadline_s:
             print(f"deadline: stopping after {index} sweeps", flush=True)
             args.sweeps = index
@@ -327,16 +380,25 @@ def main(argv=None) -> int:
         timed = sum(r.timed_s for r in runs)
         codes = " ".join(str(r.exit_code) for r in runs)
         busy = sum(r.busy_s for r in runs)
+        if not math.isfinite(timed):  # --from-log: the harness's own figure was not kept
+            timed = approx
         lines.append(
             f"| {index} | {wall:.1f} | {timed:.1f} | {wall / timed if timed else math.nan:.2f} "
             f"| {approx:.1f} | {busy:.1f} | {wall / busy if busy else math.nan:.2f} | {codes} |"
         )
     lines.append("")
-    if args.sweeps:
+    if args.from_log:
+        lines += [
+            "(--from-log: GPU s in timed calls is the rows' estimate, samples x quartile mean;",
+            "the harness's own figure and phase clock were in stdout, which that run did not keep.)",
+            "",
+        ]
+    elif args.sweeps:
         lines += ["Where sweep 0's wall time went, per script (the harness's own phase clock):", ""]
         lines += [f"- {s}: {sweeps[s][0].phases}" for s in args.scripts]
         lines.append("")
 
+    _write(args.report, lines)
     if args.sweeps >= 2:
         first = [sweeps[s][0].csv_path for s in args.scripts]
         second = [sweeps[s][1].csv_path for s in args.scripts]
@@ -367,6 +429,7 @@ def main(argv=None) -> int:
         lines += [f"| {s} | {k} | {m:.4f} | {cv:.2f} |" for s, k, m, cv in worst[:15]]
         lines.append("")
 
+    _write(args.report, lines)
     if not args.skip_fidelity:
         lines += [
             f"## Fidelity (L2 {args.l2}; harness vs independent measurement, cases >= 20 us)",
@@ -400,6 +463,7 @@ def main(argv=None) -> int:
                     f"| {item.diff_pct:+.2f} | {sweep_diff:+.2f} |"
                 )
                 print(table[-1], flush=True)
+                _write(args.report, [*lines, *table])
         within = sum(d <= 3.0 for d in diffs)
         within_sweep = sum(d <= 3.0 for d in sweep_diffs)
         lines += [
@@ -410,10 +474,8 @@ def main(argv=None) -> int:
         ]
         lines += table + [""]
 
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.report:
-        args.report.write_text(report, encoding="utf-8")
+    _write(args.report, lines)
+    print("\n".join(lines))
     return 0
 
 
