@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -51,17 +50,6 @@ CASES = (
     ("bench_batch_mla", dict(batch_size=16, seq_len=1024, num_heads=128, head_dim_ckv=512, head_dim_kpe=64)),
     ("bench_batch_mla", dict(batch_size=256, seq_len=8192, num_heads=128, head_dim_ckv=512, head_dim_kpe=64)),
 )  # fmt: skip
-
-
-def clocks() -> str:
-    query = "--query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu"
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", query, "--format=csv,noheader"], capture_output=True, text=True
-        )
-        return done.stdout.strip()
-    except OSError:
-        return "n/a"
 
 
 def readings(events, n_before: int, n_run: int, calls: int) -> tuple[float, float] | None:
@@ -90,6 +78,7 @@ def readings(events, n_before: int, n_run: int, calls: int) -> tuple[float, floa
 def main() -> int:
     import h200_validate as hv
     import torch
+    from h200_timing_diagnose import clocks
 
     import bench_common
     import bench_timing as bt
