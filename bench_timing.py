@@ -3,19 +3,25 @@
 The method, in pseudo-code::
 
     estimate = warm_up(run)                    # absorbs JIT / first-call costs
-    session = timer.open(run, estimate)        # per-case calibration (profiler: kernels per call)
-    samples = []
-    while True:                                # one loop, one stop hook
-        samples += session.batch(calls)        # one sample per call (ms of GPU work)
-        if should_stop(samples, elapsed):      # noise <= target with >= min samples, or budget spent
-            break
+    check()                                    # the correctness check (the caller's)
+    sustain(run)                               # back-to-back calls: steady-state clocks
+    session = timer.open(run, estimate)        # calibration: device events per call
+    with session.record():                     # profiler: ONE recording for the whole loop
+        while True:                            # one loop, one stop hook
+            samples += session.batch(calls)    # [spin] + calls x ([flush] event run() event)
+            if should_stop(samples, elapsed):  # noise <= target with >= min samples, or budget
+                break
+    samples = session.result()                 # profiler: per-call times from the recording
     return Measurement(samples)                # median -> time_ms; quartiles, noise computed there
 
 The median, not the mean, is reported: a few samples disturbed by clocks, other processes
 or the profiler itself must not move the result.  Timers never look for kernel names: the
 profiler timer counts every kernel, memset and memcpy one ``run()`` launches, found by
 stream order (a calibration profile of one call gives the count per call), optionally
-restricted by a user pattern.
+restricted by a user pattern.  With cold L2 every timer runs the same per-call sequence as
+the CUDA-events reference (flush, event, run(), event), queued behind a spin so that no
+call waits for its own launch; the profiler reads a call from the end of its flush to the
+end of its last kernel.
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ class TimingOptions:
     warmup_min_calls: int = 3
     warmup_min_ms: float = 50.0
     warmup_max_ms: float = 250.0
-    batch_target_ms: float = 50.0  # GPU time one batch should hold (amortizes profiler start/stop)
+    batch_target_ms: float = 50.0  # GPU time per batch: how often the stop hook looks
     # Back-to-back calls before timing, so that clocks and power reach the steady state a
     # busy server sees: a GPU fresh from idle runs a compute-bound kernel ~10% faster for
     # the first tens of ms (H200: prefill 4.2 ms vs 4.7 ms sustained, sweep-to-sweep CV 8%).
