@@ -6,11 +6,12 @@ The method, in pseudo-code::
     check()                                    # the correctness check (the caller's)
     sustain(run)                               # back-to-back calls: steady-state clocks
     session = timer.open(run, estimate)        # calibration: device events per call
-    with session.record():                     # profiler: ONE recording for the whole loop
-        while True:                            # one loop, one stop hook
+    def loop():                                # one loop, one stop hook
+        while True:
             samples += session.batch(calls)    # [spin] + calls x ([flush] event run() event)
             if should_stop(samples, elapsed):  # noise <= target with >= min samples, or budget
                 break
+    session.record(loop)                       # profiler: ONE recording around the whole loop
     samples = session.result()                 # profiler: per-call times from the recording
     return Measurement(samples)                # median -> time_ms; quartiles, noise computed there
 
