@@ -863,6 +863,7 @@ class CaseRunner:
     timed_ms: float = 0.0  # time inside timed runs over all cases (for the cost ratio)
     batch_gpu_ms: float = 0.0  # GPU time of the timed batches, L2 flushes included
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
+    details: str = ""  # --verbose: how the last case was measured, printed under its line
 
     def __call__(self, case: Mapping[str, int]):
         partial: dict[str, object] = {}
@@ -897,7 +898,7 @@ class CaseRunner:
         flops = self.spec.flops(case)
         extra = {**partial, **measurement.columns(), "io_bytes": io_bytes, "flops": flops}
         if timing.verbose:
-            self.log(_describe(measurement))
+            self.details = _describe(measurement)
         return measurement.median, io_bytes, flops, extra
 
 
@@ -1115,10 +1116,13 @@ class Sweep:
         failed, index, started = 0, 0, time.monotonic()
         try:
             for index, case in enumerate(todo, 1):
+                runner.details = ""
                 record = self._one(runner, case, metadata, roofline)
                 store.put(record)
                 text = case_text(case, spec.case_fields)
                 progress.finished(_summary_line(index, len(todo), text, record))
+                if runner.details:
+                    progress.line(runner.details)
                 if record["status"] != STATUS_OK:
                     failed += 1
                     progress.line(f"  repro: {record['repro']}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import shlex
 import sys
 from types import SimpleNamespace
@@ -654,3 +655,15 @@ def test_check_without_any_output_tensor_says_so(tmp_path):
     assert sweep(spec, options) == 1
     row = read_rows(options.output)[0]
     assert row["error_type"] == "TypeError" and "nothing to check" in row["error"]
+
+
+def test_verbose_details_print_under_their_own_case(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    argv = ["--output", str(out), "--preset", "smoke", "--verbose"]
+    assert run_main(argv, timer=FakeTimer()) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cases = [i for i, line in enumerate(lines) if re.match(r"\[\d+/\d+\] ", line)]
+    assert len(cases) == 2
+    for index in cases:  # each case's line, then its measurement details
+        assert "samples, median" in lines[index + 1]
+    assert "samples, median" not in lines[cases[0] - 1]
