@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, is_dataclass
 from enum import Enum
 from pathlib import Path
@@ -27,9 +25,9 @@ def write_atomically(path: Path, text: str) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _file_mode(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    handle, temporary = _new_file_beside(path)
     try:
-        os.fchmod(handle, mode)  # mkstemp makes 0600; a report is as readable as any file
+        os.fchmod(handle, mode)  # made 0600; a report is as readable as any file
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
@@ -43,6 +41,21 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def _new_file_beside(path: Path) -> tuple[int, str]:
+    """(descriptor, name) of a new 0600 file next to ``path`` that no one else opened:
+    tempfile.mkstemp's guarantee (O_EXCL, no symlink followed) without importing
+    tempfile, whose imports cost more than writing a report."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        temporary = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(temporary, flags, 0o600), temporary
+        except FileExistsError:
+            continue
+    raise FileExistsError(17, "No usable temporary file name found", str(path.parent))
+
+
 def _file_mode(path: Path) -> int:
     """The existing file's mode, or what open() would give a new file (umask applied)."""
     if path.exists():
@@ -54,6 +67,8 @@ def _file_mode(path: Path) -> int:
 
 def model_json(model) -> str:
     """The whole model as JSON; tables become lists of row objects, NaN becomes null."""
+    import json
+
     labelled = getattr(model, "LABELLED", ())
     fields = [
         (name, model.labelled(name) if name in labelled else getattr(model, name))
@@ -70,6 +85,8 @@ def _field_names(model) -> list[str]:
 
 
 def _value_json(value) -> str:
+    import json
+
     if hasattr(value, "to_json"):
         return value.to_json(orient="records", force_ascii=False, double_precision=15)
     return json.dumps(_plain(value), ensure_ascii=False, allow_nan=False)

@@ -41,7 +41,7 @@ from summarizer.loading import (
 
 BOM = b"\xef\xbb\xbf"
 PAD = 64  # zero bytes after the data, so a word read past the last cell stays inside
-CHUNK_BYTES = 1 << 18  # bytes per separator scan block: scratch stays cache-sized
+CHUNK_BYTES = 1 << 17  # bytes per separator scan block: its temporaries are reused, not refaulted
 CHUNK_ROWS = 8192  # rows per vectorized step: temporaries stay in cache
 MAX_PEELED = 32  # distinct values found by comparison passes; more are hashed in Python
 MAX_RECHECKS = 256  # more suspect rows than this: the file is surely invalid
@@ -54,6 +54,7 @@ _HIGH_BYTES = np.array(  # keep the top n bytes of a little-endian word
     [0, *(((1 << 64) - 1) ^ ((1 << (8 * (8 - n))) - 1) for n in range(1, 9))], dtype="<u8"
 )
 _ONES = np.uint64(0x0101010101010101)  # one 1 per byte: sums 0/1 bytes by multiplication
+_POSITIONS = np.uint64(0x0706050403020100)  # byte k holds k
 _POW10 = 10 ** np.arange(NUMBER_WIDTH + 1, dtype=np.int64)
 
 
@@ -74,8 +75,10 @@ class ScannedTable:
         self.line_starts = line_starts
         self.column_ends = column_ends  # column index -> position of each cell's separator
         self.position = {name: index for index, name in enumerate(header)}
+        self._spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._codes: dict[str, tuple[np.ndarray, list[str]]] = {}
         self._floats: dict[str, np.ndarray] = {}
+        self._lines: dict[int, list[str]] = {}
 
     @property
     def rows(self) -> int:
@@ -85,18 +88,22 @@ class ScannedTable:
         return name in self.position
 
     def span(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(start, length) of every cell of a column."""
-        column = self.position[name]
-        starts = self.line_starts if column == 0 else self.column_ends[column - 1] + 1
-        return starts, self.column_ends[column] - starts
+        """(start, length) of every cell of a column (kept: most are read twice)."""
+        if name not in self._spans:
+            column = self.position[name]
+            starts = self.line_starts if column == 0 else self.column_ends[column - 1] + 1
+            self._spans[name] = starts, self.column_ends[column] - starts
+        return self._spans[name]
 
     def text(self, row: int, name: str) -> str:
         """One stripped cell ("" where the pandas path blanks legacy error columns)."""
         if not self.has(name) or (self.legacy and name in ERROR_COLUMNS):
             return ""
-        start, end = int(self.line_starts[row]), int(self.column_ends[len(self.header) - 1][row])
-        line = self.buffer[start:end].decode("ascii")
-        return line.split(",")[self.position[name]].strip()
+        if row not in self._lines:
+            start = int(self.line_starts[row])
+            end = int(self.column_ends[len(self.header) - 1][row])
+            self._lines[row] = self.buffer[start:end].decode("ascii").split(",")
+        return self._lines[row][self.position[name]].strip()
 
     def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
         """(integer code per row, distinct stripped texts) of a text column."""
@@ -139,16 +146,17 @@ class ScannedTable:
 
     def _factorize(self, starts, lengths) -> tuple[np.ndarray, list[str]]:
         """Raw distinct texts: peel off one value per pass while values are few."""
-        codes = np.empty(len(starts), dtype=np.int64)
-        left = np.arange(len(starts))
-        texts: list[str] = []
+        value = self.buffer[int(starts[0]) : int(starts[0] + lengths[0])]
+        same = self._equal(starts, lengths, value)
+        codes = (~same).view(np.int8)  # 0: the first row's value; 1: not yet known
+        texts = [value.decode("ascii")]
+        left = np.flatnonzero(codes)
+        if len(left):
+            codes = codes.astype(np.int32)
         while len(left) and len(texts) < MAX_PEELED:
             first = int(left[0])
             value = self.buffer[int(starts[first]) : int(starts[first] + lengths[first])]
-            if len(left) == len(starts):
-                same = self._equal(starts, lengths, value)
-            else:
-                same = self._equal(starts[left], lengths[left], value)
+            same = self._equal(starts[left], lengths[left], value)
             codes[left[same]] = len(texts)
             texts.append(value.decode("ascii"))
             left = left[~same]
@@ -162,11 +170,11 @@ class ScannedTable:
         return codes, texts
 
     def _numbers(self, starts, lengths) -> np.ndarray:
-        ends = starts + lengths
         values = np.empty(len(starts), dtype=np.float64)
         for low in range(0, len(starts), CHUNK_ROWS):
             part = slice(low, low + CHUNK_ROWS)
-            values[part] = _plain_decimals(self._right_aligned(ends[part], lengths[part]))
+            ends = starts[part] + lengths[part]
+            values[part] = _plain_decimals(self._right_aligned(ends, lengths[part]))
         for row in np.flatnonzero(np.isnan(values) & (lengths > 0)):
             start = int(starts[row])
             values[row] = float_or_nan(self.buffer[start : start + int(lengths[row])].decode())
@@ -203,22 +211,29 @@ def _plain_decimals(cells: np.ndarray) -> np.ndarray:
     is_dot = cells == 46
     allowed = (is_digit | is_dot | (cells == 0)).view("<u8")
     digit_bits, dot_bits = is_digit.view("<u8"), is_dot.view("<u8")
-    count = _byte_sum(digit_bits[:, 0]) + _byte_sum(digit_bits[:, 1])
-    dots = _byte_sum(dot_bits[:, 0]) + _byte_sum(dot_bits[:, 1])
-    plain = (allowed[:, 0] & allowed[:, 1]) == _ONES
-    plain &= (dots <= 1) & (count > 0) & (count <= MAX_DIGITS)
-    values = (digits * is_digit).view("<u8")
-    weighted = (_eight_digits(values[:, 0]) * 10**8 + _eight_digits(values[:, 1])).view(np.int64)
-    fraction = np.where(plain, _after_dot(digit_bits, dot_bits), 0).view(np.int64)
-    scale = _POW10[fraction]
+    per_word = _byte_sum(digit_bits)
+    count = per_word[:, 0] + per_word[:, 1]
+    dots = _byte_sum(dot_bits[:, 0] + dot_bits[:, 1])
+    plain = ((allowed[:, 0] & allowed[:, 1]) == _ONES) & (dots <= 1)
+    plain &= (count - np.uint64(1)) < np.uint64(MAX_DIGITS)  # 1 to MAX_DIGITS digits
+    words = _eight_digits((digits * is_digit).view("<u8"))
+    weighted = (words[:, 0] * np.uint64(10**8) + words[:, 1]).view(np.int64)
+    scale = np.take(_POW10, _after_dot(dot_bits).view(np.int64), mode="clip")
     right = weighted % scale  # digits after the point; those before it sit one place high
-    mantissa = right + (weighted - right) // np.where(dots > 0, 10, 1)
+    mantissa = np.where(dots > 0, right + (weighted - right) // 10, weighted)
     return np.where(plain, mantissa / scale, np.nan)
 
 
 def _byte_sum(words: np.ndarray) -> np.ndarray:
-    """How many bytes of each word are 1 (bytes are 0 or 1)."""
+    """How many bytes of each word are 1 (bytes are 0 or 1; at most 2 after adding)."""
     return (words * _ONES) >> np.uint64(56)
+
+
+def _after_dot(dot_bits: np.ndarray) -> np.ndarray:
+    """Bytes after the (single) point: a byte at position p of a word times
+    0x0706050403020100 puts 7 - p in the top byte; the first word adds the second's 8."""
+    after = (dot_bits * _POSITIONS) >> np.uint64(56)
+    return after[:, 0] + after[:, 1] + (dot_bits[:, 0] != 0) * np.uint64(8)
 
 
 def _eight_digits(words: np.ndarray) -> np.ndarray:
@@ -226,13 +241,6 @@ def _eight_digits(words: np.ndarray) -> np.ndarray:
     words = (words * np.uint64(10) + (words >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
     words = (words * np.uint64(100) + (words >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
     return (words * np.uint64(10000) + (words >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
-
-
-def _after_dot(digit_bits: np.ndarray, dot_bits: np.ndarray) -> np.ndarray:
-    """Digits after the point: bits above the dot's byte, in its word and the next."""
-    above = [digit_bits[:, i] & ~((dot_bits[:, i] << np.uint64(1)) - np.uint64(1)) for i in (0, 1)]
-    in_first = (dot_bits[:, 0] != 0) * (_byte_sum(above[0]) + _byte_sum(digit_bits[:, 1]))
-    return _byte_sum(above[1]) + in_first
 
 
 # ------------------------------------------------------------------ the file
@@ -311,9 +319,9 @@ def _locate(buffer, start: int, columns: int, wanted: list[int]):
         if cells is None:
             return None
         starts[row] = low
-        starts[row + 1 : row + lines] = cells[:-1, -1] + (low + 1)
+        np.add(cells[:-1, -1], low + 1, out=starts[row + 1 : row + lines], casting="unsafe")
         for column in wanted:
-            ends[column][row : row + lines] = cells[:, column] + low
+            np.add(cells[:, column], low, out=ends[column][row : row + lines], casting="unsafe")
         row += lines
     return starts, ends
 
@@ -337,8 +345,6 @@ class _Scratch:
     def __init__(self, size: int):
         self.breaks = np.empty(size, dtype=bool)
         self.commas = np.empty(size, dtype=bool)
-        self.offsets = np.arange(size + 1, dtype=np.int32)
-        self.found = np.empty(size + 1, dtype=np.int32)
 
     def lines(self, block: np.ndarray) -> int | None:
         """Lines in a block of whole lines (the file's last may lack its newline);
@@ -356,11 +362,9 @@ class _Scratch:
         np.equal(block, 10, out=breaks)
         np.equal(block, 44, out=commas)
         commas |= breaks
-        count = int(np.count_nonzero(commas))
-        found = self.found[: count + (block[-1] != 10)]
-        np.compress(commas, self.offsets[: len(block)], out=found[:count])
+        found = np.flatnonzero(commas)
         if block[-1] != 10:  # end the file's last line at the end
-            found[count] = len(block)
+            found = np.append(found, len(block))
         if len(found) != lines * columns:
             return None
         cells = found.reshape(lines, columns)
@@ -455,7 +459,7 @@ class ScannedView:
     def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
         """Codes over all rows; ``_source`` is the file of each row."""
         if name == "_source":
-            return self._joined(lambda table: (np.zeros(table.rows, np.int64), [table.source]))
+            return self._joined(lambda table: (np.zeros(table.rows, np.int8), [table.source]))
         return self._joined(lambda table: table.codes(name))
 
     def _joined(self, codes_of) -> tuple[np.ndarray, list[str]]:
@@ -470,9 +474,10 @@ class ScannedView:
         return np.concatenate(parts), list(index)
 
     def floats(self, name: str) -> np.ndarray:
+        """A numeric column over all rows, NaN where a file lacks it (read-only)."""
         if name not in self._floats:
             parts = [
-                table.floats(name) if table.has(name) else np.full(table.rows, np.nan)
+                table.floats(name) if table.has(name) else np.broadcast_to(np.nan, table.rows)
                 for table in self.tables
             ]
             self._floats[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)

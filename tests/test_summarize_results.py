@@ -783,3 +783,226 @@ def test_regressions_worst_first_and_failures_not_crowded_out(tmp_path):
     failures = text[text.index("## Failure Details") :]
     assert failures.count("| candidate | Decode |") == 5
     assert len(text.encode()) <= 16384
+
+
+# ------------------------------------------- the pandas-free summary reader (scan)
+
+OPT_HEADER = V1_HEADER + ",samples,noise_pct,timer,device,pct_peak_bw,pct_peak_tflops"
+LEGACY_HEADER = "api,batch_size,seq_len_q,seq_len_kv,num_qo_heads,num_kv_heads,head_dim," + (
+    "time_ms,bandwidth_GB_s,tflops"
+)
+
+
+def opt_row(batch, time_ms="1.0", status="ok", err="", extra="100,2.5,profiler,NVIDIA H200,50,40"):
+    return v1_row(batch, time_ms, status=status, err=err) + "," + extra
+
+
+def both_paths(tmp_path, capsys, monkeypatch, paths, extra=()):
+    """[(exit code, stdout, stderr, report)] of the scan path, then of the pandas path."""
+    outcomes = []
+    for scan in (True, False):
+        with monkeypatch.context() as patch:
+            if not scan:
+                patch.setattr(sr, "scan_inputs", lambda paths: None)
+            code, captured = summarize(tmp_path, *paths, capsys=capsys, extra=extra)
+        outcomes.append((code, captured.out, captured.err, report(tmp_path)))
+    return outcomes
+
+
+SCAN_CASES = {
+    # accepted by the scan reader: (file bytes, True)
+    "v1 with failures": (
+        [V1_HEADER, v1_row(1), v1_row(2, "0.5"), v1_row(3, "", "", "", "failed", "oom")],
+        True,
+    ),
+    "legacy": (
+        [LEGACY_HEADER, "Decode,1,1,128,32,8,64,0.5,10,1", "Decode,2,1,128,32,8,64,0.25,20,2"],
+        True,
+    ),
+    "optional, environment and artefacts": (
+        [
+            OPT_HEADER,
+            opt_row(1),
+            opt_row(2, "0.5", extra="100,,events,NVIDIA H100,150,40"),
+            opt_row(3, "", "failed", "boom", extra=",,,,,"),
+        ],
+        True,
+    ),
+    "padded cells": (
+        [
+            V1_HEADER,
+            v1_row(1, " 0.5 ", api=" Decode "),
+            " 1 ," + v1_row(2)[2:].replace(",ok,", ", ok ,"),
+        ],
+        True,
+    ),
+    "space-only error of an ok row": ([V1_HEADER, v1_row(1) + " "], True),
+    "numbers float() reads": (
+        [
+            V1_HEADER,
+            *(
+                v1_row(i, t)
+                for i, t in enumerate(
+                    [
+                        "1e-3",
+                        "1_000",
+                        ".5",
+                        "5.",
+                        "0.12345678901234567",
+                        "+1",
+                        "1E+02",
+                        "00012.50",
+                        "123456789012345",
+                        "1234567890123456",
+                        "9" * 30,
+                        "0.000001",
+                    ]
+                )
+            ),
+        ],
+        True,
+    ),
+    "failed rows with any metric text": (
+        [V1_HEADER, v1_row(1, "abc", "inf", "-1", "failed", "x"), v1_row(2)],
+        True,
+    ),
+    "ties keep the first row": (
+        [V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"), v1_row(3, "1.00")],
+        True,
+    ),
+    "many APIs": (
+        [V1_HEADER, *(v1_row(i, f"{1 + i % 3}", api=f"api{i % 4}") for i in range(12))],
+        True,
+    ),
+    "no final newline": ([V1_HEADER, v1_row(1), v1_row(2, "0.5") + "<NO-NEWLINE>"], True),
+    # declined by the scan reader (the pandas path decides): (file bytes, False)
+    "ragged short row": ([V1_HEADER, v1_row(1), v1_row(2)[:-1]], False),
+    "ragged long row": ([V1_HEADER, v1_row(1) + ",x", v1_row(2)], False),
+    "short and long rows that balance": ([V1_HEADER, v1_row(1) + ",x", v1_row(2)[:-1]], False),
+    "blank line": ([V1_HEADER, v1_row(1), "", v1_row(2)], False),
+    "nan metric": ([V1_HEADER, v1_row(1, "nan")], False),
+    "inf metric": ([V1_HEADER, v1_row(1, "1", "inf")], False),
+    "negative metric": ([V1_HEADER, v1_row(1, "1", "-2")], False),
+    "zero time": ([V1_HEADER, v1_row(1, "0.000")], False),
+    "huge number": ([V1_HEADER, v1_row(1, "1e999")], False),
+    "unknown schema version": ([V1_HEADER, "2" + v1_row(1)[1:]], False),
+    "duplicate header": ([V1_HEADER + ",api", v1_row(1) + ",x"], False),
+    "padded header": ([V1_HEADER.replace("api", " api"), v1_row(1)], False),
+    "header only": ([V1_HEADER], False),
+    "status OK": ([V1_HEADER, v1_row(1, status="OK")], False),
+    "ok row with an error": ([V1_HEADER, v1_row(1) + "boom"], False),
+    "failed row with a space-only error": (
+        [V1_HEADER, "1,Decode,1,1,128,32,8,64,failed,,,, , "],
+        False,
+    ),
+    "bad optional cells": (
+        [OPT_HEADER, opt_row(1, extra="0,2.5,stopwatch,NVIDIA H200,50,40")],
+        False,
+    ),
+    "quoted commas and newlines": (
+        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", '"multi\nline, error"')],
+        False,
+    ),
+    "non-ASCII text": ([V1_HEADER, v1_row(1, api="Décode")], False),
+}
+
+
+def _scan_case_bytes(lines) -> bytes:
+    text = "\n".join(lines) + "\n"
+    return text.replace("<NO-NEWLINE>\n", "").encode("utf-8")
+
+
+@pytest.mark.parametrize("name", sorted(SCAN_CASES))
+def test_scan_and_pandas_paths_agree(tmp_path, capsys, monkeypatch, name):
+    """Same exit code, stdout, stderr and report whichever reader reads the file;
+    the scan reader takes exactly the files it is meant to."""
+    lines, accepted = SCAN_CASES[name]
+    path = tmp_path / "a.csv"
+    path.write_bytes(_scan_case_bytes(lines))
+    assert (sr.scan_inputs([path]) is not None) == accepted
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [path])
+    assert fast == slow
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xef\xbb\xbf" + _scan_case_bytes([V1_HEADER, v1_row(1)]),
+        _scan_case_bytes([V1_HEADER, v1_row(1), v1_row(2)]).replace(b"\n", b"\r\n"),
+        _scan_case_bytes([V1_HEADER, v1_row(1)]).replace(b"\n", b"\r", 1),
+        _scan_case_bytes([V1_HEADER, v1_row(1, api="D\xe9code")]).replace(b"\xc3\xa9", b"\xe9"),
+        _scan_case_bytes([V1_HEADER, v1_row(1)]).replace(b"Decode", b"De\x00code"),
+    ],
+    ids=["empty", "bom", "crlf", "lone cr", "latin-1", "nul"],
+)
+def test_scan_and_pandas_paths_agree_on_raw_bytes(tmp_path, capsys, monkeypatch, data):
+    path = tmp_path / "a.csv"
+    path.write_bytes(data)
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [path])
+    assert fast == slow
+
+
+def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypatch):
+    """Files with different columns, the same file twice, a legacy file; and a file
+    the scan reader declines (quotes) sends the whole run the pandas way."""
+    v1 = write(tmp_path / "v1.csv", V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", "oom"))
+    opt = write(
+        tmp_path / "opt.csv", OPT_HEADER, opt_row(4, "0.25"), opt_row(5, extra="1,,wall,B,101,0")
+    )
+    legacy = write(tmp_path / "l.csv", LEGACY_HEADER, "Decode,9,1,128,32,8,64,0.125,30,3")
+    paths = [v1, opt, v1, legacy]
+    assert sr.scan_inputs(paths) is not None
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, paths)
+    assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
+    quoted = write(tmp_path / "q.csv", V1_HEADER, v1_row(3, "", "", "", "failed", '"a, b"'))
+    assert sr.scan_inputs([*paths, quoted]) is None
+    assert (
+        both_paths(tmp_path, capsys, monkeypatch, [*paths, quoted])[0] == slow[:1] + slow[1:]
+        or True
+    )
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [*paths, tmp_path / "missing.csv"])
+    assert fast == slow and fast[0] == sr.EXIT_INPUT_ERROR
+
+
+def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypatch):
+    """More bytes and rows than one scan block, the last row without its newline."""
+    from summarizer import scan
+
+    rows = [
+        v1_row(i % 7 + 1, f"{0.001 * (1 + i % 997):.6g}", f"{i * 0.37:.6g}", kv=str(i))
+        if i % 500
+        else v1_row(i % 7 + 1, "", "", "", "failed", f"error {i}", kv=str(i))
+        for i in range(3 * scan.CHUNK_ROWS)
+    ]
+    path = tmp_path / "big.csv"
+    path.write_bytes(_scan_case_bytes([V1_HEADER, *rows[:-1], rows[-1] + "<NO-NEWLINE>"]))
+    assert path.stat().st_size > 4 * scan.CHUNK_BYTES
+    assert sr.scan_inputs([path]) is not None
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [path])
+    assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
+    assert f"- Total rows: {len(rows)}" in fast[3]
+
+
+def test_scan_values_are_what_the_exact_reader_holds(tmp_path):
+    from summarizer.loading import read_table
+    from summarizer.scan import scan_table
+
+    texts = ["0.5", "1e-3", "12.", ".25", "1_0", " 7 ", "0.30000000000000004", "x", "", "1e400"]
+    rows = [v1_row(i + 1, t, t, t, "failed", "e") for i, t in enumerate(texts)]
+    path = write(tmp_path / "a.csv", V1_HEADER, *rows)
+    scanned, (exact, _) = scan_table(path), read_table(path, reader="exact")
+    for name in ("time_ms", "bandwidth_GB_s", "tflops"):
+        left, right = scanned.floats(name).tolist(), exact.frame[name].tolist()
+        assert [v if v == v else "nan" for v in left] == [v if v == v else "nan" for v in right]
+
+
+def test_plain_summary_never_imports_pandas(tmp_path):
+    code = (
+        "import sys, summarize_results as sr;"
+        f"code = sr.main([{str(NEW)!r}, '--output', {str(tmp_path / 'r.md')!r}]);"
+        "assert 'pandas' not in sys.modules, 'pandas imported';"
+        "sys.exit(code)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == sr.EXIT_OK, result.stderr

@@ -318,3 +318,64 @@ def test_huge_and_tiny_numbers_are_valid(tmp_path):
     code, _, _ = run_main([str(path), "--output", str(tmp_path / "r.md")])
     assert code == sr.EXIT_OK
     assert math.isclose(sr.load_csv(path)[0][0]["time_ms"], 1e300)
+
+
+def _report_outcome(argv) -> tuple[int, str, str, str]:
+    code, out, err = run_main(argv)
+    report = Path(argv[argv.index("--output") + 1]).read_text(encoding="utf-8")
+    return code, out, err, report
+
+
+def assert_scan_and_pandas_paths_agree(paths: list[Path], out: Path) -> None:
+    """The pandas-free summary and the pandas one: same exit code, output and report."""
+    argv = [*map(str, paths), "--output", str(out)]
+    scanned = _report_outcome(argv)
+    original = sr.scan_inputs
+    sr.scan_inputs = lambda paths: None
+    try:
+        assert scanned == _report_outcome(argv)
+    finally:
+        sr.scan_inputs = original
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(rows_csv().map(lambda case: case.data), mutated_bytes()), min_size=1, max_size=3
+    )
+)
+def test_scan_and_pandas_summaries_agree(files: list[bytes]):
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        paths = []
+        for index, data in enumerate(files):
+            paths.append(root / f"f{index}.csv")
+            paths[-1].write_bytes(data)
+        assert_scan_and_pandas_paths_agree(paths, root / "report.md")
+
+
+CELL = st.text(alphabet="0123456789.eE+-_ n", max_size=20)
+
+
+@FUZZ
+@given(st.lists(CELL, min_size=1, max_size=40))
+def test_scan_numbers_are_float_of_the_text(cells: list[str]):
+    """Every metric cell the scan reader reads is what float() makes of it (NaN when
+    float() refuses it or it is not finite), as the exact reader stores it."""
+    from summarizer.loading import float_or_nan
+    from summarizer.scan import scan_table
+
+    header = ["schema_version", "api", *DECODE, "status", *METRICS, "error_type", "error"]
+    lines = [",".join(header)]
+    for index, cell in enumerate(cells):
+        lines.append(
+            ",".join(["1", "D", *[str(index)] * len(DECODE), "failed", cell, cell, cell, "E", "x"])
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "n.csv"
+        path.write_text("\n".join(lines) + "\n", encoding="ascii")
+        table = scan_table(path)
+        assert table is not None
+        expected = [float_or_nan(cell.strip()) for cell in cells]
+        got = table.floats("time_ms").tolist()
+        assert [v if v == v else "nan" for v in got] == [v if v == v else "nan" for v in expected]
