@@ -284,7 +284,8 @@ def _fast_table(data: bytes, header: list[str], schema: str, source: str):
     frame = _pandas_read(data, header)
     if frame is None:
         return None
-    frame = _strip_text_columns(frame, header)
+    if _may_have_edge_spaces(data):
+        frame = _strip_text_columns(frame, header)
     suspect = _suspect_rows(frame, header, schema)
     if suspect.any():
         messages = _recheck_rows(frame, header, schema, np.flatnonzero(suspect))
@@ -307,8 +308,8 @@ def _line_count(data: bytes) -> int:
     return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
 
 
-def _prepared(data: bytes, columns: int) -> tuple[bytes, bool] | None:
-    """(bytes for pandas, whether each line ends with a marker cell), or None.
+def _prepared(data: bytes, columns: int) -> tuple[bytes, bool, int] | None:
+    """(bytes for pandas, whether each line ends with a marker cell, lines), or None.
 
     pandas pads a short row with empty cells, so a short row could pass as complete.
     Without quotes, every line is a row and a comma count proves every row full.
@@ -321,12 +322,13 @@ def _prepared(data: bytes, columns: int) -> tuple[bytes, bool] | None:
         if data.count(b"\r") != data.count(b"\r\n"):
             return None
         data = data.replace(b"\r\n", b"\n")
+    lines = _line_count(data)
     if b'"' not in data:
-        if data.count(b",") != _line_count(data) * (columns - 1):
+        if data.count(b",") != lines * (columns - 1):
             return None
-        return data, False
+        return data, False, lines
     marked = data.replace(b"\n", b",\x01\n")
-    return (marked if marked.endswith(b"\n") else marked + b",\x01"), True
+    return (marked if marked.endswith(b"\n") else marked + b",\x01"), True, lines
 
 
 def _pandas_read(data: bytes, header: list[str]):
@@ -336,8 +338,7 @@ def _pandas_read(data: bytes, header: list[str]):
     prepared = _prepared(data, len(header))
     if prepared is None:
         return None
-    data, marked = prepared
-    lines = _line_count(data)
+    data, marked, lines = prepared
     names = [*header, _SENTINEL_COLUMN] if marked else list(header)
     floats = [name for name in header if _is_float_column(name)]
     dtypes = {name: (np.float64 if name in floats else object) for name in names}
@@ -369,6 +370,31 @@ def _pandas_read(data: bytes, header: list[str]):
 def _is_float_column(name: str) -> bool:
     column = OPTIONAL_COLUMN_BY_NAME.get(name)
     return name in NUMERIC_COLUMNS or (column is not None and column.kind in NUMERIC_OPTIONAL_KINDS)
+
+
+_SPACE_BYTES = np.zeros(256, dtype=bool)  # ASCII bytes str.strip() removes, but line ends
+_SPACE_BYTES[[9, 11, 12, 28, 29, 30, 31, 32]] = True
+_STRUCTURE_BYTES = np.zeros(256, dtype=bool)  # what can sit at a cell's edge: , " newline
+_STRUCTURE_BYTES[[10, 13, 34, 44]] = True
+_SCAN_BYTES = 1 << 17
+
+
+def _may_have_edge_spaces(data: bytes) -> bool:
+    """False when no cell can start or end with whitespace, so none needs stripping:
+    ASCII, no CR, and no space-like byte next to a separator, quote or line end."""
+    if not data.isascii() or b"\r" in data:
+        return True
+    array = np.frombuffer(data, dtype=np.uint8)
+    for low in range(0, len(array), _SCAN_BYTES):
+        block = array[low : low + _SCAN_BYTES]
+        spaces = np.flatnonzero(_SPACE_BYTES[block]) + low
+        if not len(spaces):
+            continue
+        if spaces[0] == 0 or spaces[-1] == len(array) - 1:
+            return True
+        if (_STRUCTURE_BYTES[array[spaces - 1]] | _STRUCTURE_BYTES[array[spaces + 1]]).any():
+            return True
+    return False
 
 
 def _strip_text_columns(frame, header: list[str]):
