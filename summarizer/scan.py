@@ -40,7 +40,6 @@ from summarizer.loading import (
 )
 
 BOM = b"\xef\xbb\xbf"
-PAD = 64  # zero bytes after the data, so a word read past the last cell stays inside
 CHUNK_BYTES = 1 << 17  # bytes per separator scan block: its temporaries are reused, not refaulted
 CHUNK_ROWS = 8192  # rows per vectorized step: temporaries stay in cache
 MAX_PEELED = 32  # distinct values found by comparison passes; more are hashed in Python
@@ -130,18 +129,23 @@ class ScannedTable:
         """Which cells hold exactly these bytes, compared as little-endian words."""
         same = lengths == len(value)
         count = -(-len(value) // 8)
-        if not value or 8 * count > len(self.buffer):
+        if not value:
             return same
         wanted = np.frombuffer(value.ljust(8 * count, b"\0"), dtype="<u8")
         masks = np.full(count, (1 << 64) - 1, dtype="<u8")
         masks[-1] = (1 << (8 * (len(value) - 8 * count + 8))) - 1
-        windows = self._windows(8 * count)  # a start this close to the end: shorter cell
-        starts = np.minimum(starts, len(windows) - 1)
-        for low in range(0, len(starts), CHUNK_ROWS):
-            words = windows[starts[low : low + CHUNK_ROWS]].view("<u8").reshape(-1, count)
-            part = same[low : low + CHUNK_ROWS]
-            for index in range(count):
-                part &= (words[:, index] & masks[index]) == wanted[index]
+        last = len(self.buffer) - 8 * count  # the last start with a whole window
+        if last >= 0:
+            windows = self._windows(8 * count)
+            for low in range(0, len(starts), CHUNK_ROWS):
+                part = same[low : low + CHUNK_ROWS]
+                where = np.minimum(starts[low : low + CHUNK_ROWS], last)
+                words = windows[where].view("<u8").reshape(-1, count)
+                for index in range(count):
+                    part &= (words[:, index] & masks[index]) == wanted[index]
+        for row in np.flatnonzero((starts > last) & (lengths == len(value))):
+            start = int(starts[row])  # the file's last bytes: compared as bytes
+            same[row] = self.buffer[start : start + len(value)] == value
         return same
 
     def _factorize(self, starts, lengths) -> tuple[np.ndarray, list[str]]:
@@ -423,7 +427,8 @@ def _certainly_text(table: ScannedTable, rows: np.ndarray, *names: str) -> np.nd
     found = np.zeros(len(rows), dtype=bool)
     for name in names:
         starts, lengths = table.span(name)
-        found |= (lengths[rows] > 0) & ~_SPACE[table.bytes[starts[rows]]]
+        first = table.bytes[np.minimum(starts[rows], len(table.bytes) - 1)]
+        found |= (lengths[rows] > 0) & ~_SPACE[first]
     return found
 
 

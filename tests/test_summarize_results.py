@@ -875,6 +875,18 @@ SCAN_CASES = {
         True,
     ),
     "no final newline": ([V1_HEADER, v1_row(1), v1_row(2, "0.5") + "<NO-NEWLINE>"], True),
+    "last column differs at the end of the file": (
+        [V1_HEADER + ",device", v1_row(1) + ",NVIDIA H200", v1_row(2) + ",NVIDIA H100"],
+        True,
+    ),
+    "last cell empty, no final newline": (
+        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed")[:-1] + "RuntimeError,<NO-NEWLINE>"],
+        True,
+    ),
+    "short last value, no final newline": (
+        [V1_HEADER + ",timer", v1_row(1) + ",events", v1_row(2) + ",wall<NO-NEWLINE>"],
+        True,
+    ),
     # declined by the scan reader (the pandas path decides): (file bytes, False)
     "ragged short row": ([V1_HEADER, v1_row(1), v1_row(2)[:-1]], False),
     "ragged long row": ([V1_HEADER, v1_row(1) + ",x", v1_row(2)], False),
