@@ -379,3 +379,29 @@ def test_scan_numbers_are_float_of_the_text(cells: list[str]):
         expected = [float_or_nan(cell.strip()) for cell in cells]
         got = table.floats("time_ms").tolist()
         assert [v if v == v else "nan" for v in got] == [v if v == v else "nan" for v in expected]
+
+
+WORDS = st.text(alphabet="ab \t.~", max_size=19)
+
+
+@FUZZ
+@given(st.lists(st.tuples(WORDS, WORDS), min_size=1, max_size=40), st.booleans())
+def test_scan_text_columns_hold_each_cell(cells: list[tuple[str, str]], final_newline: bool):
+    """Distinct values and codes of text columns, the last one ending the file: each
+    row's code names its stripped cell."""
+    from summarizer.scan import scan_table
+
+    header = ["schema_version", "api", *DECODE, "status", *METRICS, "error_type", "error"]
+    lines = [",".join([*header, "device"])]
+    for index, (error, device) in enumerate(cells):
+        row = ["1", "D", *[str(index)] * len(DECODE), "failed", "", "", "", "E", error, device]
+        lines.append(",".join(row))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.csv"
+        path.write_text("\n".join(lines) + ("\n" if final_newline else ""), encoding="ascii")
+        table = scan_table(path)
+        assert table is not None
+        for column, name in ((0, "error"), (1, "device")):
+            codes, texts = table.codes(name)
+            assert len(set(texts)) == len(texts)
+            assert [texts[code] for code in codes] == [cell[column].strip() for cell in cells]
