@@ -2,8 +2,10 @@
 
 Importing pandas costs more than summarizing 200k rows, so a plain summary reads the
 common file here: ASCII, no quotes, no NUL or lone CR, every line exactly as wide as
-the header.  One pass finds every separator; after that only the cells a summary
-needs are read, as 8-byte words, and text is compared as distinct values.
+the header.  The file is mapped, not copied (a file truncated while it is read would
+end the process: benchmark CSVs are appended to or replaced, never cut).  One pass
+finds every separator; after that only the cells a summary needs are read, numbers
+as 8-byte words, and text is compared as distinct values.
 
 It never words an input error itself.  Anything unusual, and any row a vectorized
 check cannot vouch for that ``row_error`` then rejects, makes it return None: the
@@ -174,6 +176,8 @@ class ScannedTable:
         return codes, texts
 
     def _numbers(self, starts, lengths) -> np.ndarray:
+        """Plain decimals vectorized; Python's float() for the rest (exponents, signs,
+        long mantissas), which keeps its exact semantics."""
         values = np.empty(len(starts), dtype=np.float64)
         for low in range(0, len(starts), CHUNK_ROWS):
             part = slice(low, low + CHUNK_ROWS)
