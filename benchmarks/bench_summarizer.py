@@ -78,11 +78,11 @@ def scenarios(paths: dict[str, Path], out: Path) -> list[Scenario]:
     ]
 
 
-def measure(args: tuple[str, ...]) -> Measurement:
+def measure(args: tuple[str, ...], command: tuple[str, ...] | None = None) -> Measurement:
     """One fresh process: wall time, CPU time and peak RSS from wait4."""
     start = time.perf_counter()
     process = subprocess.Popen(
-        [sys.executable, str(SUMMARIZER), *args],
+        list(command or (sys.executable, str(SUMMARIZER), *args)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
@@ -95,6 +95,34 @@ def measure(args: tuple[str, ...]) -> Measurement:
         cpu_s=usage.ru_utime + usage.ru_stime,
         max_rss_mb=usage.ru_maxrss / 1024.0,
         exit_code=process.returncode,
+    )
+
+
+def floor(repeat: int) -> str:
+    """What no summary can beat: the interpreter starting and importing numpy."""
+    runs = [measure((), (sys.executable, "-c", "import numpy")).wall_s for _ in range(repeat)]
+    return (
+        f"- Floor, `python -c 'import numpy'`: best {min(runs):.2f} s, "
+        f"median {statistics.median(runs):.2f} s"
+    )
+
+
+def commit() -> str:
+    """The commit measured, and whether the working tree differed from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "summarize_results.py", "summarizer"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout.strip()
+    except OSError:
+        return "- Commit: unknown (no git)"
+    return f"- Commit: `{head or 'unknown'}`" + (
+        " plus uncommitted summarizer changes" if dirty else ""
     )
 
 
@@ -144,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.data_dir.mkdir(parents=True, exist_ok=True)
     paths = ensure_inputs(args.data_dir)
-    header = machine()
+    header = [*machine(), commit()]
     results = []
     for scenario in scenarios(paths, args.data_dir):
         runs = [measure(scenario.args) for _ in range(args.repeat)]
@@ -161,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- Load average when finished: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         "",
         *table(results),
+        "",
+        floor(args.repeat),
         "",
         "Wall: whole command in a fresh process (interpreter start, imports, reading, "
         "report writing). Exit 1 is expected: the inputs hold failed cases.",
