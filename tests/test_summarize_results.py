@@ -1018,3 +1018,22 @@ def test_plain_summary_never_imports_pandas(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == sr.EXIT_OK, result.stderr
+
+
+def test_escape_markdown_escapes_each_character_once_and_leaves_plain_text_alone():
+    import random
+
+    specials = {"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "_": "\\_", "#": "\\#"}
+    specials.update({"[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;"})
+
+    def oracle(text):  # character by character, line breaks normalized to <br>
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        return "<br>".join("".join(specials.get(c, c) for c in line) for line in lines)
+
+    rng = random.Random(7)
+    alphabet = "".join(specials) + "ab &<br>\r\n"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16)))
+        assert sr.escape_markdown(text) == oracle(text), repr(text)
+    plain = "BatchDecodeWithPagedKVCacheWrapper 1.5 ok"
+    assert sr.escape_markdown(plain) == plain
