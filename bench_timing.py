@@ -524,15 +524,13 @@ def _cuda_sync(device: torch.device) -> Callable[[], None]:
 
 def _event_times(body: Callable[[], object], repeats: int) -> list[float]:
     """ms of ``body`` between a CUDA event pair, ``repeats`` times (synchronizes)."""
-    pairs = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        body()
-        end.record()
-        pairs.append((start, end))
+    pairs = enqueue_calls(body, repeats)
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in pairs]
+    return _elapsed(pairs)
+
+
+def _elapsed(pairs) -> tuple[float, ...]:
+    return tuple(start.elapsed_time(end) for start, end in pairs)
 
 
 class QueueAhead:
@@ -574,44 +572,62 @@ class QueueAhead:
             ms = self.spin_ms(calls, gpu_ms_per_call, fallback_host_ms)
             torch.cuda._sleep(max(1, int(ms * self._cycles_per_ms)))
 
+    def spin(self, cycles: int) -> None:
+        """A spin of ``cycles`` when the build has a working spin kernel."""
+        if self.available:
+            try:
+                torch.cuda._sleep(cycles)
+            except Exception:  # noqa: BLE001 - a build without the spin kernel: time without it
+                self.available = False
+
     def batch(
         self,
         fn: Callable[[], object],
         calls: int,
-        flusher: L2Flusher | None,
-        mark: bool,
+        before: Callable[[], object] | None,
         gpu_ms_per_call: float,
         fallback_host_ms: float,
     ) -> list[tuple[object, object]]:
         """Spin, queue the calls (see ``enqueue_calls``), remember the CPU's time per call."""
         self.hold(calls, gpu_ms_per_call, fallback_host_ms)
         started = time.perf_counter()
-        pairs = enqueue_calls(fn, calls, flusher, mark)
+        pairs = enqueue_calls(fn, calls, before)
         self.host_ms_per_call = (time.perf_counter() - started) * 1e3 / max(calls, 1)
         return pairs
 
 
 def enqueue_calls(
-    fn: Callable[[], object], calls: int, flusher: L2Flusher | None, mark: bool
+    fn: Callable[[], object], calls: int, before: Callable[[], object] | None = None
 ) -> list[tuple[object, object]]:
-    """Queue ``calls`` x ([L2 flush] [start event] run() [end event]); the event pairs.
+    """Queue ``calls`` x ([before] [start event] fn() [end event]); the event pairs.
 
-    Every cold-L2 timer runs exactly this sequence, so the profiler and the events timer
-    time the same GPU work as CUDA events with an L2 flush before each call.
+    With the L2 flush as ``before``, every cold-L2 timer runs exactly this sequence, so the
+    profiler and the events timer time the same GPU work as CUDA events with a flush
+    before each call.
     """
     pairs = []
     for _ in range(calls):
-        if flusher is not None:
-            flusher.flush()
-        if mark:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            pairs.append((start, end))
-        else:
-            fn()
+        if before is not None:
+            before()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        pairs.append((start, end))
     return pairs
+
+
+def _queued_samples(session, calls: int, before: Callable[[], object] | None):
+    """One queued batch of a session (``timer``, ``fn``, ``estimate_ms``, ``flush_ms``,
+    ``run_ms``): spin, queue, synchronize, read the event pairs; the median is kept to
+    size the next batch's spin."""
+    timer = session.timer
+    gpu_ms = session.flush_ms + session.run_ms
+    pairs = timer.queue.batch(session.fn, calls, before, gpu_ms, session.estimate_ms)
+    timer.sync()
+    samples = _elapsed(pairs)
+    session.run_ms = statistics.median(samples) if samples else 0.0
+    return samples
 
 
 class WallTimer:
@@ -659,18 +675,9 @@ class EventsTimer:
         self.l2 = options.l2
         self.sync = _cuda_sync(device)
         self.queue = QueueAhead(options)
-        self._spin = hasattr(torch.cuda, "_sleep")
 
-    def _warm_pairs(self, fn, calls: int) -> list[tuple[object, object]]:
-        pairs = []
-        for _ in range(calls):
-            if self._spin:
-                try:
-                    torch.cuda._sleep(self.options.launch_cover_cycles)
-                except Exception:  # noqa: BLE001 - a build without the spin kernel
-                    self._spin = False
-            pairs.extend(enqueue_calls(fn, 1, None, mark=True))
-        return pairs
+    def _cover_launch(self) -> None:
+        self.queue.spin(self.options.launch_cover_cycles)
 
     def open(self, fn, estimate_ms):
         flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
@@ -688,13 +695,11 @@ class _EventsSession:
     def batch(self, calls: int) -> Batch:
         timer = self.timer
         if timer.l2 == "cold":
-            gpu_ms = self.flush_ms + self.run_ms
-            pairs = timer.queue.batch(self.fn, calls, timer.flusher, True, gpu_ms, self.estimate_ms)
+            samples = _queued_samples(self, calls, timer.flusher.flush)
         else:
-            pairs = timer._warm_pairs(self.fn, calls)
-        timer.sync()
-        samples = tuple(start.elapsed_time(end) for start, end in pairs)
-        self.run_ms = statistics.median(samples)
+            pairs = enqueue_calls(self.fn, calls, timer._cover_launch)
+            timer.sync()
+            samples = _elapsed(pairs)
         return Batch(samples, gpu_ms=sum(samples) + calls * self.flush_ms)
 
 
@@ -744,16 +749,9 @@ class _GraphSession:
         return self.calls_per_replay
 
     def batch(self, calls: int) -> Batch:
-        pairs = []
-        for _ in range(calls):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            self.graph.replay()
-            end.record()
-            pairs.append((start, end))
+        pairs = enqueue_calls(self.graph.replay, calls)
         self.timer.sync()
-        replays = tuple(s.elapsed_time(e) for s, e in pairs)
+        replays = _elapsed(pairs)
         return Batch(tuple(r / self.calls_per_replay for r in replays), gpu_ms=sum(replays))
 
 
@@ -859,13 +857,8 @@ class _ProfilerSession:
     def batch(self, calls: int) -> Batch:
         """[queue-ahead spin] + calls x ([flush] event run() event): provisional samples."""
         timer = self.timer
-        flusher = timer.flusher if timer.l2 == "cold" else None
-        gpu_ms = self.flush_ms + self.run_ms
-        pairs = timer.queue.batch(self.fn, calls, flusher, True, gpu_ms, self.estimate_ms)
-        timer.sync()
-        samples = tuple(start.elapsed_time(end) for start, end in pairs)
+        samples = _queued_samples(self, calls, timer.flusher.flush if timer.l2 == "cold" else None)
         self.calls.append(calls)
-        self.run_ms = statistics.median(samples) if samples else 0.0
         return Batch(samples)
 
     def result(self) -> list[Batch]:
