@@ -1002,14 +1002,24 @@ class MeasureLoop:
     clock: Callable[[], float] = time.perf_counter
     stop: Callable[[Sequence[float], float, TimingOptions], bool] = should_stop
     batches: list[int] = field(default_factory=list)  # calls per batch, for inspection
+    # "timing": the loop itself; "readout": the rest (profiler start, stop and trace reading)
+    phases: PhaseClock = field(default_factory=lambda: PhaseClock())
 
     def run(self, session: TimerSession, estimate_ms: float, timer: Timer) -> Measurement:
         samples: list[float] = []  # what the stop hook sees
         start = self.clock()
         runs = getattr(session, "runs_per_sample", 1)  # a CUDA-graph sample replays several runs
         batches: list[Batch] = []
+        looped = [start, start]  # when the loop body began and ended
 
         def loop() -> None:
+            looped[0] = self.clock()
+            try:
+                sample_until_stop()
+            finally:
+                looped[1] = self.clock()
+
+        def sample_until_stop() -> None:
             per_call = estimate_ms
             while True:
                 remaining = self.options.max_time_s - (self.clock() - start)
@@ -1027,6 +1037,9 @@ class MeasureLoop:
             batches = session.result()
         else:
             loop()
+        body = looped[1] - looped[0]
+        self.phases.add("timing", body)
+        self.phases.add("readout", self.clock() - start - body)
         return _measurement(batches, timer, runs)
 
 
@@ -1066,8 +1079,8 @@ def sustain(
 
 @dataclass
 class PhaseClock:
-    """Wall seconds per phase of a sweep (prepare, warm-up, check, sustain, timing), so the
-    sweep can say where its time went."""
+    """Wall seconds per phase of a sweep (prepare, warm-up, check, sustain, calibrate,
+    timing, readout), so the sweep can say where its time went."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     clock: Callable[[], float] = time.perf_counter
@@ -1077,7 +1090,10 @@ class PhaseClock:
         try:
             return body()
         finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + self.clock() - started
+            self.add(phase, self.clock() - started)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
     def describe(self) -> str:
         return ", ".join(f"{name} {value:.1f} s" for name, value in self.seconds.items())
@@ -1098,8 +1114,5 @@ def measure(
     phases.run("check", after_warm_up)
     phases.run("sustain", lambda: sustain(fn, timer, options, estimate, clock))
 
-    def timing() -> Measurement:
-        session = timer.open(fn, estimate)
-        return MeasureLoop(options, clock).run(session, estimate, timer)
-
-    return phases.run("timing", timing)
+    session = phases.run("calibrate", lambda: timer.open(fn, estimate))
+    return MeasureLoop(options, clock, phases=phases).run(session, estimate, timer)

@@ -532,6 +532,29 @@ def test_measure_loop_reports_the_recordings_samples_not_the_provisional_ones():
     assert m.batch_gpu_ms == pytest.approx(2.0 * len(m.samples))
 
 
+def test_measure_loop_books_profiler_start_stop_and_reading_as_readout():
+    clock = FakeClock()
+
+    class Recording:
+        def record(self, loop):
+            clock.now += 0.25  # profiler start
+            loop()
+            clock.now += 0.5  # profiler stop and trace reading
+
+        def batch(self, calls):
+            clock.now += 0.1
+            return bt.Batch((1.0,) * calls)
+
+        def result(self):
+            clock.now += 0.125  # attribution
+            return [bt.Batch((1.0,) * 10)]
+
+    options = bt.TimingOptions(min_measure_ms=0.0, min_samples=10, max_time_s=100)
+    loop = bt.MeasureLoop(options, clock)
+    loop.run(Recording(), 1.0, FAKE_TIMER)
+    assert loop.phases.seconds == pytest.approx({"timing": 0.1, "readout": 0.875})
+
+
 @pytest.mark.parametrize(
     ("attribution", "l2", "effective"),
     [
@@ -696,5 +719,7 @@ def test_measure_checks_then_sustains_then_times():
     m = bt.measure(run, GpuTimer(), options, clock, lambda: trace.append("check"), phases)
     check, opened = trace.index("check"), trace.index("open")
     assert 0 < check < opened and trace[check + 1 : opened] == ["call"] * 10  # 10 ms / 1 ms
-    assert m.median == 1.0 and list(phases.seconds) == ["warm-up", "check", "sustain", "timing"]
+    assert m.median == 1.0 and list(phases.seconds) == [
+        "warm-up", "check", "sustain", "calibrate", "timing", "readout"
+    ]  # fmt: skip
     assert phases.seconds["sustain"] == pytest.approx(0.010)

@@ -1,0 +1,139 @@
+"""Where a sweep's time goes that is not a timed run(): process start, profiler start and
+stop, trace reading, the L2 flush.  Prints a short Markdown report (run on a GPU machine).
+
+    python benchmarks/h200_cost_probe.py [--calls 1000 4000 16000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STARTUP = """
+import time, json
+t = [time.perf_counter()]
+import torch; t.append(time.perf_counter())
+torch.zeros(1, device="cuda"); torch.cuda.synchronize(); t.append(time.perf_counter())
+try:
+    import flashinfer  # noqa: F401
+except Exception:
+    pass
+t.append(time.perf_counter())
+import bench_common  # noqa: F401
+t.append(time.perf_counter())
+print(json.dumps([b - a for a, b in zip(t, t[1:])]))
+"""
+
+
+def startup_table() -> list[str]:
+    """Seconds for import torch, CUDA context, import flashinfer, the harness's own modules."""
+    import json
+
+    runs = []
+    for _ in range(3):
+        started = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "-c", STARTUP], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+        total = time.perf_counter() - started
+        runs.append([*json.loads(out.strip().splitlines()[-1]), total])
+    names = ["import torch", "CUDA context", "import flashinfer", "import bench_common", "total"]
+    best = [min(r[i] for r in runs) for i in range(len(names))]
+    return [
+        "| step | best of 3, s |",
+        "|---|---:|",
+        *(f"| {n} | {b:.2f} |" for n, b in zip(names, best, strict=True)),
+    ]
+
+
+def profiler_table(call_counts) -> list[str]:
+    """Wall ms of profiler start, stop and reading for loops of N event-timed tiny calls."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import bench_timing as bt
+
+    x = torch.randn(1024, device="cuda")
+    rows = [
+        "| calls | loop ms | start ms | stop ms | read ms | raw events | device events |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for calls in (0, *call_counts):
+        timings = []
+        for _ in range(3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof.__enter__()
+            t1 = time.perf_counter()
+            bt.enqueue_calls(lambda: x.add_(1.0), calls, before=lambda: x.mul_(0.5))
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            prof.__exit__(None, None, None)
+            t3 = time.perf_counter()
+            raw = list(prof.profiler.kineto_results.events())
+            events = bt.device_events_from_kineto(raw)
+            t4 = time.perf_counter()
+            timings.append(((t2 - t1), (t1 - t0), (t3 - t2), (t4 - t3), len(raw), len(events)))
+        loop, start, stop, read, raw, dev = (
+            statistics.median(c) for c in zip(*timings, strict=True)
+        )
+        rows.append(
+            f"| {calls} | {loop * 1e3:.0f} | {start * 1e3:.1f} | {stop * 1e3:.1f} | "
+            f"{read * 1e3:.1f} | {raw:.0f} | {dev:.0f} |"
+        )
+    return rows
+
+
+def flush_table() -> list[str]:
+    """GPU us of L2 flush variants (CUDA events, median of 50)."""
+    import torch
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    variants = {
+        "bitwise_not_ 2x L2 (harness)": (2 * l2, lambda b: b.bitwise_not_()),
+        "zero_ 2x L2": (2 * l2, lambda b: b.zero_()),
+        "zero_ 1x L2 (nvbench)": (l2, lambda b: b.zero_()),
+    }
+    rows = [f"L2 reported: {l2 / 2**20:.1f} MiB", "", "| flush | GPU us |", "|---|---:|"]
+    for name, (size, body) in variants.items():
+        buffer = torch.empty(size, dtype=torch.uint8, device="cuda")
+        for _ in range(5):
+            body(buffer)
+        pairs = []
+        for _ in range(50):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            body(buffer)
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+        us = statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e3
+        rows.append(f"| {name} | {us:.1f} |")
+        del buffer
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, nargs="+", default=[1000, 4000, 16000])
+    args = parser.parse_args()
+    import torch
+
+    print(f"# Cost probe on {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
+    print("## Process start\n", *startup_table(), sep="\n")
+    print("\n## Profiler start, stop and reading (tiny kernel, flush stand-in, event pair)\n")
+    print(*profiler_table(args.calls), sep="\n")
+    print("\n## L2 flush\n", *flush_table(), sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
