@@ -27,6 +27,7 @@ end of its last kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -51,6 +52,7 @@ DEVICE_ACTIVITIES = frozenset(("kernel", "gpu_memset", "gpu_memcpy"))
 SIMILAR_WARMUP_FRACTION = 0.15  # two warm-up calls within 15% of each other are "similar"
 KERNEL_NAME_LIMIT = 100
 SUSTAIN_CHUNK_MS = 10.0  # the sustain phase checks the clock after about this much work
+SUSTAIN_STEADY_CHUNKS = 3
 
 
 class TimingError(RuntimeError):
@@ -89,6 +91,11 @@ class TimingOptions:
     # busy server sees: a GPU fresh from idle runs a compute-bound kernel ~10% faster for
     # the first tens of ms (H200: prefill 4.2 ms vs 4.7 ms sustained, sweep-to-sweep CV 8%).
     sustain_ms: float = 200.0
+    # ... ending earlier, after at least sustain_min_ms, once the last SUSTAIN_STEADY_CHUNKS
+    # chunks of calls took GPU times within sustain_steady_pct of each other: a GPU that
+    # the previous case kept busy is already there.
+    sustain_min_ms: float = 50.0
+    sustain_steady_pct: float = 1.0
     min_measure_ms: float = 300.0  # the stop hook waits at least this long (wall)
     min_batch_calls: int = 10
     max_batch_calls: int = 1000
@@ -380,9 +387,13 @@ def _call_time_ms(
 @dataclass(frozen=True)
 class Calibration:
     """Device events one run() launches, one L2 flush launches (0 when L2 stays warm) and
-    the batch's lead launches (the queue-ahead spin; 0 when the build has none)."""
+    the batch's lead launches (the queue-ahead spin; 0 when the build has none).
 
-    call_count: int
+    ``call_count`` None: not known yet; a recording of whole batches tells it (see
+    ``infer_call_layout``), which spares a profiler session per case.
+    """
+
+    call_count: int | None
     flush_count: int = 0
     call_names: frozenset[str] = frozenset()
     flush_names: frozenset[str] = frozenset()
@@ -492,7 +503,12 @@ def l2_flush_bytes(properties) -> tuple[int, str]:
 
 
 class L2Flusher:
-    """Evicts the L2 by rewriting a buffer twice its size (allocated on first use)."""
+    """Evicts the L2 by writing a buffer twice its size (allocated on first use).
+
+    Writing only, as Triton's ``do_bench`` zeroes its buffer and nvbench memsets one L2
+    size: H200, 2 x 60 MiB, 41 us a flush, where reading and writing it took 79 us
+    (``benchmarks/results/h200_cost``): half the GPU time of a small case's timed loop.
+    """
 
     def __init__(self, device: torch.device, log: Callable[[str], None] = lambda _: None):
         self.device = device
@@ -512,7 +528,7 @@ class L2Flusher:
             size, note = l2_flush_bytes(torch.cuda.get_device_properties(self.device))
             self._log(note)
             self._buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-        self._buffer.bitwise_not_()  # reads and writes every byte, new values each time
+        self._buffer.zero_()
 
 
 # ---------------------------------------------------------------- timers
@@ -549,6 +565,7 @@ class QueueAhead:
         self.available = hasattr(torch.cuda, "_sleep")
         self.host_ms_per_call: float | None = None
         self._cycles_per_ms: float | None = None
+        self.events = EventPool()
 
     def spin_ms(self, calls: int, gpu_ms_per_call: float, fallback_host_ms: float) -> float:
         host = self.host_ms_per_call if self.host_ms_per_call is not None else fallback_host_ms
@@ -591,29 +608,48 @@ class QueueAhead:
         """Spin, queue the calls (see ``enqueue_calls``), remember the CPU's time per call."""
         self.hold(calls, gpu_ms_per_call, fallback_host_ms)
         started = time.perf_counter()
-        pairs = enqueue_calls(fn, calls, before)
+        pairs = enqueue_calls(fn, calls, before, self.events)
         self.host_ms_per_call = (time.perf_counter() - started) * 1e3 / max(calls, 1)
         return pairs
 
 
+class EventPool:
+    """Timing events kept for the next batch, whose pairs are read before it is queued.
+
+    Creating two events per call cost host time and, under the profiler, two more runtime
+    records per call to collect and read back.
+    """
+
+    def __init__(self):
+        self._pairs: list[tuple[object, object]] = []
+
+    def take(self, count: int) -> list[tuple[object, object]]:
+        while len(self._pairs) < count:
+            self._pairs.append(
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            )
+        return self._pairs[:count]
+
+
 def enqueue_calls(
-    fn: Callable[[], object], calls: int, before: Callable[[], object] | None = None
+    fn: Callable[[], object],
+    calls: int,
+    before: Callable[[], object] | None = None,
+    pool: EventPool | None = None,
 ) -> list[tuple[object, object]]:
     """Queue ``calls`` x ([before] [start event] fn() [end event]); the event pairs.
 
     With the L2 flush as ``before``, every cold-L2 timer runs exactly this sequence, so the
     profiler and the events timer time the same GPU work as CUDA events with a flush
-    before each call.
+    before each call.  Events come from ``pool`` when given (read them before reusing it).
     """
-    pairs = []
-    for _ in range(calls):
+    pairs = (pool or EventPool()).take(calls)
+    for start, end in pairs:
         if before is not None:
             before()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
-        pairs.append((start, end))
     return pairs
 
 
@@ -697,7 +733,7 @@ class _EventsSession:
         if timer.l2 == "cold":
             samples = _queued_samples(self, calls, timer.flusher.flush)
         else:
-            pairs = enqueue_calls(self.fn, calls, timer._cover_launch)
+            pairs = enqueue_calls(self.fn, calls, timer._cover_launch, timer.queue.events)
             timer.sync()
             samples = _elapsed(pairs)
         return Batch(samples, gpu_ms=sum(samples) + calls * self.flush_ms)
@@ -743,13 +779,14 @@ class _GraphSession:
     timer: CudaGraphTimer
     graph: object
     calls_per_replay: int
+    events: EventPool = field(default_factory=EventPool)
 
     @property
     def runs_per_sample(self) -> int:
         return self.calls_per_replay
 
     def batch(self, calls: int) -> Batch:
-        pairs = enqueue_calls(self.graph.replay, calls)
+        pairs = enqueue_calls(self.graph.replay, calls, pool=self.events)
         self.timer.sync()
         replays = _elapsed(pairs)
         return Batch(tuple(r / self.calls_per_replay for r in replays), gpu_ms=sum(replays))
@@ -804,23 +841,20 @@ class ProfilerTimer:
         return self._lead_events
 
     def open(self, fn, estimate_ms):
+        """A session for one case.  run()'s own event count comes from the case's recording
+        (``infer_call_layout``), not from a profiler session of its own: each cost about
+        0.2 s of wall time on the H200, a fifth of a sweep."""
         lead = self._lead_calibration()
         flush = self._flush_calibration()
-        call = self._profile(fn, self.sync)
-        if not call:
-            raise NoKernelCaptured(
-                "the profiler captured no GPU kernel for one run() (does run() launch work on "
-                f"{self.device}? is the device profiler usable here? --timer events does not need it)"
-            )
         if self.l2 == "cold" and not flush:
-            raise TimingError(
-                "the profiler saw run()'s kernels but not the L2 flush's: cannot separate them; "
-                "use --l2 warm or --timer events"
+            raise NoKernelCaptured(
+                "the profiler captured no GPU kernel for the L2 flush, so not the L2 flush's "
+                "kernels apart from run()'s either (is the device profiler usable on "
+                f"{self.device}? --timer events does not need it; --l2 warm needs no flush)"
             )
         calibration = Calibration(
-            call_count=len(call),
+            call_count=None,
             flush_count=len(flush),
-            call_names=frozenset(e.name for e in call),
             flush_names=frozenset(e.name for e in flush),
             lead_count=len(lead),
             lead_names=frozenset(e.name for e in lead),
@@ -872,6 +906,28 @@ class _ProfilerSession:
         )
 
 
+def infer_call_layout(
+    events: Sequence[DeviceEvent], calls: Sequence[int], calibration: Calibration
+) -> Calibration | None:
+    """The calibration completed with run()'s event count and names, from a recording of
+    batches ``calls`` (each [lead] + calls x ([flush] run())), sorted by start.
+
+    The count is the one that divides the recording evenly, with or without the leads,
+    and its names are the first call's; None when no count >= 1 fits.
+    """
+    total = sum(calls)
+    for lead in dict.fromkeys((calibration.lead_count, 0)):
+        body = len(events) - lead * len(calls)
+        if total <= 0 or body <= 0 or body % total:
+            continue
+        count = body // total - calibration.flush_count
+        if count >= 1:
+            first = events[lead + calibration.flush_count : lead + calibration.flush_count + count]
+            names = frozenset(e.name for e in first)
+            return dataclasses.replace(calibration, call_count=count, call_names=names)
+    return None
+
+
 def attribute_recording(
     events: Sequence[DeviceEvent],
     calls: Sequence[int],
@@ -886,6 +942,11 @@ def attribute_recording(
     gives one mean sample (see ``attribute_events``).
     """
     events = sorted(events, key=lambda e: e.start_ns)
+    if calibration.call_count is None:
+        inferred = infer_call_layout(events, calls, calibration)
+        if inferred is None:
+            return [_batch_mean(events, sum(calls), calibration, pattern)]
+        calibration = inferred
     group = calibration.flush_count + calibration.call_count
     body = sum(calls) * group
     for lead in dict.fromkeys((calibration.lead_count, 0)):
@@ -1052,29 +1113,46 @@ def _measurement(batches: Sequence[Batch], timer: Timer, runs: int) -> Measureme
     return Measurement(samples, timer.name, timer.l2, names, runs, split, gpu_ms)
 
 
+def is_steady(chunk_ms: Sequence[float], elapsed_ms: float, options: TimingOptions) -> bool:
+    """Sustained long enough: ``sustain_ms`` spent, or ``sustain_min_ms`` spent and the
+    last chunks' GPU times agree within ``sustain_steady_pct`` (clocks settled)."""
+    if elapsed_ms >= options.sustain_ms:
+        return True
+    last = sorted(chunk_ms[-SUSTAIN_STEADY_CHUNKS:])
+    if elapsed_ms < options.sustain_min_ms or len(last) < SUSTAIN_STEADY_CHUNKS:
+        return False
+    return last[-1] - last[0] <= options.sustain_steady_pct / 100.0 * quantile(last, 0.5)
+
+
 def sustain(
     fn: Callable[[], object],
     timer: Timer,
     options: TimingOptions,
     estimate_ms: float,
     clock: Callable[[], float] = time.perf_counter,
-) -> None:
-    """Keep the GPU busy with back-to-back calls (L2 flushes included when cold) for
-    ``sustain_ms`` of wall time, so timing starts at steady-state clocks; a no-op on the
-    CPU.  Chunks of about ``SUSTAIN_CHUNK_MS`` of calls, synchronized, until the time is up."""
+) -> int:
+    """Keep the GPU busy with back-to-back calls (L2 flushes included when cold) until
+    ``is_steady``, so timing starts at steady-state clocks; a no-op on the CPU.  Chunks of
+    about ``SUSTAIN_CHUNK_MS`` of calls between a CUDA event pair, synchronized.  Returns
+    the number of chunks run."""
     if timer.name == CPU_TIMER or options.sustain_ms <= 0:
-        return
+        return 0
     flusher = getattr(timer, "flusher", None) if timer.l2 == "cold" else None
     chunk = _clamp(math.ceil(SUSTAIN_CHUNK_MS / max(estimate_ms, 1e-3)), 1, 1000)
-    deadline = clock() + options.sustain_ms / 1e3
+    started = clock()
+    chunk_ms: list[float] = []
     while True:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
         for _ in range(chunk):
             if flusher is not None:
                 flusher.flush()
             fn()
+        end.record()
         timer.sync()
-        if clock() >= deadline:
-            return
+        chunk_ms.append(begin.elapsed_time(end))
+        if is_steady(chunk_ms, (clock() - started) * 1e3, options):
+            return len(chunk_ms)
 
 
 @dataclass

@@ -577,10 +577,63 @@ def test_profiler_timer_warm_l2_has_no_flush():
     assert "flush" not in trace
 
 
-def test_profiler_timer_no_kernel_is_an_error():
-    timer, _ = make_profiler([])
-    with pytest.raises(bt.NoKernelCaptured):
-        timer.open(lambda: None, 0.1)
+@pytest.mark.parametrize("cold", [True, False])
+def test_profiler_timer_no_kernel_is_an_error(cold):
+    timer, trace = make_profiler([], cold=cold)
+    session = timer.open(lambda: trace.append("call"), 0.1)
+    with pytest.raises(bt.NoKernelCaptured, match="no GPU kernel for run"):
+        recorded(session, 3, 2)
+
+
+def test_profiler_timer_opens_a_case_without_a_profiler_session_of_its_own():
+    timer, trace = make_profiler([("attn", 20_000), ("merge", 3_000)])
+    sessions = []
+    original = timer._profile
+    timer._profile = lambda body, sync: sessions.append(body) or original(body, sync)
+    timer.open(lambda: trace.append("call"), 0.1)  # the flush calibration: once per timer
+    sessions.clear()
+    session = timer.open(lambda: trace.append("call"), 0.1)
+    assert sessions == [] and session.calibration.call_count is None
+    (batch,) = recorded(session, 4)
+    assert len(sessions) == 1 and batch.per_call and batch.kernels == {"attn", "merge"}
+
+
+def test_call_layout_is_inferred_from_the_recording():
+    spin = ("spin_kernel", 400_000)
+    cal = bt.Calibration(
+        None, 1, flush_names=frozenset({"flush_kernel"}), lead_count=1,
+        lead_names=frozenset({"spin_kernel"}),
+    )  # fmt: skip
+    events, t = [], 0
+    for calls in (3, 2):
+        events.append(ev(spin[0], t, spin[1]))
+        t += spin[1] + 1_000
+        events += [dataclasses.replace(e, start_ns=e.start_ns + t) for e in interleaved(calls)]
+        t = events[-1].end_ns + 1_000
+    inferred = bt.infer_call_layout(events, [3, 2], cal)
+    assert inferred.call_count == 2 and inferred.call_names == {"attn", "merge"}
+    batches = bt.attribute_recording(events, [3, 2], cal, attribution="stream")
+    assert [b.samples_ms for b in batches] == [
+        pytest.approx((0.046,) * 3),
+        pytest.approx((0.046,) * 2),
+    ]
+    # a build whose profiler did not show the spin: the count still fits without leads
+    no_spin = [e for e in events if e.name != "spin_kernel"]
+    assert bt.infer_call_layout(no_spin, [3, 2], cal).call_count == 2
+    # one event lost: no count fits; one mean sample over everything but spin and flush
+    assert bt.infer_call_layout(events[:-1], [3, 2], cal) is None
+    (mean,) = bt.attribute_recording(events[:-1], [3, 2], cal)
+    assert not mean.per_call and mean.samples_ms == pytest.approx(((5 * 0.044 - 0.004) / 5,))
+
+
+def test_profiler_timer_without_a_visible_flush_fails_before_timing():
+    timer, trace = make_profiler([("attn", 20_000)])
+    original = timer._profile
+    timer._profile = lambda body, sync: [
+        e for e in original(body, sync) if e.name != "flush_kernel"
+    ]
+    with pytest.raises(bt.NoKernelCaptured, match="not the L2 flush"):
+        timer.open(lambda: trace.append("call"), 0.1)
 
 
 def test_make_timer_on_cpu_is_wall_clock():
@@ -638,18 +691,6 @@ def test_attribution_misaligned_groups_fall_back_to_batch_mean():
     events[3] = ev("merge", events[3].start_ns, 4_000)  # and call 2's flush is missing
     batch = bt.attribute_events(events, 2, CAL)
     assert batch.samples_ms == pytest.approx(((40 + 40 + 4 + 40 + 4) / 1000 / 2,))
-
-
-def test_profiler_timer_refuses_to_guess_when_the_flush_is_invisible():
-    timer, trace = make_profiler([("attn", 20_000)])
-    original = timer._profile
-
-    def profile_without_flush(body, sync):
-        return [e for e in original(body, sync) if e.name != "flush_kernel"]
-
-    timer._profile = profile_without_flush
-    with pytest.raises(bt.TimingError, match="not the L2 flush"):
-        timer.open(lambda: trace.append("call"), 0.1)
 
 
 def test_loop_records_when_a_batch_could_not_be_split_per_call():
@@ -723,3 +764,46 @@ def test_measure_checks_then_sustains_then_times():
         "warm-up", "check", "sustain", "calibrate", "timing", "readout"
     ]  # fmt: skip
     assert phases.seconds["sustain"] == pytest.approx(0.010)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "elapsed", "steady"),
+    [
+        ([1.0, 1.0, 1.0], 40.0, False),  # settled, but before sustain_min_ms
+        ([1.0, 1.0, 1.0], 60.0, True),
+        ([1.0, 1.0], 60.0, False),  # too few chunks to judge
+        ([0.90, 0.95, 1.0], 60.0, False),  # still slowing down (clocks dropping)
+        ([0.90, 0.95, 1.0, 1.004, 0.998], 90.0, True),
+        ([0.90, 0.95, 1.0], 200.0, True),  # sustain_ms spent: stop regardless
+    ],
+)
+def test_sustain_is_steady_when_the_last_chunks_agree(chunks, elapsed, steady):
+    options = bt.TimingOptions(sustain_ms=200.0, sustain_min_ms=50.0, sustain_steady_pct=1.0)
+    assert bt.is_steady(chunks, elapsed, options) is steady
+
+
+def test_sustain_stops_once_steady_and_runs_the_full_time_otherwise(monkeypatch):
+    clock = FakeClock()
+    chunk_times = iter([])
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self, stream=None):
+            pass
+
+        def elapsed_time(self, end):
+            return next(chunk_times)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+
+    def run():
+        clock.now += 0.001
+
+    timer = SimpleNamespace(name="events", l2="warm", sync=lambda: None)
+    options = bt.TimingOptions(sustain_ms=200.0, sustain_min_ms=50.0)
+    chunk_times = iter([10.0] * 100)  # 10 ms chunks of 1 ms calls, all alike
+    assert bt.sustain(run, timer, options, 1.0, clock) == 5  # 50 ms: the minimum
+    clock.now, chunk_times = 0.0, iter([10.0 + 0.2 * i for i in range(100)])  # drifting
+    assert bt.sustain(run, timer, options, 1.0, clock) == 20  # the whole 200 ms
