@@ -54,7 +54,7 @@ from summarizer.model import (
     summary_plot_rows,
 )
 from summarizer.output import model_json, write_atomically
-from summarizer.scan import scan_inputs
+from summarizer.scan import scan_inputs, scan_runs
 
 __all__ = [
     "CASE_COLUMN_ORDER",
@@ -275,13 +275,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_INPUT_ERROR
     if args.baseline is not None:
-        from summarizer.regression import compare
-
-        model = compare(
-            load_inputs(args.baseline, "baseline"),
-            load_inputs(args.candidate, "candidate"),
-            Gate(args.fail_on_regression),
-        )
+        model = _regression(args, options, plots_module)
     else:
         model = _summary(args.csv, options, plots_module)
     return _report(model, options, plots_module)
@@ -295,6 +289,22 @@ def _summary(paths, options: ReportOptions, plots_module):
     if options.json_path is None and plots_module is None:
         scanned = scan_inputs(paths)
     return summarize(scanned if scanned is not None else load_inputs(paths))
+
+
+def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
+    """The regression model.  A Markdown-only comparison of files the pandas-free
+    reader accepts skips pandas, as a summary does; anything else goes the pandas way."""
+    from summarizer.regression import compare, compare_scanned
+
+    gate = Gate(args.fail_on_regression)
+    if options.json_path is None and plots_module is None:
+        scanned = scan_runs(args.baseline, args.candidate)
+        model = compare_scanned(*scanned, gate) if scanned is not None else None
+        if model is not None:
+            return model
+    return compare(
+        load_inputs(args.baseline, "baseline"), load_inputs(args.candidate, "candidate"), gate
+    )
 
 
 def _report(model, options: ReportOptions, plots_module) -> int:

@@ -77,13 +77,13 @@ def frame_case_columns(frame) -> list[str]:
     return case_columns(name for name in frame.columns if name != "api")
 
 
-def success_mask(frame) -> np.ndarray:
-    status = frame["status"].to_numpy()
+def success_mask(status: np.ndarray) -> np.ndarray:
+    """Rows of these statuses that succeeded."""
     return np.isin(status, np.array(sorted(SUCCESS_STATUSES), dtype=object))
 
 
-def failed_mask(frame) -> np.ndarray:
-    return frame["status"].to_numpy() == STATUS_FAILED
+def failed_mask(status: np.ndarray) -> np.ndarray:
+    return status == STATUS_FAILED
 
 
 def case_labels(frame, columns: list[str]) -> np.ndarray:
@@ -111,11 +111,12 @@ def optional_floats(frame, name: str) -> np.ndarray:
     return frame[name].to_numpy(dtype=np.float64)
 
 
-def noise_pct(frame) -> np.ndarray:
-    """Measured noise of each row in %: noise_pct, else the quartile range over time_ms."""
-    stated = optional_floats(frame, "noise_pct")
-    q1, q3 = optional_floats(frame, "time_q1_ms"), optional_floats(frame, "time_q3_ms")
-    time_ms = frame["time_ms"].to_numpy(dtype=np.float64)
+def noise_pct(view) -> np.ndarray:
+    """Measured noise of each row in %: noise_pct, else the quartile range over time_ms.
+    ``view``: a FrameView or scan.ScannedView."""
+    stated = view.floats("noise_pct")
+    q1, q3 = view.floats("time_q1_ms"), view.floats("time_q3_ms")
+    time_ms = view.floats("time_ms")
     with np.errstate(invalid="ignore", divide="ignore"):
         from_quartiles = (q3 - q1) / time_ms * 100.0
     return np.where(np.isnan(stated), from_quartiles, stated)
@@ -139,6 +140,9 @@ class FrameView:
     def texts(self, name: str, rows) -> list:
         return self.frame[name].iloc[np.asarray(rows, dtype=np.int64)].tolist()
 
+    def objects(self, name: str) -> np.ndarray:
+        return self.frame[name].to_numpy(dtype=object)
+
     def labels(self, rows) -> np.ndarray:
         return case_labels(self.frame.iloc[np.asarray(rows, dtype=np.int64)], self.case_columns)
 
@@ -156,3 +160,9 @@ class FrameView:
         import pandas as pd
 
         return pd.DataFrame(columns)
+
+    @staticmethod
+    def concat(tables: list):
+        import pandas as pd
+
+        return pd.concat(tables, ignore_index=True)

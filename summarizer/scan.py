@@ -1,11 +1,12 @@
-"""Summary-mode reader without pandas: CSV bytes to validated columns with numpy.
+"""Reader without pandas: CSV bytes to validated columns with numpy.
 
-Importing pandas costs more than summarizing 200k rows, so a plain summary reads the
-common file here: ASCII, no quotes, no NUL or lone CR, every line exactly as wide as
-the header.  The file is mapped, not copied (a file truncated while it is read would
-end the process: benchmark CSVs are appended to or replaced, never cut).  One pass
-finds every separator; after that only the cells a summary needs are read, numbers
-as 8-byte words, and text is compared as distinct values.
+Importing pandas costs more than summarizing 200k rows, so a plain (Markdown-only)
+summary or comparison reads the common file here: ASCII, no quotes, no NUL or lone
+CR, every line exactly as wide as the header.  The file is mapped, not copied (a file
+truncated while it is read would end the process: benchmark CSVs are appended to or
+replaced, never cut).  One pass finds every separator; after that only the cells a
+report needs are read, numbers as 8-byte words, and text is compared as distinct
+values (short case cells as words that sort like their text).
 
 It never words an input error itself.  Anything unusual, and any row a vectorized
 check cannot vouch for that ``row_error`` then rejects, makes it return None: the
@@ -57,6 +58,7 @@ _HIGH_BYTES = np.array(  # keep the top n bytes of a little-endian word
 _ONES = np.uint64(0x0101010101010101)  # one 1 per byte: sums 0/1 bytes by multiplication
 _POSITIONS = np.uint64(0x0706050403020100)  # byte k holds k
 _POW10 = 10 ** np.arange(NUMBER_WIDTH + 1, dtype=np.int64)
+_LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(9)], dtype=np.uint64)  # low n bytes
 
 
 class ScannedTable:
@@ -121,6 +123,40 @@ class ScannedTable:
         if name not in self._floats:
             self._floats[name] = self._numbers(*self.span(name))
         return self._floats[name]
+
+    def sorted_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """(code per row, distinct stripped texts in sorted order): case ids sort by
+        text.  Short cells are compared as 8-byte words, which sort like their text."""
+        starts, lengths = self.span(name)
+        words = self._words(starts, lengths)
+        if words is None:
+            codes, texts = self.codes(name)
+            order = sorted(range(len(texts)), key=texts.__getitem__)
+            rank = np.empty(len(texts), dtype=np.int64)
+            rank[order] = np.arange(len(texts))
+            return rank[codes], [texts[index] for index in order]
+        distinct, codes = np.unique(words, return_inverse=True)
+        texts = [
+            word.to_bytes(8, "big").rstrip(b"\0").decode("ascii") for word in distinct.tolist()
+        ]
+        return codes.reshape(-1), texts
+
+    def _words(self, starts, lengths) -> np.ndarray | None:
+        """Each cell as a big-endian word, left-aligned and zero-padded (no cell holds
+        NUL, so shorter sorts first, as in text); None when a cell is longer than 8
+        bytes or starts or ends with a space (strip first: the generic way).
+
+        Every cell ends after the header, which is longer than 8 bytes."""
+        if not len(starts) or int(lengths.max()) > 8:
+            return None
+        count = len(self.buffer) - 7
+        windows = np.ndarray((count,), dtype="<u8", buffer=self.buffer, strides=(1,))
+        right = windows[starts + lengths - 8].byteswap()  # the 8 bytes up to each cell's end
+        words = (right & _LOW_BYTES[lengths]) << (np.uint64(64) - lengths.astype(np.uint64) * 8)
+        last, first = right & np.uint64(0xFF), words >> np.uint64(56)
+        if ((_SPACE[last] | _SPACE[first]) & (lengths > 0)).any():
+            return None
+        return words
 
     def _windows(self, width: int) -> np.ndarray:
         """Every ``width``-byte window of the buffer, one per start position (a view)."""
@@ -254,8 +290,9 @@ def _eight_digits(words: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ the file
 
 
-def scan_table(path) -> ScannedTable | None:
-    """The table of one CSV, or None when the pandas path must read it."""
+def scan_table(path, cases: bool = False) -> ScannedTable | None:
+    """The table of one CSV, or None when the pandas path must read it.  ``cases``:
+    also locate the case parameters' cells (a comparison matches on them)."""
     buffer = _plain_bytes(path)
     if buffer is None:
         return None
@@ -270,7 +307,7 @@ def scan_table(path) -> ScannedTable | None:
     schema, error = header_error(header)
     if error:
         return None
-    wanted = _read_columns(header)
+    wanted = list(range(len(header))) if cases else _read_columns(header)
     located = _locate(buffer, newline + 1, len(header), wanted)
     if located is None:
         return None
@@ -496,10 +533,14 @@ class ScannedView:
         tables = np.searchsorted(self.offsets, rows, side="right") - 1
         return zip(tables.tolist(), (rows - self.offsets[tables]).tolist(), strict=True)
 
-    def texts(self, name: str, rows) -> list[str]:
+    def texts(self, name: str, rows) -> list:
+        """Stripped cells of these rows; ``_source`` and ``_line`` (an int) as the
+        pandas path holds them (every line of an accepted file is a row)."""
         rows = np.asarray(rows, dtype=np.int64)
         if name == "_source":
             return [self.tables[t].source for t, _ in self._locate_rows(rows)]
+        if name == "_line":
+            return [row + 2 for _, row in self._locate_rows(rows)]
         return [self.tables[t].text(row, name) for t, row in self._locate_rows(rows)]
 
     def labels(self, rows) -> np.ndarray:
@@ -518,9 +559,40 @@ class ScannedView:
             return None
         return sorted({text for table in tables for text in table.codes(name)[1] if text})
 
+    def objects(self, name: str) -> np.ndarray:
+        """A text column (or ``_source``) over all rows as an object array."""
+        codes, texts = self.codes(name)
+        return _objects(texts)[codes]
+
+    def sorted_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """(code per row, sorted distinct texts) of a case column; -1 where a file
+        lacks it (the pandas path's NaN)."""
+        if len(self.tables) == 1 and self.tables[0].has(name):
+            return self.tables[0].sorted_codes(name)
+        parts = [
+            table.sorted_codes(name) if table.has(name) else (np.full(table.rows, -1), [])
+            for table in self.tables
+        ]
+        return joint_codes(parts)
+
     @staticmethod
     def table(columns: dict):
         return ColumnTable(columns)
+
+    @staticmethod
+    def concat(tables: list):
+        return ColumnTable.concat(tables)
+
+
+def joint_codes(parts) -> tuple[np.ndarray, list[str]]:
+    """One code space for several (codes, sorted texts) pairs; -1 stays -1."""
+    texts = sorted({text for _, part_texts in parts for text in part_texts})
+    index = {text: code for code, text in enumerate(texts)}
+    joined = []
+    for codes, part_texts in parts:
+        mapping = np.array([*(index[text] for text in part_texts), -1], dtype=np.int64)
+        joined.append(mapping[codes])  # code -1 picks the trailing -1
+    return np.concatenate(joined), texts
 
 
 def _objects(values: list) -> np.ndarray:
@@ -542,13 +614,56 @@ class ColumnTable:
     def __getitem__(self, name: str) -> np.ndarray:
         return self._columns[name]
 
+    @property
+    def iloc(self) -> _Rows:
+        """Rows by position (a slice or integer array), as DataFrame.iloc."""
+        return _Rows(self)
 
-def scan_inputs(paths) -> ScannedView | None:
+    def insert(self, position: int, name: str, value) -> None:
+        """A column at ``position``; a scalar fills every row (as DataFrame.insert)."""
+        column = np.full(len(self), value, dtype=object) if np.isscalar(value) else value
+        items = list(self._columns.items())
+        items.insert(position, (name, column))
+        self._columns = dict(items)
+        self.columns = list(self._columns)
+
+    @staticmethod
+    def concat(tables: list) -> ColumnTable:
+        """Rows of tables with the same columns, one after another."""
+        names = tables[0].columns
+        return ColumnTable({name: np.concatenate([t[name] for t in tables]) for name in names})
+
+
+class _Rows:
+    def __init__(self, table: ColumnTable):
+        self.table = table
+
+    def __getitem__(self, rows) -> ColumnTable:
+        return ColumnTable({name: self.table[name][rows] for name in self.table.columns})
+
+
+def scan_inputs(paths, cases: bool = False) -> ScannedView | None:
     """All files read by this reader, or None when any needs the pandas path."""
     tables = []
     for path in paths:
-        table = scan_table(path)
+        table = scan_table(path, cases)
         if table is None:
             return None
         tables.append(table)
     return ScannedView(paths, tables)
+
+
+def scan_runs(baseline, candidate) -> tuple[ScannedView, ScannedView] | None:
+    """Both runs of a comparison, case cells located; None when a file needs the
+    pandas path, or a header names a column the comparison adds itself (``noise``,
+    ``_...``): the pandas path lets those collide, and its report shows it."""
+    runs = []
+    for paths in (baseline, candidate):
+        view = scan_inputs(paths, cases=True)
+        if view is None:
+            return None
+        runs.append(view)
+    names = {name for view in runs for table in view.tables for name in table.header}
+    if "noise" in names or any(name.startswith("_") for name in names):
+        return None
+    return runs[0], runs[1]

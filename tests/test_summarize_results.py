@@ -1037,3 +1037,163 @@ def test_escape_markdown_escapes_each_character_once_and_leaves_plain_text_alone
         assert sr.escape_markdown(text) == oracle(text), repr(text)
     plain = "BatchDecodeWithPagedKVCacheWrapper 1.5 ok"
     assert sr.escape_markdown(plain) == plain
+
+
+# ------------------------------------- the pandas-free comparison (scan views)
+
+
+def both_regression_paths(tmp_path, capsys, monkeypatch, base, cand, extra=()):
+    """[(exit code, stdout, stderr, report)] of the scan comparison, then the pandas one."""
+    outcomes = []
+    for scan in (True, False):
+        with monkeypatch.context() as patch:
+            if not scan:
+                patch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
+            code, captured = regress(tmp_path, base, cand, capsys=capsys, extra=extra)
+        outcomes.append((code, captured.out, captured.err, report(tmp_path)))
+    return outcomes
+
+
+def scan_compares(base, cand) -> bool:
+    """Whether the pandas-free comparison decides (else the pandas path does)."""
+    from summarizer.regression import compare_scanned
+
+    runs = sr.scan_runs(base, cand)
+    return runs is not None and compare_scanned(*runs, sr.Gate(None)) is not None
+
+
+NOISY = V1_HEADER + ",noise_pct,time_q1_ms,time_q3_ms,device"
+REGRESSION_SCAN_CASES = {
+    # (baseline files, candidate files, whether the scan comparison decides)
+    "matched, missing, new, failed, recovered": (
+        [[V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", "oom"), v1_row(3), v1_row(4)]],
+        [
+            [V1_HEADER, v1_row(1, "1.2"), v1_row(2, "0.5"), v1_row(3, "", "", "", "failed", "x")]
+            + [v1_row(5, "2")]
+        ],
+        True,
+    ),
+    "noise, quartiles and environment mismatch": (
+        [[NOISY, v1_row(1) + ",1,,,H100", v1_row(2) + ",,0.9,1.1,H100", v1_row(3) + ",,,,H100"]],
+        [
+            [NOISY, v1_row(1, "1.5") + ",2,,,H200", v1_row(2, "1.1") + ",,1,1.2,H200"]
+            + [v1_row(3, "1.02") + ",,,,H200"]
+        ],
+        True,
+    ),
+    "duplicates within and across files": (
+        [[V1_HEADER, v1_row(1), v1_row(1, "2"), v1_row(2)], [V1_HEADER, v1_row(2, "3")]],
+        [[V1_HEADER, v1_row(1), v1_row(2), v1_row(2), v1_row(2, "4")]],
+        True,
+    ),
+    "legacy against v1, different case columns": (
+        [[LEGACY_HEADER, "Decode,1,1,128,32,8,64,0.5,10,1", "MLA,2,1,128,32,8,64,0.25,20,2"]],
+        [
+            [V1_HEADER, v1_row(1, "0.6"), v1_row(2, api="MLA")],
+            [
+                "schema_version,api,batch_size,seq_len,num_qo_heads,num_kv_heads,head_dim,status,"
+                "time_ms,bandwidth_GB_s,tflops,error_type,error",
+                "1,Decode,1,128,32,8,64,ok,1,1,1,,",
+            ],
+        ],
+        True,
+    ),
+    "long, padded, empty and odd case cells": (
+        [
+            [
+                V1_HEADER,
+                v1_row(" 1", kv="123456789012"),
+                v1_row("", kv="12345678"),
+                v1_row("a b", kv=" 7 "),
+                v1_row("~", kv="7"),
+                v1_row("Z", kv="\tx"),
+            ]
+        ],
+        [
+            [
+                V1_HEADER,
+                v1_row("1 ", "2", kv="123456789012"),
+                v1_row("", kv="12345678"),
+                v1_row("a b", "0.5", kv="7"),
+                v1_row("~", kv=" 7"),
+                v1_row("Z", kv="x"),
+            ]
+        ],
+        True,
+    ),
+    "unknown case columns, some files lack them": (
+        [[V1_HEADER + ",zeta,alpha", v1_row(1) + ",q,", v1_row(2) + ",,r"], [V1_HEADER, v1_row(3)]],
+        [[V1_HEADER + ",alpha", v1_row(1) + ",", v1_row(2) + ",r", v1_row(3) + ",s"]],
+        True,
+    ),
+    "a failed row with noise: its label shows it, the pandas path words it": (
+        [[NOISY, v1_row(1, "", "", "", "failed", "oom") + ",2.5,,,", v1_row(2) + ",,,,"]],
+        [[NOISY, v1_row(1) + ",,,,", v1_row(2) + ",,,,"]],
+        False,
+    ),
+    "a case column named noise": (
+        [[V1_HEADER + ",noise", v1_row(1) + ",a"]],
+        [[V1_HEADER + ",noise", v1_row(1) + ",b"]],
+        False,
+    ),
+    "an invalid candidate file": (
+        [[V1_HEADER, v1_row(1)]],
+        [[V1_HEADER, v1_row(1, "nan")]],
+        False,
+    ),
+    "a quoted baseline file": (
+        [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a, b"')]],
+        [[V1_HEADER, v1_row(1)]],
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSION_SCAN_CASES))
+@pytest.mark.parametrize("extra", [(), ("--fail-on-regression", "5")], ids=["report", "gate"])
+def test_scan_and_pandas_comparisons_agree(tmp_path, capsys, monkeypatch, name, extra):
+    """Same exit code, stdout, stderr and report whichever path compares; the scan
+    comparison decides exactly the runs it is meant to."""
+    base_files, cand_files, decides = REGRESSION_SCAN_CASES[name]
+    base = [write(tmp_path / f"b{i}.csv", *lines) for i, lines in enumerate(base_files)]
+    cand = [write(tmp_path / f"c{i}.csv", *lines) for i, lines in enumerate(cand_files)]
+    assert scan_compares(base, cand) == decides
+    fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, base, cand, extra)
+    assert fast == slow
+
+
+def test_scan_comparison_of_big_runs_cut_to_the_limit(tmp_path, capsys, monkeypatch):
+    """Thousands of cases, duplicates and failures, a report cut to its byte limit."""
+    rows = [v1_row(i % 9, f"{1 + i % 13}", kv=str(i // 9)) for i in range(4000)]
+    base = write(tmp_path / "b.csv", V1_HEADER, *rows, v1_row(0, "5", kv="0"))
+    cand_rows = [
+        v1_row(i % 9, f"{1 + i % 7}", kv=str(i // 9))
+        if i % 97
+        else v1_row(i % 9, "", "", "", "failed", f"e{i}", kv=str(i // 9))
+        for i in range(100, 4100)
+    ]
+    cand = write(tmp_path / "c.csv", V1_HEADER, *cand_rows)
+    assert scan_compares([base], [cand])
+    extra = ("--fail-on-regression", "5", "--max-report-bytes", "20000")
+    fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, [base], [cand], extra)
+    assert fast == slow and fast[0] == sr.EXIT_INPUT_ERROR and "*Cut:" in fast[3]
+
+
+def test_json_and_plots_take_the_pandas_comparison(tmp_path, monkeypatch):
+    """The JSON report holds the row frames: a comparison with --json never scans."""
+    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1))
+    monkeypatch.setattr(sr, "scan_runs", lambda baseline, candidate: pytest.fail("scanned"))
+    code, _ = regress(tmp_path, [base], [base], extra=("--json", tmp_path / "r.json"))
+    assert code == sr.EXIT_OK
+
+
+def test_plain_comparison_never_imports_pandas(tmp_path):
+    code = (
+        "import sys, summarize_results as sr;"
+        f"code = sr.main(['--baseline', {str(NEW)!r}, '--candidate', {str(NEW)!r},"
+        f" '--output', {str(tmp_path / 'r.md')!r}]);"
+        "assert 'pandas' not in sys.modules, 'pandas imported';"
+        "sys.exit(code)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == sr.EXIT_OK, result.stderr

@@ -405,3 +405,80 @@ def test_scan_text_columns_hold_each_cell(cells: list[tuple[str, str]], final_ne
             codes, texts = table.codes(name)
             assert len(set(texts)) == len(texts)
             assert [texts[code] for code in codes] == [cell[column].strip() for cell in cells]
+
+
+def assert_scan_and_pandas_comparisons_agree(argv: list[str], out: Path) -> None:
+    """The pandas-free comparison and the pandas one: same exit code, output, report."""
+    argv = [*argv, "--output", str(out)]
+    scanned = _report_outcome(argv)
+    original = sr.scan_runs
+    sr.scan_runs = lambda baseline, candidate: None
+    try:
+        assert scanned == _report_outcome(argv)
+    finally:
+        sr.scan_runs = original
+
+
+KEY_CELLS = st.sampled_from(["1", "2", "10", " 3", "3", "4 ", "", "123456789", "12345678", "a b"])
+
+
+@st.composite
+def varied_cases_csv(draw) -> bytes:
+    """A plain v1 file whose case cells repeat, pad, run long or stay empty."""
+    header = ["schema_version", "api", *DECODE, "status", *METRICS, "error_type", "error"]
+    extra = draw(st.lists(st.sampled_from(["noise_pct", "time_q1_ms", "device"]), unique=True))
+    lines = [",".join([*header, *extra])]
+    for _ in range(draw(st.integers(1, 8))):
+        failed = draw(st.integers(0, 4)) == 0
+        metrics = ["", "", ""] if failed else [draw(GOOD_NUMBERS) for _ in METRICS]
+        errors = ["E", "boom"] if failed else ["", ""]
+        cells = [draw(KEY_CELLS) for _ in DECODE]
+        api = draw(st.sampled_from(["Decode", "MLA"]))
+        optional = [draw(st.sampled_from(["", "0.5", "2"])) for _ in extra]
+        status = "failed" if failed else "ok"
+        lines.append(",".join(["1", api, *cells, status, *metrics, *errors, *optional]))
+    return ("\n".join(lines) + "\n").encode()
+
+
+RUN_FILES = st.lists(
+    st.one_of(rows_csv().map(lambda case: case.data), varied_cases_csv()), min_size=1, max_size=2
+)
+
+
+@FUZZ
+@given(RUN_FILES, RUN_FILES, st.sampled_from([None, 0.0, 5.0]))
+def test_scan_and_pandas_comparisons_agree(base: list[bytes], cand: list[bytes], gate):
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        argv = ["--baseline"]
+        for side, files in (("b", base), ("c", cand)):
+            if side == "c":
+                argv.append("--candidate")
+            for index, data in enumerate(files):
+                path = root / f"{side}{index}.csv"
+                path.write_bytes(data)
+                argv.append(str(path))
+        if gate is not None:
+            argv += ["--fail-on-regression", str(gate)]
+        assert_scan_and_pandas_comparisons_agree(argv, root / "report.md")
+
+
+@FUZZ
+@given(st.lists(st.text(alphabet="ab 1\t~.", max_size=12), min_size=1, max_size=40))
+def test_scan_case_codes_sort_like_their_stripped_text(cells: list[str]):
+    """Case cells (short ones as words, long or padded ones as text): sorted distinct
+    stripped texts, and each row's code names its cell."""
+    from summarizer.scan import scan_table
+
+    header = ["schema_version", "api", *DECODE, "status", *METRICS, "error_type", "error"]
+    lines = [",".join(header)]
+    for index, cell in enumerate(cells):
+        lines.append(",".join(["1", "D", cell, *[str(index)] * 5, "failed", "", "", "", "E", "x"]))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "k.csv"
+        path.write_text("\n".join(lines) + "\n", encoding="ascii")
+        table = scan_table(path, cases=True)
+        assert table is not None
+        codes, texts = table.sorted_codes("batch_size")
+        assert texts == sorted({cell.strip() for cell in cells})
+        assert [texts[code] for code in codes] == [cell.strip() for cell in cells]
