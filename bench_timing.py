@@ -27,7 +27,9 @@ end of its last kernel.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import math
 import re
 import statistics
@@ -1093,15 +1095,30 @@ class MeasureLoop:
                     break
                 per_call = max(quantile(sorted(samples), 0.5), 1e-6)
 
-        if hasattr(session, "record"):  # a timer that records the whole loop
-            session.record(loop)
-            batches = session.result()
-        else:
-            loop()
+        with gc_paused():
+            if hasattr(session, "record"):  # a timer that records the whole loop
+                session.record(loop)
+                batches = session.result()
+            else:
+                loop()
         body = looped[1] - looped[0]
         self.phases.add("timing", body)
         self.phases.add("readout", self.clock() - start - body)
         return _measurement(batches, timer, runs)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """No cyclic garbage collection inside: a full collection of a process holding torch
+    takes 0.1-0.2 s, which would stall the queue of calls or the trace reading (timeit
+    disables it for the same reason).  Refcounting still frees almost everything."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _measurement(batches: Sequence[Batch], timer: Timer, runs: int) -> Measurement:

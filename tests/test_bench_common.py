@@ -547,6 +547,17 @@ def test_list_uses_the_preset_a_run_would_use(capsys):
     assert "preset default, 8 cases" in capsys.readouterr().out
 
 
+def test_sweep_freezes_the_objects_alive_before_its_first_case(tmp_path, monkeypatch):
+    import gc
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(gc.get_freeze_count()))
+    assert (
+        run_main(["--output", str(tmp_path / "r.csv"), "--preset", "smoke"], timer=FakeTimer()) == 0
+    )
+    assert len(frozen) == 1
+
+
 def test_sweep_reports_its_cost_ratio(tmp_path, capsys):
     assert (
         run_main(["--output", str(tmp_path / "r.csv"), "--preset", "smoke"], timer=FakeTimer()) == 0

@@ -807,3 +807,25 @@ def test_sustain_stops_once_steady_and_runs_the_full_time_otherwise(monkeypatch)
     assert bt.sustain(run, timer, options, 1.0, clock) == 5  # 50 ms: the minimum
     clock.now, chunk_times = 0.0, iter([10.0 + 0.2 * i for i in range(100)])  # drifting
     assert bt.sustain(run, timer, options, 1.0, clock) == 20  # the whole 200 ms
+
+
+def test_measure_loop_runs_without_cyclic_gc_and_restores_it():
+    import gc
+
+    seen = []
+
+    class Session:
+        def batch(self, calls):
+            seen.append(gc.isenabled())
+            return bt.Batch((1.0,) * calls)
+
+    options = bt.TimingOptions(min_measure_ms=0.0, min_samples=10, max_time_s=100)
+    assert gc.isenabled()
+    bt.MeasureLoop(options, FakeClock()).run(Session(), 1.0, FAKE_TIMER)
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    try:
+        bt.MeasureLoop(options, FakeClock()).run(Session(), 1.0, FAKE_TIMER)
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
