@@ -505,11 +505,12 @@ def l2_flush_bytes(properties) -> tuple[int, str]:
 
 
 class L2Flusher:
-    """Evicts the L2 by writing a buffer twice its size (allocated on first use).
+    """Evicts the L2 by rewriting a buffer twice its size (allocated on first use).
 
-    Writing only, as Triton's ``do_bench`` zeroes its buffer and nvbench memsets one L2
-    size: H200, 2 x 60 MiB, 41 us a flush, where reading and writing it took 79 us
-    (``benchmarks/results/h200_cost``): half the GPU time of a small case's timed loop.
+    Read and write (79 us on the H200), not write only (``zero_``, 41 us): with the
+    shorter flush the smallest decode cases (15 us) needed less GPU time per call than
+    the CPU needs to launch one, the queue ran dry, and their samples took in the wait
+    (noise 50 %, a false alarm between two sweeps; ``benchmarks/results/h200_cost``).
     """
 
     def __init__(self, device: torch.device, log: Callable[[str], None] = lambda _: None):
@@ -530,7 +531,7 @@ class L2Flusher:
             size, note = l2_flush_bytes(torch.cuda.get_device_properties(self.device))
             self._log(note)
             self._buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-        self._buffer.zero_()
+        self._buffer.bitwise_not_()  # reads and writes every byte, new values each time
 
 
 # ---------------------------------------------------------------- timers
@@ -844,8 +845,8 @@ class ProfilerTimer:
 
     def open(self, fn, estimate_ms):
         """A session for one case.  run()'s own event count comes from the case's recording
-        (``infer_call_layout``), not from a profiler session of its own: each cost about
-        0.2 s of wall time on the H200, a fifth of a sweep."""
+        (``infer_call_layout``), not from a profiler session of its own, one profiler
+        start and stop less per case."""
         lead = self._lead_calibration()
         flush = self._flush_calibration()
         if self.l2 == "cold" and not flush:
