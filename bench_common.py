@@ -410,7 +410,8 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         "--sustain-ms",
         type=_non_negative_float,
         default=TimingOptions.sustain_ms,
-        help="back-to-back calls before timing so clocks reach steady state "
+        help="at most this many ms of back-to-back calls before timing so clocks reach steady "
+        f"state; ends after {TimingOptions.sustain_min_ms:g} ms once they are steady "
         f"(default {TimingOptions.sustain_ms:g}; 0 measures a GPU fresh from idle)",
     )
     timing.add_argument(
