@@ -33,6 +33,7 @@ import torch
 import flashinfer_compat
 from bench_timing import (
     ATTRIBUTIONS,
+    STARVED_WARN_FRACTION,
     STOP_RULES,
     TIMER_NAMES,
     L2Flusher,
@@ -864,7 +865,7 @@ class CaseRunner:
     timed_ms: float = 0.0  # time inside timed runs over all cases (for the cost ratio)
     batch_gpu_ms: float = 0.0  # GPU time of the timed batches, L2 flushes included
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
-    details: str = ""  # --verbose: how the last case was measured, printed under its line
+    details: str = ""  # printed under the case's line: --verbose details, warnings
 
     def __call__(self, case: Mapping[str, int]):
         partial: dict[str, object] = {}
@@ -898,8 +899,10 @@ class CaseRunner:
         io_bytes = self.spec.io_bytes(case, element_size)
         flops = self.spec.flops(case)
         extra = {**partial, **measurement.columns(), "io_bytes": io_bytes, "flops": flops}
-        if timing.verbose:
-            self.details = _describe(measurement)
+        notes = [_describe(measurement)] if timing.verbose else []
+        if measurement.starved_fraction > STARVED_WARN_FRACTION:
+            notes.append(_starved_note(measurement))
+        self.details = "\n".join(notes)
         return measurement.median, io_bytes, flops, extra
 
 
@@ -914,11 +917,18 @@ def _describe(measurement: Measurement) -> str:
     )
 
 
+def _starved_note(measurement: Measurement) -> str:
+    return (
+        f"  note: {measurement.starved_calls} of {len(measurement.samples)} calls started late, "
+        "after the GPU had waited for the CPU to launch them; their samples include the wait "
+        "(the CPU needs longer to launch a call than the GPU to run it)"
+    )
+
+
 def freeze_startup_objects() -> None:
     """Collect once, then keep everything alive so far (torch, flashinfer, the harness)
     out of later collections, which then look at the cases' own objects only: a full
-    collection with torch loaded takes about 0.17 s (CPU of the CI machine), and the
-    H200 sweeps lost about 0.2 s per case outside any GPU work."""
+    collection with torch loaded takes about 0.17 s (CPU of the CI machine)."""
     gc.collect()
     gc.freeze()
 

@@ -5,7 +5,7 @@ The method, in pseudo-code::
     estimate = warm_up(run)                    # absorbs JIT / first-call costs
     check()                                    # the correctness check (the caller's)
     sustain(run)                               # back-to-back calls: steady-state clocks
-    session = timer.open(run, estimate)        # calibration: device events per call
+    session = timer.open(run, estimate)        # the flush's and the spin's device events
     def loop():                                # one loop, one stop hook
         while True:
             samples += session.batch(calls)    # [spin] + calls x ([flush] event run() event)
@@ -18,7 +18,7 @@ The method, in pseudo-code::
 The median, not the mean, is reported: a few samples disturbed by clocks, other processes
 or the profiler itself must not move the result.  Timers never look for kernel names: the
 profiler timer counts every kernel, memset and memcpy one ``run()`` launches, found by
-stream order (a calibration profile of one call gives the count per call), optionally
+stream order (the count per call is the one that divides the recording evenly), optionally
 restricted by a user pattern.  With cold L2 every timer runs the same per-call sequence as
 the CUDA-events reference (flush, event, run(), event), queued behind a spin so that no
 call waits for its own launch; the profiler reads a call from the end of its flush to the
@@ -55,6 +55,10 @@ SIMILAR_WARMUP_FRACTION = 0.15  # two warm-up calls within 15% of each other are
 KERNEL_NAME_LIMIT = 100
 SUSTAIN_CHUNK_MS = 10.0  # the sustain phase checks the clock after about this much work
 SUSTAIN_STEADY_CHUNKS = 3
+# A call whose first kernel started this much later after the work before it than the
+# batch's typical call waited for the CPU to launch it: the queue ran dry.
+STARVED_GAP_NS = 10_000
+STARVED_WARN_FRACTION = 0.01
 
 
 class TimingError(RuntimeError):
@@ -147,6 +151,7 @@ class Measurement:
     per_call: bool = True  # False when some profiler batch fell back to its mean per call
     # GPU time of the timed batches, L2 flushes between calls included (0: not known)
     batch_gpu_ms: float = 0.0
+    starved_calls: int = 0  # "stream" samples that include a wait for the CPU (see Batch)
 
     def __post_init__(self):
         if not self.samples:
@@ -183,6 +188,10 @@ class Measurement:
         """Device (or wall) time spent in the timed runs: the cost side of the sweep."""
         return sum(self.samples) * self.runs_per_sample
 
+    @property
+    def starved_fraction(self) -> float:
+        return self.starved_calls / len(self.samples)
+
     @cached_property
     def noise_pct(self) -> float:
         """Interquartile range relative to the median, in percent."""
@@ -213,6 +222,10 @@ class Batch:
     kernels: frozenset[str] = frozenset()
     per_call: bool = True  # False: one sample per batch (its events could not be split by call)
     gpu_ms: float = 0.0  # GPU time of the batch's calls, their flushes included (0: not known)
+    # Calls whose first kernel started more than STARVED_GAP_NS later after the preceding
+    # work than the batch's median call: the CPU had not launched them in time, and a
+    # "stream" sample counts that wait.  The queue-ahead spin exists to keep this at 0.
+    starved: int = 0
 
 
 class TimerSession(Protocol):
@@ -433,7 +446,7 @@ def attribute_events(
 
 
 def _per_call(lead, body, calls, group, calibration, pattern, attribution) -> Batch:
-    samples, names = [], set()
+    samples, names, gaps = [], set(), []
     previous_end = max((e.end_ns for e in lead), default=None)
     for index in range(calls):
         flush = body[index * group : index * group + calibration.flush_count]
@@ -443,11 +456,23 @@ def _per_call(lead, body, calls, group, calibration, pattern, attribution) -> Ba
         if counted:
             samples.append(_call_time_ms(counted, attribution, predecessor))
             names.update(e.name for e in counted)
+            if predecessor is not None:
+                gaps.append(min(e.start_ns for e in call) - predecessor)
         previous_end = max(e.end_ns for e in call)
     if not samples:
         raise NoKernelCaptured(_no_kernel_message(body, pattern))
     gpu_ms = (max(e.end_ns for e in body) - min(e.start_ns for e in body)) / 1e6
-    return Batch(tuple(samples), frozenset(names), gpu_ms=gpu_ms)
+    starved = count_starved(gaps) if attribution == "stream" else 0
+    return Batch(tuple(samples), frozenset(names), gpu_ms=gpu_ms, starved=starved)
+
+
+def count_starved(gaps_ns: Sequence[int]) -> int:
+    """Calls that waited for their launch: a gap between the preceding work's end and the
+    call's first kernel longer than the median gap by more than ``STARVED_GAP_NS``."""
+    if not gaps_ns:
+        return 0
+    limit = quantile(sorted(gaps_ns), 0.5) + STARVED_GAP_NS
+    return sum(gap > limit for gap in gaps_ns)
 
 
 def _aligned(events: Sequence[DeviceEvent], group: int, calibration: Calibration) -> bool:
@@ -1128,7 +1153,8 @@ def _measurement(batches: Sequence[Batch], timer: Timer, runs: int) -> Measureme
     names = tuple(sorted({shorten_kernel_name(k) for k in kernels}))
     split = all(batch.per_call for batch in batches)
     gpu_ms = sum(batch.gpu_ms for batch in batches)
-    return Measurement(samples, timer.name, timer.l2, names, runs, split, gpu_ms)
+    starved = sum(batch.starved for batch in batches)
+    return Measurement(samples, timer.name, timer.l2, names, runs, split, gpu_ms, starved)
 
 
 def is_steady(chunk_ms: Sequence[float], elapsed_ms: float, options: TimingOptions) -> bool:

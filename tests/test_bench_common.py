@@ -34,8 +34,8 @@ class FakeTimer:
     name = "profiler"
     l2 = "cold"
 
-    def __init__(self, samples=(1.0,) * 10, error=None):
-        self.samples, self.error = tuple(samples), error
+    def __init__(self, samples=(1.0,) * 10, error=None, starved=0):
+        self.samples, self.error, self.starved = tuple(samples), error, starved
 
     def sync(self):
         return None
@@ -43,12 +43,12 @@ class FakeTimer:
     def open(self, fn, estimate_ms):
         if self.error is not None:
             raise self.error
-        samples = self.samples
+        samples, starved = self.samples, self.starved
 
         class Session:
             def batch(self, calls):
                 fn()
-                return Batch(samples, frozenset({"fake_kernel"}))
+                return Batch(samples, frozenset({"fake_kernel"}), starved=starved)
 
         return Session()
 
@@ -556,6 +556,17 @@ def test_sweep_freezes_the_objects_alive_before_its_first_case(tmp_path, monkeyp
         run_main(["--output", str(tmp_path / "r.csv"), "--preset", "smoke"], timer=FakeTimer()) == 0
     )
     assert len(frozen) == 1
+
+
+def test_case_whose_calls_waited_for_their_launch_gets_a_note(tmp_path, capsys):
+    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke"]
+    assert run_main(argv, timer=FakeTimer(starved=0)) == 0
+    assert "started late" not in capsys.readouterr().out
+    assert run_main(argv, timer=FakeTimer(starved=1)) == 0  # 1 of 10 samples per batch
+    notes = [x for x in capsys.readouterr().out.splitlines() if "started late" in x]
+    assert len(notes) == 2  # one per case, under its line
+    starved, calls = map(int, re.match(r"  note: (\d+) of (\d+) calls", notes[0]).groups())
+    assert starved >= 1 and calls == 10 * starved
 
 
 def test_sweep_reports_its_cost_ratio(tmp_path, capsys):

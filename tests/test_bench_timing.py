@@ -829,3 +829,28 @@ def test_measure_loop_runs_without_cyclic_gc_and_restores_it():
         assert not gc.isenabled()  # a caller's choice is kept
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(
+    ("gaps_us", "starved"),
+    [
+        ([], 0),
+        ([2] * 10, 0),
+        ([2, 3, 2, 4, 2, 3, 2, 11, 2, 3], 0),  # 9 us past the median: launch jitter, not a wait
+        ([2] * 9 + [40], 1),
+        ([2] * 6 + [30, 35, 60, 80], 4),
+    ],
+)
+def test_count_starved_calls_by_their_launch_gap(gaps_us, starved):
+    assert bt.count_starved([g * 1000 for g in gaps_us]) == starved
+
+
+def test_stream_samples_that_waited_for_their_launch_are_counted():
+    events = interleaved(4)  # [flush, attn, merge] x 4, 1 us gaps
+    late = 30_000  # call 3's kernels start 30 us late: the CPU had not launched them
+    events = events[:7] + [dataclasses.replace(e, start_ns=e.start_ns + late) for e in events[7:]]
+    stream = bt.attribute_events(events, 4, CAL, attribution="stream")
+    assert stream.starved == 1 and stream.samples_ms[2] == pytest.approx(0.046 + 0.030)
+    assert bt.attribute_events(events, 4, CAL, attribution="sum").starved == 0  # waits not counted
+    m = bt._measurement([stream, stream], FAKE_TIMER, 1)
+    assert m.starved_calls == 2 and m.starved_fraction == pytest.approx(0.25)
