@@ -642,11 +642,8 @@ class QueueAhead:
 
 
 class EventPool:
-    """Timing events kept for the next batch, whose pairs are read before it is queued.
-
-    Creating two events per call cost host time and, under the profiler, two more runtime
-    records per call to collect and read back.
-    """
+    """Timing events kept for the next batch (a batch's pairs are read before the next is
+    queued): creating two events for every timed call costs host time on every call."""
 
     def __init__(self):
         self._pairs: list[tuple[object, object]] = []
@@ -876,8 +873,8 @@ class ProfilerTimer:
         flush = self._flush_calibration()
         if self.l2 == "cold" and not flush:
             raise NoKernelCaptured(
-                "the profiler captured no GPU kernel for the L2 flush, so not the L2 flush's "
-                "kernels apart from run()'s either (is the device profiler usable on "
+                "the profiler captured no GPU kernel of the L2 flush, so it cannot tell the "
+                "flush's work from run()'s (is the device profiler usable on "
                 f"{self.device}? --timer events does not need it; --l2 warm needs no flush)"
             )
         calibration = Calibration(
@@ -1092,7 +1089,7 @@ class MeasureLoop:
     stop: Callable[[Sequence[float], float, TimingOptions], bool] = should_stop
     batches: list[int] = field(default_factory=list)  # calls per batch, for inspection
     # "timing": the loop itself; "readout": the rest (profiler start, stop and trace reading)
-    phases: PhaseClock = field(default_factory=lambda: PhaseClock())
+    phases: PhaseClock = field(default_factory=lambda: PhaseClock())  # defined below
 
     def run(self, session: TimerSession, estimate_ms: float, timer: Timer) -> Measurement:
         samples: list[float] = []  # what the stop hook sees

@@ -632,7 +632,7 @@ def test_profiler_timer_without_a_visible_flush_fails_before_timing():
     timer._profile = lambda body, sync: [
         e for e in original(body, sync) if e.name != "flush_kernel"
     ]
-    with pytest.raises(bt.NoKernelCaptured, match="not the L2 flush"):
+    with pytest.raises(bt.NoKernelCaptured, match="no GPU kernel of the L2 flush"):
         timer.open(lambda: trace.append("call"), 0.1)
 
 
