@@ -299,9 +299,8 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
     gate = Gate(args.fail_on_regression)
     if options.json_path is None and plots_module is None:
         scanned = scan_runs(args.baseline, args.candidate)
-        model = compare_scanned(*scanned, gate) if scanned is not None else None
-        if model is not None:
-            return model
+        if scanned is not None:
+            return compare_scanned(*scanned, gate)
     return compare(
         load_inputs(args.baseline, "baseline"), load_inputs(args.candidate, "candidate"), gate
     )

@@ -254,7 +254,10 @@ def table_from_records(records: list[dict], source: str, columns: list[str], sch
     """A FileTable from validated record dicts (metric text becomes float64)."""
     import pandas as pd
 
-    frame = pd.DataFrame.from_records(records, columns=[*columns, "_line"])
+    # A CSV column named _line is internal (not a case parameter): the line number,
+    # already in each record, replaces it, as the fast reader's frame does.
+    names = [name for name in columns if name != "_line"]
+    frame = pd.DataFrame.from_records(records, columns=[*names, "_line"])
     for name in [*NUMERIC_COLUMNS, *_numeric_optionals(columns)]:
         frame[name] = np.array([float_or_nan(value) for value in frame[name]], dtype=np.float64)
     frame["_line"] = frame["_line"].astype(np.int64)

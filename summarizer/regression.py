@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmark_result import NUMERIC_COLUMNS, STATUS_FAILED, case_columns
+from benchmark_result import NUMERIC_COLUMNS, case_columns
 from summarizer.frames import (
     FrameView,
     case_labels,
@@ -126,14 +126,8 @@ def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> Regressi
     return judge(runs, gate, [*baseline.issues, *candidate.issues], keys[1:])
 
 
-def compare_scanned(base, cand, gate: Gate) -> RegressionModel | None:
-    """compare() of two runs the pandas-free reader accepted (scan.ScannedView).
-
-    None when the pandas path would word something differently: there a failed
-    row's case label also shows its noise figure (a quirk kept), so such rows go there.
-    """
-    if _failed_with_noise(base) or _failed_with_noise(cand):
-        return None
+def compare_scanned(base, cand, gate: Gate) -> RegressionModel:
+    """compare() of two runs the pandas-free reader accepted (scan.ScannedView)."""
     keys = ["api", *case_columns({*base.case_columns, *cand.case_columns})]
     codes = []
     for name in keys:
@@ -240,14 +234,16 @@ def _state_counts(states: np.ndarray) -> dict[str, int]:
 
 
 def _with_keys(frame, keys: list[str]):
-    """Every key column present (NaN: the run has no such parameter) and noise added.
+    """Every key column present (NaN: the run has no such parameter).
 
-    The added ``noise`` column counts as a case parameter in FrameView's labels of
-    failed rows; the reports have always shown it there, so it stays."""
+    Nothing else is added: every column of a row frame that is not a known one is a
+    case parameter (a CSV column named ``noise`` included), so a column the comparison
+    computed would show in labels and shadow the CSV's.  Noise is read from the view
+    when judging (``_side_columns``)."""
     missing = [name for name in keys if name not in frame.columns]
     if missing:
         frame = frame.assign(**{name: np.nan for name in missing})
-    return frame.assign(noise=noise_pct(FrameView(frame)))
+    return frame
 
 
 def _frame_key_codes(base, cand, keys: list[str]) -> list[tuple[np.ndarray, int]]:
@@ -267,14 +263,6 @@ def _frame_key_codes(base, cand, keys: list[str]) -> list[tuple[np.ndarray, int]
 
 def _frame_labels(frame, columns: list[str]) -> Callable[[np.ndarray], np.ndarray]:
     return lambda rows: case_labels(frame.iloc[rows], columns)
-
-
-def _failed_with_noise(view) -> bool:
-    codes, texts = view.codes("status")
-    if STATUS_FAILED not in texts:
-        return False
-    failed = codes == texts.index(STATUS_FAILED)
-    return bool((~np.isnan(noise_pct(view)[failed])).any())
 
 
 def _case_ids(key_codes, base_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -358,7 +346,8 @@ def _rows_at(rows: np.ndarray, at: np.ndarray, found: np.ndarray) -> np.ndarray:
 
 
 def _side_columns(run: Run, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """What judging reads of one side, for these rows."""
+    """What judging reads of one side, for these rows (keys name these arrays, not
+    columns of the run)."""
     view = run.view
     columns = {name: view.objects(name)[rows] for name in ("api", "status", "_source")}
     for name in NUMERIC_COLUMNS:

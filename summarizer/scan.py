@@ -655,15 +655,12 @@ def scan_inputs(paths, cases: bool = False) -> ScannedView | None:
 
 def scan_runs(baseline, candidate) -> tuple[ScannedView, ScannedView] | None:
     """Both runs of a comparison, case cells located; None when a file needs the
-    pandas path, or a header names a column the comparison adds itself (``noise``,
-    ``_...``): the pandas path lets those collide, and its report shows it."""
+    pandas path.  Any header name is fine: the comparison adds no columns to a run,
+    and ``_source``/``_line`` are answered from the file, whatever a header says."""
     runs = []
     for paths in (baseline, candidate):
         view = scan_inputs(paths, cases=True)
         if view is None:
             return None
         runs.append(view)
-    names = {name for view in runs for table in view.tables for name in table.header}
-    if "noise" in names or any(name.startswith("_") for name in names):
-        return None
     return runs[0], runs[1]

@@ -1126,15 +1126,23 @@ REGRESSION_SCAN_CASES = {
         [[V1_HEADER + ",alpha", v1_row(1) + ",", v1_row(2) + ",r", v1_row(3) + ",s"]],
         True,
     ),
-    "a failed row with noise: its label shows it, the pandas path words it": (
-        [[NOISY, v1_row(1, "", "", "", "failed", "oom") + ",2.5,,,", v1_row(2) + ",,,,"]],
-        [[NOISY, v1_row(1) + ",,,,", v1_row(2) + ",,,,"]],
-        False,
+    "failed rows with noise figures (noise_pct, quartiles)": (
+        [
+            [NOISY, v1_row(1, "", "", "", "failed", "oom") + ",2.5,,,", v1_row(2) + ",,,,"]
+            + [v1_row(3, "1.0", "100", "1", "failed", "x") + ",,0.9,1.1,"]
+        ],
+        [[NOISY, v1_row(1) + ",,,,", v1_row(2, "", "", "", "failed", "y") + ",4,0.9,1.1,"]],
+        True,
     ),
     "a case column named noise": (
-        [[V1_HEADER + ",noise", v1_row(1) + ",a"]],
-        [[V1_HEADER + ",noise", v1_row(1) + ",b"]],
-        False,
+        [[V1_HEADER + ",noise", v1_row(1) + ",a", v1_row(1, "2") + ",b", v1_row(2) + ",a"]],
+        [[V1_HEADER + ",noise", v1_row(1, "1.5") + ",b", v1_row(1) + ",c", v1_row(2) + ","]],
+        True,
+    ),
+    "columns named like internal ones (_line, _source, _x)": (
+        [[V1_HEADER + ",_line,_source,_x", v1_row(1) + ",9,s,x", v1_row(1, "2") + ",9,s,y"]],
+        [[V1_HEADER + ",_x,_line", v1_row(1) + ",x,1", v1_row(2) + ",y,1"]],
+        True,
     ),
     "an invalid candidate file": (
         [[V1_HEADER, v1_row(1)]],
@@ -1160,6 +1168,73 @@ def test_scan_and_pandas_comparisons_agree(tmp_path, capsys, monkeypatch, name, 
     assert scan_compares(base, cand) == decides
     fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, base, cand, extra)
     assert fast == slow
+
+
+def failure_labels(text: str) -> list[str]:
+    """The Case cell of every row of a report's Failure Details table."""
+    section = text.split("## Failure Details", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    return [row.split(" | ")[2] for row in rows[1:]]
+
+
+def test_failed_rows_with_noise_are_labelled_by_case_parameters_only(tmp_path, capsys, monkeypatch):
+    """A failed row's noise figure (noise_pct, or quartiles over time_ms) is no case
+    parameter: Failure Details label it like every other table, on both paths."""
+    base = write(
+        tmp_path / "b.csv",
+        NOISY,
+        v1_row(1, "", "", "", "failed", "oom") + ",2.5,,,H200",
+        v1_row(2, "1.0", "100", "1", "failed", "bad") + ",,0.9,1.1,H200",
+    )
+    cand = write(tmp_path / "c.csv", NOISY, v1_row(1) + ",1,,,H200", v1_row(2) + ",,0.9,1.1,H200")
+    assert scan_compares([base], [cand])
+    fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, [base], [cand])
+    assert fast == slow and fast[0] == sr.EXIT_OK  # both recovered
+    case = (
+        "seq\\_len\\_q=1, seq\\_len\\_kv=128, num\\_qo\\_heads=32, num\\_kv\\_heads=8, "
+        "head\\_dim=64"
+    )
+    assert failure_labels(fast[3]) == [f"batch\\_size={b}, {case}" for b in (1, 2)]
+    assert "noise=" not in fast[3]
+    json_path = tmp_path / "r.json"
+    assert regress(tmp_path, [base], [cand], extra=("--json", json_path))[0] == sr.EXIT_OK
+    failures = json.loads(json_path.read_text(encoding="utf-8"))["failures"]
+    assert [row["case"] for row in failures] == [
+        f"batch_size={b}, {case.replace(chr(92), '')}" for b in (1, 2)
+    ]
+
+
+def test_a_case_column_named_noise_is_a_case_parameter(tmp_path, capsys, monkeypatch):
+    """A CSV column literally named noise (say a noise-injection knob) is a case
+    parameter like any other: cases are matched and labelled by it on both paths."""
+    header = V1_HEADER + ",noise,noise_pct"
+    base = write(
+        tmp_path / "b.csv",
+        header,
+        v1_row(1, "1.0") + ",0.1,1",
+        v1_row(1, "2.0") + ",0.2,1",
+        v1_row(2, "", "", "", "failed", "oom") + ",0.1,3",
+    )
+    cand = write(
+        tmp_path / "c.csv",
+        header,
+        v1_row(1, "2.0") + ",0.2,1",
+        v1_row(1, "1.5") + ",0.1,1",
+        v1_row(2, "", "", "", "failed", "oom") + ",0.3,3",
+    )
+    assert scan_compares([base], [cand])
+    fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, [base], [cand])
+    assert fast == slow
+    code, _, err, text = fast
+    assert code == sr.EXIT_BENCHMARK_FAILURE and err == ""  # no duplicate cases
+    assert "| Decode | batch\\_size=1, seq\\_len\\_q=1" in text
+    matched = text.split("## Matched Cases", 1)[1]
+    assert "head\\_dim=64, noise=0.1 | compared | 1 → 1.5, +50.00%" in matched
+    assert "head\\_dim=64, noise=0.2 | compared | 2 → 2, +0.00%" in matched
+    labels = failure_labels(text)
+    assert [label.rsplit(", ", 1)[1] for label in labels] == ["noise=0.1", "noise=0.3"]
+    missing = text.split("## Missing Candidate Cases", 1)[1].split("\n## ", 1)[0]
+    assert "batch\\_size=2" in missing and "noise=0.1" in missing
 
 
 def test_scan_comparison_of_big_runs_cut_to_the_limit(tmp_path, capsys, monkeypatch):

@@ -424,9 +424,11 @@ KEY_CELLS = st.sampled_from(["1", "2", "10", " 3", "3", "4 ", "", "123456789", "
 
 @st.composite
 def varied_cases_csv(draw) -> bytes:
-    """A plain v1 file whose case cells repeat, pad, run long or stay empty."""
+    """A plain v1 file whose case cells repeat, pad, run long or stay empty; extra
+    columns may be optional ones or case columns named like internal ones."""
     header = ["schema_version", "api", *DECODE, "status", *METRICS, "error_type", "error"]
-    extra = draw(st.lists(st.sampled_from(["noise_pct", "time_q1_ms", "device"]), unique=True))
+    names = ["noise_pct", "time_q1_ms", "time_q3_ms", "device", "noise", "_line"]
+    extra = draw(st.lists(st.sampled_from(names), unique=True))
     lines = [",".join([*header, *extra])]
     for _ in range(draw(st.integers(1, 8))):
         failed = draw(st.integers(0, 4)) == 0
