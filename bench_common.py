@@ -1208,7 +1208,7 @@ def _static_columns(spec: BenchmarkSpec, case, options: RunOptions) -> dict[str,
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
-def _parse_args(spec: BenchmarkSpec, argv) -> argparse.Namespace | int:
+def parse_command_line(spec: BenchmarkSpec, argv) -> argparse.Namespace | int:
     try:
         return build_parser(spec).parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
@@ -1226,7 +1226,7 @@ def main_for(
 
     ``probe`` and ``timer_factory`` are seams for tests (machine probing, fake timers).
     """
-    args = _parse_args(spec, argv)
+    args = parse_command_line(spec, argv)
     if isinstance(args, int):
         return args
     try:
@@ -1240,14 +1240,26 @@ def main_for(
 
 
 def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -> int:
+    if args.list:
+        for text in args.filter:
+            parse_filter(text, spec.case_fields)
+        return list_cases(spec, args, probe)
+    return execute(spec, plan(spec, args, probe), timer_factory)
+
+
+def plan(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
+    """Every check of the command line, no GPU work: raises UsageError (exit 2)."""
     for text in args.filter:  # syntax first: no import, no device query for a typo
         parse_filter(text, spec.case_fields)
-    if args.list:
-        return _list_cases(spec, args, probe)
     choice = resolve_backend(args.backend, args.device, probe)
     options = resolve_options(spec, args, choice)
     if choice.note:
         print(choice.note, file=sys.stderr)
+    return options
+
+
+def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactory) -> int:
+    """The sweep ``plan`` resolved: exit 0, 1 when a case failed, 130 when interrupted."""
     device = _concrete(options.device)
     options = replace(options, device=device)
     if device.type == "cuda":
@@ -1257,11 +1269,11 @@ def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -
         f"{options.backend} on {device}, timer {options.timing.timer}, L2 {options.timing.l2}",
         flush=True,
     )
-    timer = timer_factory(options.timing, device, print if args.verbose else (lambda _: None))
+    timer = timer_factory(options.timing, device, print if options.verbose else (lambda _: None))
     return Sweep(spec, options, timer).run()
 
 
-def _list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
+def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
     on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
     preset = _preset_for(spec, args, torch.device("cpu" if on_cpu else "cuda"))

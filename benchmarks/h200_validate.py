@@ -71,21 +71,56 @@ def run_sweep(script: str, index: int, out_dir: Path, extra: list[str]) -> Sweep
     csv_path.with_suffix(".log").write_text(completed.stdout + completed.stderr, encoding="utf-8")
     if completed.returncode != 0:
         sys.stderr.write(completed.stdout[-4000:] + completed.stderr[-4000:])
-    found = re.search(r"time inside timed runs ([0-9.]+) s", completed.stdout)
-    timed = float(found.group(1)) if found else math.nan
-    phases = re.search(r"by phase: (.*)", completed.stdout)
-    busy = re.search(r"GPU busy in timed batches ([0-9.]+) s", completed.stdout)
+    return _sweep_run(script, index, csv_path, wall, completed.returncode, completed.stdout)
+
+
+def _sweep_run(script, index, csv_path, wall, code, stdout: str) -> SweepRun:
+    """A SweepRun from one script's standard output (its last line says where time went)."""
+    found = re.search(r"time inside timed runs ([0-9.]+) s", stdout)
+    phases = re.search(r"by phase: (.*)", stdout)
+    busy = re.search(r"GPU busy in timed batches ([0-9.]+) s", stdout)
     return SweepRun(
         script,
         index,
         csv_path,
         wall,
-        completed.returncode,
-        timed,
+        code,
+        float(found.group(1)) if found else math.nan,
         phases.group(1) if phases else "",
         float(busy.group(1)) if busy else math.nan,
-        completed.stdout.count("calls started late"),
+        stdout.count("calls started late"),
     )
+
+
+def run_sweep_in_one_process(scripts, index: int, out_dir: Path, extra) -> list[SweepRun]:
+    """The scripts' default sweeps in one ``bench_all.py`` process.  Its wall time is booked
+    on the first script (the cost table adds them up); each CSV becomes sweepN/<script>.csv."""
+    folder = out_dir / f"sweep{index}"
+    staging = folder / "bench_all"
+    staging.mkdir(parents=True, exist_ok=True)
+    stems = [Path(script).stem for script in scripts]
+    command = [sys.executable, str(ROOT / "bench_all.py"), "--scripts", *stems]
+    command += ["--preset", "default", "--output-dir", str(staging), *extra]
+    started = time.perf_counter()
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    (folder / "bench_all.log").write_text(completed.stdout + completed.stderr, encoding="utf-8")
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stdout[-4000:] + completed.stderr[-4000:])
+    apis = [importlib.import_module(stem).SPEC.api for stem in stems]
+    starts = [completed.stdout.find(f"{api}: ") for api in apis]
+    runs = []
+    for position, (script, api) in enumerate(zip(scripts, apis, strict=True)):
+        end = starts[position + 1] if position + 1 < len(starts) else len(completed.stdout)
+        section = completed.stdout[max(starts[position], 0) : end]
+        csv_path = folder / f"{Path(script).stem}.csv"
+        for made in staging.glob(f"{api}_*.csv"):
+            made.replace(csv_path)
+        runs.append(
+            _sweep_run(script, index, csv_path, wall if position == 0 else 0.0,
+                       completed.returncode, section)
+        )  # fmt: skip
+    return runs
 
 
 def sweeps_from_log(log: Path, out_dir: Path, scripts) -> dict[str, list[SweepRun]]:
@@ -362,6 +397,11 @@ def main(argv=None) -> int:
     parser.add_argument("--scripts", nargs="+", default=list(SCRIPTS))
     parser.add_argument("--skip-fidelity", action="store_true")
     parser.add_argument(
+        "--one-process",
+        action="store_true",
+        help="each sweep as one bench_all.py process instead of one process per script",
+    )
+    parser.add_argument(
         "--fidelity-scripts",
         nargs="+",
         default=None,
@@ -393,10 +433,15 @@ def main(argv=None) -> int:
             print(f"deadline: stopping after {index} sweeps", flush=True)
             args.sweeps = index
             break
-        for script in args.scripts:
-            run = run_sweep(script, index, args.out, extra)
-            sweeps[script].append(run)
-            print(f"sweep {index} {script}: {run.wall_s:.1f} s exit {run.exit_code}", flush=True)
+        if args.one_process:
+            runs = run_sweep_in_one_process(args.scripts, index, args.out, extra)
+        else:
+            runs = [run_sweep(script, index, args.out, extra) for script in args.scripts]
+        for run in runs:
+            sweeps[run.script].append(run)
+            print(
+                f"sweep {index} {run.script}: {run.wall_s:.1f} s exit {run.exit_code}", flush=True
+            )
 
     lines += [
         "## Cost (default preset, JIT warm)",
