@@ -78,7 +78,7 @@ def union_fields(specs: Sequence[BenchmarkSpec]) -> list[str]:
     return sorted({name for spec in specs for name in spec.case_fields})
 
 
-def plan_all(specs, argv, probe) -> list[tuple[BenchmarkSpec, object]] | int:
+def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
     """(spec, parsed args) of the scripts that will run; an exit code when argparse refused
     the command line; UsageError on other bad input."""
     chosen = []
@@ -120,7 +120,7 @@ def main(
     specs = list(specs) if specs is not None else load_specs(own.scripts)
     probe = probe or Probe()
     try:
-        chosen = plan_all(specs, rest, probe)
+        chosen = plan_all(specs, rest)
         if isinstance(chosen, int):
             return chosen
         runs = _resolve(chosen, probe)
