@@ -22,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE = "tests/test_summarizer_fuzz.py"
 # Share of the examples per property: the regression property costs the most per example.
 PROPERTIES = (
-    ("test_generated_csv_verdicts", 0.4),
-    ("test_arbitrary_bytes_never_crash_and_readers_agree", 0.4),
-    ("test_regression_mode_never_crashes", 0.2),
+    ("test_generated_csv_verdicts", 0.25),
+    ("test_arbitrary_bytes_never_crash_and_readers_agree", 0.25),
+    ("test_regression_mode_never_crashes", 0.15),
+    ("test_scan_and_pandas_summaries_agree", 0.1),  # the pandas-free summary path
+    ("test_scan_and_pandas_comparisons_agree", 0.2),  # the pandas-free regression path
+    ("test_scan_case_codes_sort_like_their_stripped_text", 0.05),
 )
 
 
@@ -54,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         f"- Command: `python benchmarks/fuzz_summarizer.py --examples {args.examples}`",
         "- Properties: exit code in {0, 1, 2}; no exception from main(); exit 2 for every "
         "input the generator broke; no temporary file left; the report is whole (title "
-        "first, newline last, Input Errors on exit 2); the fast and exact CSV readers agree.",
+        "first, newline last, Input Errors on exit 2); the fast and exact CSV readers agree; "
+        "the pandas-free summary and regression paths give the pandas path's report, "
+        "output and exit code.",
         "",
         "| Property | Examples asked | pytest exit | Seconds |",
         "|---|---:|---:|---:|",
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: exit {code} in {seconds:.0f}s", flush=True)
     lines += ["", f"Result: {'FAILED' if failed else 'all properties held'}", "", *details]
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    out = args.results_dir / f"fuzz_summarizer_{stamp:%Y%m%d}.md"
+    out = args.results_dir / f"fuzz_summarizer_{stamp:%Y%m%d_%H%M}.md"
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"written to {out}")
     return 1 if failed else 0
