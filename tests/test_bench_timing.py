@@ -761,7 +761,7 @@ def test_measure_checks_then_sustains_then_times():
     check, opened = trace.index("check"), trace.index("open")
     assert 0 < check < opened and trace[check + 1 : opened] == ["call"] * 10  # 10 ms / 1 ms
     assert m.median == 1.0 and list(phases.seconds) == [
-        "warm-up", "check", "sustain", "calibrate", "timing", "readout"
+        "set-up", "warm-up", "check", "sustain", "calibrate", "timing", "readout"
     ]  # fmt: skip
     assert phases.seconds["sustain"] == pytest.approx(0.010)
 
@@ -854,3 +854,43 @@ def test_stream_samples_that_waited_for_their_launch_are_counted():
     assert bt.attribute_events(events, 4, CAL, attribution="sum").starved == 0  # waits not counted
     m = bt._measurement([stream, stream], FAKE_TIMER, 1)
     assert m.starved_calls == 2 and m.starved_fraction == pytest.approx(0.25)
+
+
+def test_timer_is_set_up_before_warm_up_not_between_sustain_and_timing():
+    trace = []
+
+    class Timer:
+        name, l2 = "profiler", "cold"
+
+        def set_up(self):
+            trace.append("set-up")
+
+        def sync(self):
+            pass
+
+        def open(self, fn, estimate_ms):
+            trace.append("open")
+            return SimpleNamespace(batch=lambda calls: bt.Batch((1.0,) * calls))
+
+    clock = FakeClock()
+
+    def run():
+        clock.now += 0.001
+        trace.append("call")
+
+    options = bt.TimingOptions(sustain_ms=1.0, warmup_min_ms=0.0, min_measure_ms=0.0)
+    bt.measure(run, Timer(), options, clock)
+    assert trace[0] == "set-up" and trace.count("set-up") == 1
+    assert trace[trace.index("open") - 1] == "call"  # the last sustain call, then timing
+
+
+def test_profiler_timer_set_up_runs_the_calibration_profiles_once():
+    timer, trace = make_profiler([("attn", 20_000)])
+    sessions = []
+    original = timer._profile
+    timer._profile = lambda body, sync: sessions.append(body) or original(body, sync)
+    timer.set_up()
+    first = len(sessions)
+    timer.set_up()
+    timer.open(lambda: trace.append("call"), 0.1)
+    assert first >= 1 and len(sessions) == first  # the flush's (and the spin's, if any)
