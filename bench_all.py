@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from bench_common import (
     BenchmarkSpec,
+    NoMatchingCase,
     Probe,
     RunOptions,
     TimerFactory,
@@ -154,9 +155,7 @@ def _resolve(chosen, probe) -> list[tuple[BenchmarkSpec, RunOptions]] | None:
     for spec, args in chosen:
         try:
             runs.append((spec, plan(spec, args, probe)))
-        except UsageError as exc:
-            if not str(exc).startswith("no case of preset"):
-                raise
+        except NoMatchingCase:
             left_out.append(spec.script)
     if not runs:
         raise UsageError("no script has a case that matches --filter")

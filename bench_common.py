@@ -207,6 +207,10 @@ class UsageError(ValueError):
     """Bad command-line input: exit 2 before any GPU work."""
 
 
+class NoMatchingCase(UsageError):
+    """The filters leave no case of the preset (bench_all.py leaves such a script out)."""
+
+
 class CorrectnessError(RuntimeError):
     """run()'s output disagrees with the reference; carries the check's columns."""
 
@@ -636,7 +640,7 @@ def _select(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) -> tuple[d
     terms = [term for text in filters for term in parse_filter(text, spec.case_fields)]
     cases = select_cases(spec.presets[preset], terms)
     if not cases:
-        raise UsageError(f"no case of preset {preset!r} matches --filter {' '.join(filters)}")
+        raise NoMatchingCase(f"no case of preset {preset!r} matches --filter {' '.join(filters)}")
     return tuple(cases)
 
 
@@ -1240,17 +1244,15 @@ def main_for(
 
 
 def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -> int:
+    for text in args.filter:  # syntax first: no import, no device query for a typo
+        parse_filter(text, spec.case_fields)
     if args.list:
-        for text in args.filter:
-            parse_filter(text, spec.case_fields)
         return list_cases(spec, args, probe)
     return execute(spec, plan(spec, args, probe), timer_factory)
 
 
 def plan(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
     """Every check of the command line, no GPU work: raises UsageError (exit 2)."""
-    for text in args.filter:  # syntax first: no import, no device query for a typo
-        parse_filter(text, spec.case_fields)
     choice = resolve_backend(args.backend, args.device, probe)
     options = resolve_options(spec, args, choice)
     if choice.note:

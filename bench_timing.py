@@ -535,7 +535,7 @@ class L2Flusher:
     Read and write (79 us on the H200), not write only (``zero_``, 41 us): with the
     shorter flush the smallest decode cases (15 us) needed less GPU time per call than
     the CPU needs to launch one, the queue ran dry, and their samples took in the wait
-    (noise 50 %, a false alarm between two sweeps; ``benchmarks/results/h200_cost``).
+    (noise 50 %, a false alarm between two sweeps; ``benchmarks/results/h200_validation_v4``).
     """
 
     def __init__(self, device: torch.device, log: Callable[[str], None] = lambda _: None):
