@@ -384,7 +384,8 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         choices=ATTRIBUTIONS,
         default=TimingOptions.attribution,
         help="profiler per-call time: sum of kernel durations, first start to last end (span), "
-        "or auto (default: span with cold L2, sum with warm L2)",
+        "end of the L2 flush before the call to last end (stream: what a CUDA event pair "
+        "measures), or auto (default: stream with cold L2, sum with warm L2)",
     )
     timing.add_argument(
         "--min-samples",
@@ -397,6 +398,19 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         type=_positive(float),
         default=1.0,
         help="stop once the noise (see --stop-rule) is <= this %% (default 1.0)",
+    )
+    timing.add_argument(
+        "--min-measure-ms",
+        type=_non_negative_float,
+        default=TimingOptions.min_measure_ms,
+        help=f"sample at least this long (wall ms) ... (default {TimingOptions.min_measure_ms:g})",
+    )
+    timing.add_argument(
+        "--enough-samples",
+        type=_positive(int),
+        default=TimingOptions.enough_samples,
+        help="... or until this many samples, whichever comes first "
+        f"(default {TimingOptions.enough_samples})",
     )
     timing.add_argument(
         "--max-time-per-case",
@@ -631,7 +645,8 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         warmup_max_ms=max(TimingOptions.warmup_max_ms, 5 * args.warmup_ms),
         # steady-state clocks are a GPU matter; the CPU reference needs neither
         sustain_ms=0.0 if device.type == "cpu" else args.sustain_ms,
-        min_measure_ms=0.0 if device.type == "cpu" else TimingOptions.min_measure_ms,
+        min_measure_ms=0.0 if device.type == "cpu" else args.min_measure_ms,
+        enough_samples=args.enough_samples,
         verbose=args.verbose,
     )
 

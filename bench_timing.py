@@ -90,7 +90,9 @@ class TimingOptions:
     min_samples: int = 10
     max_time_s: float = 2.0  # per-case budget of the measurement loop (wall clock)
     warmup_min_calls: int = 3
-    warmup_min_ms: float = 50.0
+    # The sustain phase that follows holds the clocks steady; warm-up only absorbs JIT and
+    # first-call costs and estimates the time per call.
+    warmup_min_ms: float = 10.0
     warmup_max_ms: float = 250.0
     batch_target_ms: float = 50.0  # GPU time per batch: how often the stop hook looks
     # Back-to-back calls before timing, so that clocks and power reach the steady state a
@@ -102,7 +104,10 @@ class TimingOptions:
     # the previous case kept busy is already there.
     sustain_min_ms: float = 50.0
     sustain_steady_pct: float = 1.0
-    min_measure_ms: float = 300.0  # the stop hook waits at least this long (wall)
+    min_measure_ms: float = 300.0  # the stop hook waits at least this long (wall) ...
+    # ... or until this many samples are in: a 15 us case would otherwise take 3,000-4,000
+    # samples whose trace reading (~0.1 ms of host time each) costs more than the calls.
+    enough_samples: int = 1000
     min_batch_calls: int = 10
     max_batch_calls: int = 1000
     graph_target_ms: float = 2.0  # GPU time of one CUDA-graph replay
@@ -1071,12 +1076,15 @@ def stop_noise_pct(samples: Sequence[float], rule: str = "spread") -> float:
 
 
 def should_stop(samples: Sequence[float], elapsed_s: float, options: TimingOptions) -> bool:
-    """The stop hook: noise target met with enough samples, or the time budget spent."""
+    """The stop hook: the time budget spent, or the noise target met with at least
+    ``min_samples``, after ``min_measure_ms`` or ``enough_samples``, whichever comes first."""
     if not samples:
         return False
     if elapsed_s >= options.max_time_s:
         return True
-    if len(samples) < options.min_samples or elapsed_s * 1e3 < options.min_measure_ms:
+    if len(samples) < options.min_samples:
+        return False
+    if elapsed_s * 1e3 < options.min_measure_ms and len(samples) < options.enough_samples:
         return False
     return stop_noise_pct(samples, options.stop_rule) <= options.noise_target_pct
 

@@ -210,8 +210,13 @@ def _sustain(run, flush, calls: int) -> None:
         run()
 
 
-def independent_cold_ms(torch, run, device, reps: int = 100) -> float:
-    """Median of CUDA-event pairs around one run(), a 2 x L2 write before each."""
+def independent_cold_ms(torch, run, device, reps: int = 100, spin_after_flush=False) -> float:
+    """Median of CUDA-event pairs around one run(), a 2 x L2 read+write just before each.
+
+    A GPU spin ahead of each flush keeps the GPU ahead of the CPU's launches (not timed).
+    ``spin_after_flush``: the v3/v4 reference, which spun between the flush and the start
+    event, leaving the GPU ~25 us of near-idleness between the flush and the call; kept to
+    tell whether that placement explains a difference."""
     flush = _l2_flush_buffer(torch, device)
     _sustain(run, flush, 20)
     torch.cuda.synchronize()
@@ -223,9 +228,11 @@ def independent_cold_ms(torch, run, device, reps: int = 100) -> float:
     times = []
     spin = getattr(torch.cuda, "_sleep", None)
     for _ in range(reps):
-        flush.bitwise_not_()
-        if spin is not None:
+        if spin is not None and not spin_after_flush:
             spin(50_000)  # keeps the GPU ahead of the CPU's launch of run(): not timed
+        flush.bitwise_not_()
+        if spin is not None and spin_after_flush:
+            spin(50_000)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         run()
@@ -268,6 +275,7 @@ class FidelityCase:
     independent_ms: float
     sweep_ms: float  # time_ms of the same case in sweep 0's CSV (another process, earlier)
     error: str = ""
+    spin_after_flush_ms: float = math.nan  # the v3/v4 reference (cold L2 only)
 
     @property
     def diff_pct(self) -> float:
@@ -289,6 +297,7 @@ def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[Fid
     timer = bench_timing.make_timer(options, device, lambda _: None)
     swept = {_key(row): float(row["time_ms"]) for row in sweep_rows if row["status"] == "ok"}
     found = []
+    cold = l2 == "cold"
     for case in spec.presets["default"]:
         text = bench_common.case_text(case, spec.case_fields)
         settings = bench_common.Settings(device, torch.float16, 16, "flashinfer", seed=0)
@@ -297,7 +306,9 @@ def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[Fid
             reference = independent_warm_ms if l2 == "warm" else independent_cold_ms
 
             first = reference(torch, run, device)
+            first_v4 = independent_cold_ms(torch, run, device, spin_after_flush=True) if cold else 0
             a, b = (bench_timing.measure(run, timer, options).median for _ in range(2))
+            last_v4 = independent_cold_ms(torch, run, device, spin_after_flush=True) if cold else 0
             last = reference(torch, run, device)
         except Exception as exc:  # noqa: BLE001 - report, keep measuring the rest
             found.append(FidelityCase(text, math.nan, math.nan, math.nan, str(exc)))
@@ -308,7 +319,10 @@ def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[Fid
         independent = (first + last) / 2
         if independent >= FIDELITY_MIN_MS:
             key = ", ".join(f"{n}={case[n]}" for n in spec.case_fields)
-            found.append(FidelityCase(text, (a + b) / 2, independent, swept.get(key, math.nan)))
+            v4 = (first_v4 + last_v4) / 2 if cold else math.nan
+            found.append(
+                FidelityCase(text, (a + b) / 2, independent, swept.get(key, math.nan), "", v4)
+            )
     return found
 
 
@@ -506,20 +520,24 @@ def main(argv=None) -> int:
             "harness = the mean of the two `bench_timing.measure` medians (the function behind",
             "`time_ms`, default options), independent = the mean of its two readings. The last",
             "column compares the same case's `time_ms` in sweep 0's CSV, measured earlier in",
-            "another process, with the same independent value.",
+            "another process, with the same independent value. Cold L2: the reference runs",
+            "spin, flush, event, run(), event per call (the spin, which keeps the GPU ahead of",
+            "the CPU, before the flush); the last column compares the harness with the v3/v4",
+            "reference, which ran the spin between the flush and the event.",
             "",
         ]
         diffs, sweep_diffs = [], []
         table = [
-            "| script | case | harness ms | independent ms | diff % | sweep-0 CSV diff % |",
-            "|---|---|---:|---:|---:|---:|",
+            "| script | case | harness ms | independent ms | diff % | sweep-0 CSV diff % "
+            "| diff % vs spin-after-flush reference |",
+            "|---|---|---:|---:|---:|---:|---:|",
         ]
         for script in args.fidelity_scripts or args.scripts:
             rows = read_rows(sweeps[script][0].csv_path) if sweeps.get(script) else []
             for item in fidelity(script, args.l2, rows):
                 if item.error:
                     table.append(
-                        f"| {script} | {item.case} | n/a | n/a | error: {item.error[:80]} | |"
+                        f"| {script} | {item.case} | n/a | n/a | error: {item.error[:80]} | | |"
                     )
                     continue
                 diffs.append(abs(item.diff_pct))
@@ -528,7 +546,8 @@ def main(argv=None) -> int:
                     sweep_diffs.append(abs(sweep_diff))
                 table.append(
                     f"| {script} | {item.case} | {item.harness_ms:.4f} | {item.independent_ms:.4f} "
-                    f"| {item.diff_pct:+.2f} | {sweep_diff:+.2f} |"
+                    f"| {item.diff_pct:+.2f} | {sweep_diff:+.2f} "
+                    f"| {(item.harness_ms / item.spin_after_flush_ms - 1.0) * 100.0:+.2f} |"
                 )
                 print(table[-1], flush=True)
                 _write(args.report, [*lines, *table])

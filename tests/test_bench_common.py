@@ -180,6 +180,16 @@ def test_cuda_graph_timer_is_warm_only():
     assert (cpu.timer, cpu.l2) == ("wall", "warm")
 
 
+def test_minimum_measurement_options_reach_the_timer_on_a_gpu_only():
+    parser = bc.build_parser(fake_bench_script.SPEC)
+    args = parser.parse_args(["--min-measure-ms", "500", "--enough-samples", "200"])
+    gpu = bc._timing_options(args, torch.device("cuda"))
+    assert (gpu.min_measure_ms, gpu.enough_samples) == (500.0, 200)
+    assert bc._timing_options(args, torch.device("cpu")).min_measure_ms == 0.0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--enough-samples", "0"])
+
+
 def test_default_output_path_like_the_seed(tmp_path):
     path = bc.get_csv_path("SomeWrapper", str(tmp_path))
     name = path.rsplit("/", 1)[-1]

@@ -710,6 +710,16 @@ def test_stop_hook_waits_for_the_minimum_measurement_time():
     assert bt.should_stop(quiet, 0.15, options)
 
 
+def test_stop_hook_stops_waiting_for_the_minimum_time_once_enough_samples_are_in():
+    options = bt.TimingOptions(
+        min_samples=3, noise_target_pct=1.0, min_measure_ms=300.0, enough_samples=1000
+    )
+    assert not bt.should_stop([1.0] * 999, 0.05, options)
+    assert bt.should_stop([1.0] * 1000, 0.05, options)
+    noisy = [1.0, 2.0] * 500  # enough samples, but the noise target is not met
+    assert not bt.should_stop(noisy, 0.05, options)
+
+
 def test_sustain_runs_back_to_back_calls_with_flushes_when_cold():
     trace = []
     timer = SimpleNamespace(
