@@ -588,7 +588,10 @@ class QueueAhead:
 
     It spins for the CPU's expected lead over the GPU: ``calls`` x (host time per call -
     GPU time per call), measured on the previous batch (the warm-up's estimate before the
-    first), plus a small floor.  Builds without ``torch.cuda._sleep`` get no spin.
+    first), plus the first call's own launch, counted twice (the first launch after a
+    synchronize is the slowest: with the lead alone, the first call of every batch of a
+    millisecond-long case started late on the H200), plus a small floor.  Builds without
+    ``torch.cuda._sleep`` get no spin.
     """
 
     CALIBRATION_CYCLES = 2_000_000
@@ -602,7 +605,8 @@ class QueueAhead:
 
     def spin_ms(self, calls: int, gpu_ms_per_call: float, fallback_host_ms: float) -> float:
         host = self.host_ms_per_call if self.host_ms_per_call is not None else fallback_host_ms
-        lead = calls * max(host - gpu_ms_per_call, 0.0) + self.options.queue_ahead_min_ms
+        lead = calls * max(host - gpu_ms_per_call, 0.0) + 2.0 * host
+        lead += self.options.queue_ahead_min_ms
         return min(lead, self.options.queue_ahead_max_ms)
 
     def prepare(self) -> bool:

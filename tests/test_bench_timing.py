@@ -270,9 +270,10 @@ def test_attribution_stream_warm_counts_from_the_previous_call():
 def test_queue_ahead_spins_for_the_cpus_lead_only():
     queue = bt.QueueAhead(bt.TimingOptions(queue_ahead_min_ms=0.05, queue_ahead_max_ms=20.0))
     # first batch: the warm-up's estimate stands in for the host's time per call
-    assert queue.spin_ms(100, gpu_ms_per_call=0.06, fallback_host_ms=0.1) == pytest.approx(4.05)
-    queue.host_ms_per_call = 0.03  # the GPU is slower than the CPU: the floor is enough
-    assert queue.spin_ms(100, 0.06, 0.1) == pytest.approx(0.05)
+    # lead 100 x (0.1 - 0.06), the first call's launch twice, the floor
+    assert queue.spin_ms(100, gpu_ms_per_call=0.06, fallback_host_ms=0.1) == pytest.approx(4.25)
+    queue.host_ms_per_call = 0.03  # the GPU is slower than the CPU: no lead, the first launch
+    assert queue.spin_ms(100, 0.06, 0.1) == pytest.approx(0.11)
     queue.host_ms_per_call = 1.0
     assert queue.spin_ms(1000, 0.06, 0.1) == pytest.approx(20.0)  # capped
 
