@@ -78,8 +78,8 @@ class TimingOptions:
     kernel_pattern: str | None = None
     # Per-call sample from the profiler: "sum" of kernel durations; "span", first start ->
     # last end; "stream", end of the GPU work before the call (its L2 flush) -> last end: the
-    # time the call held the stream, which is what a CUDA event pair around it measures when
-    # the launch is queued ahead (H200: span reads 3-4 us below events on 20-50 us cases).
+    # time the call held the stream, launch gaps between dependent kernels included (H200:
+    # 1.4 us before a paged prefill kernel; decode's kernels overlap the flush's tail).
     # "auto" is stream when L2 is cold and sum when warm (back-to-back warm calls of small
     # cases outrun the CPU's launches, so anything but the sum would count host gaps).
     attribution: str = "auto"
@@ -641,11 +641,14 @@ class QueueAhead:
         before: Callable[[], object] | None,
         gpu_ms_per_call: float,
         fallback_host_ms: float,
+        chain: bool = False,
     ) -> list[tuple[object, object]]:
-        """Spin, queue the calls (see ``enqueue_calls``), remember the CPU's time per call."""
+        """Spin, queue the calls (``enqueue_chain`` when ``chain``, else ``enqueue_calls``),
+        remember the CPU's time per call."""
         self.hold(calls, gpu_ms_per_call, fallback_host_ms)
         started = time.perf_counter()
-        pairs = enqueue_calls(fn, calls, before, self.events)
+        enqueue = enqueue_chain if chain else enqueue_calls
+        pairs = enqueue(fn, calls, before, self.events)
         self.host_ms_per_call = (time.perf_counter() - started) * 1e3 / max(calls, 1)
         return pairs
 
@@ -664,6 +667,11 @@ class EventPool:
             )
         return self._pairs[:count]
 
+    def chain(self, count: int) -> list[object]:
+        """``count + 1`` events for a chain of ``count`` calls (see ``enqueue_chain``)."""
+        pairs = self.take((count + 2) // 2)
+        return [event for pair in pairs for event in pair][: count + 1]
+
 
 def enqueue_calls(
     fn: Callable[[], object],
@@ -673,9 +681,9 @@ def enqueue_calls(
 ) -> list[tuple[object, object]]:
     """Queue ``calls`` x ([before] [start event] fn() [end event]); the event pairs.
 
-    With the L2 flush as ``before``, every cold-L2 timer runs exactly this sequence, so the
-    profiler and the events timer time the same GPU work as CUDA events with a flush
-    before each call.  Events come from ``pool`` when given (read them before reusing it).
+    With the L2 flush as ``before``, the events timer's cold-L2 sequence: what CUDA events
+    with a flush before each call read, the start event's own record included (see
+    ``enqueue_chain``).  Events come from ``pool`` when given (read them before reusing it).
     """
     pairs = (pool or EventPool()).take(calls)
     for start, end in pairs:
@@ -687,15 +695,46 @@ def enqueue_calls(
     return pairs
 
 
-def _queued_samples(session, calls: int, before: Callable[[], object] | None):
+def enqueue_chain(
+    fn: Callable[[], object],
+    calls: int,
+    before: Callable[[], object] | None = None,
+    pool: EventPool | None = None,
+) -> list[tuple[object, object]]:
+    """Queue event + ``calls`` x ([before] fn() event); the pairs of consecutive events,
+    each around one [before] fn().
+
+    No event sits between ``before`` (the L2 flush) and fn(): the GPU front end spends
+    3.2-3.8 us on an event record there before run()'s first kernel starts (H200, a
+    different amount on each stream), a quarter of a 13 us decode case and the source of
+    its between-process jumps (``benchmarks/results/h200_validation_v6``).  The profiler
+    reads run()'s time off its kernels, so it times this sequence; the pairs only steer
+    the stop hook.
+    """
+    events = (pool or EventPool()).chain(calls)
+    events[0].record()
+    for event in events[1:]:
+        if before is not None:
+            before()
+        fn()
+        event.record()
+    return list(zip(events[:-1], events[1:], strict=True))
+
+
+def _queued_samples(
+    session, calls: int, before: Callable[[], object] | None, chain: bool = False
+) -> tuple[float, ...]:
     """One queued batch of a session (``timer``, ``fn``, ``estimate_ms``, ``flush_ms``,
     ``run_ms``): spin, queue, synchronize, read the event pairs; the median is kept to
-    size the next batch's spin."""
+    size the next batch's spin.  ``chain``: the pairs also hold ``before`` (the flush),
+    whose calibrated time comes off each sample."""
     timer = session.timer
     gpu_ms = session.flush_ms + session.run_ms
-    pairs = timer.queue.batch(session.fn, calls, before, gpu_ms, session.estimate_ms)
+    pairs = timer.queue.batch(session.fn, calls, before, gpu_ms, session.estimate_ms, chain)
     timer.sync()
     samples = _elapsed(pairs)
+    if chain and before is not None:
+        samples = tuple(max(sample - session.flush_ms, 0.0) for sample in samples)
     session.run_ms = statistics.median(samples) if samples else 0.0
     return samples
 
@@ -733,8 +772,9 @@ class _WallSession:
 class EventsTimer:
     """A CUDA event pair around each call.
 
-    Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end], the
-    profiler's sequence.  Warm L2: a short GPU spin precedes each call so that the start
+    Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end]; the
+    sample includes the start event's record (3-4 us on the H200, see ``enqueue_chain``),
+    which the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so that the start
     event is not recorded while the GPU waits for the CPU to launch run().
     """
 
@@ -912,8 +952,8 @@ class ProfilerTimer:
 class _ProfilerSession:
     """One profiler recording around the whole measurement loop of a case.
 
-    Every batch runs the events timer's sequence, so the stop hook judges the event pairs'
-    times as the batches come; when the loop ends, the recording is split by stream order
+    Every batch runs a chain of calls with an event after each (``enqueue_chain``), so the
+    stop hook judges provisional times as the batches come; when the loop ends, the recording is split by stream order
     into per-call profiler samples, which replace the provisional ones.  One recording per
     case, not one per batch: each profiler start/stop left the GPU idle for tens of ms,
     and a GPU that idles half the time runs compute-bound kernels faster (cooler, less
@@ -934,9 +974,10 @@ class _ProfilerSession:
         self.events = self.timer._profile(loop, self.timer.sync)
 
     def batch(self, calls: int) -> Batch:
-        """[queue-ahead spin] + calls x ([flush] event run() event): provisional samples."""
+        """[queue-ahead spin] + event + calls x ([flush] run() event): provisional samples."""
         timer = self.timer
-        samples = _queued_samples(self, calls, timer.flusher.flush if timer.l2 == "cold" else None)
+        flush = timer.flusher.flush if timer.l2 == "cold" else None
+        samples = _queued_samples(self, calls, flush, chain=True)
         self.calls.append(calls)
         return Batch(samples)
 
