@@ -49,6 +49,7 @@ from bench_timing import (
     quantile,
 )
 from benchmark_result import (
+    HARNESS_VERSION,
     OPTIONAL_COLUMN_NAMES,
     STATUS_OK,
     ResultCsvWriter,
@@ -774,6 +775,7 @@ def environment_columns(options: RunOptions) -> dict[str, object]:
         "runtime": runtime,
         "torch_version": torch.__version__,
         "flashinfer_version": options.flashinfer_version,
+        "harness_version": HARNESS_VERSION,
         "dtype": options.dtype_name,
         "page_size": options.page_size,
         "timer": options.timing.timer,

@@ -8,7 +8,7 @@ The method, in pseudo-code::
     session = timer.open(run, estimate)        # the flush's and the spin's device events
     def loop():                                # one loop, one stop hook
         while True:
-            samples += session.batch(calls)    # [spin] + calls x ([flush] event run() event)
+            samples += session.batch(calls)    # [spin] event + calls x ([flush] run() event)
             if should_stop(samples, elapsed):  # noise <= target with >= min samples, or budget
                 break
     session.record(loop)                       # profiler: ONE recording around the whole loop
@@ -19,10 +19,10 @@ The median, not the mean, is reported: a few samples disturbed by clocks, other 
 or the profiler itself must not move the result.  Timers never look for kernel names: the
 profiler timer counts every kernel, memset and memcpy one ``run()`` launches, found by
 stream order (the count per call is the one that divides the recording evenly), optionally
-restricted by a user pattern.  With cold L2 every timer runs the same per-call sequence as
-the CUDA-events reference (flush, event, run(), event), queued behind a spin so that no
-call waits for its own launch; the profiler reads a call from the end of its flush to the
-end of its last kernel.
+restricted by a user pattern.  With cold L2 each call follows its own L2 flush, queued
+behind a spin so that no call waits for its own launch; the profiler reads a call from the
+end of its flush to the end of its last kernel, and no timing event sits between the two
+(its record would be timed with the call: ``enqueue_chain``).
 """
 
 from __future__ import annotations

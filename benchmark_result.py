@@ -23,6 +23,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 SCHEMA_VERSION = "1"
+# The harness's version, stamped on every row (``harness_version``) and the package's version
+# (pyproject.toml reads it from here).  Bumped whenever what ``time_ms`` means changes, so
+# the summarizer can warn when a baseline was measured another way.  0.2.0: no timing event
+# between the L2 flush and run(); cases under 0.1 ms read 1.4-4 us lower than with 0.1.x.
+HARNESS_VERSION = "0.2.0"
+# What a row of this harness that carries no ``harness_version`` was measured with.
+UNRECORDED_HARNESS_VERSION = "before 0.2.0 (not recorded)"
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
@@ -110,6 +117,7 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     Column("runtime", _E, Kind.TEXT, "CUDA or MACA runtime version"),
     Column("torch_version", _E, Kind.TEXT, "torch.__version__"),
     Column("flashinfer_version", _E, Kind.TEXT, "flashinfer.__version__"),
+    Column("harness_version", _E, Kind.TEXT, "fi-attn-bench version that measured the row"),
     Column("check", _C, Kind.CHOICE, "output checked against the reference", CHECK_OUTCOMES),
     Column("max_abs_err", _C, Kind.NON_NEGATIVE, "largest |output - reference|"),
     Column("mismatch_frac", _C, Kind.NON_NEGATIVE, "share of elements out of tolerance"),

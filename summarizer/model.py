@@ -17,6 +17,7 @@ from benchmark_result import (
     OPTIONAL_COLUMNS,
     STATUS_FAILED,
     STATUS_LEGACY_OK,
+    UNRECORDED_HARNESS_VERSION,
     Role,
 )
 from summarizer.frames import (
@@ -45,6 +46,7 @@ MISMATCH_COLUMNS = (
     "runtime",
     "torch_version",
     "flashinfer_version",
+    "harness_version",
 )
 
 
@@ -348,12 +350,16 @@ def _artefact_table(view, artefact: np.ndarray):
 
 
 def environment_of(view) -> dict[str, list[str]]:
-    """Distinct non-empty values of each environment column a run carries."""
+    """Distinct non-empty values of each environment column a run carries.  A run whose rows
+    name their timer but not the harness version came from a harness older than the column,
+    which measured differently: said as such, so a comparison with a newer run warns."""
     found = {}
     for name in ENVIRONMENT_COLUMNS:
         texts = view.distinct(name)
         if texts:
             found[name] = texts
+    if "timer" in found and "harness_version" not in found:
+        found["harness_version"] = [UNRECORDED_HARNESS_VERSION]
     return found
 
 

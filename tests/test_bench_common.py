@@ -14,7 +14,7 @@ import torch
 
 import bench_common as bc
 from bench_timing import Batch, NoKernelCaptured, TimingOptions
-from benchmark_result import read_result_rows
+from benchmark_result import HARNESS_VERSION, read_result_rows
 
 NO_GPU = bc.Probe(
     cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
@@ -284,6 +284,7 @@ def test_rows_carry_statistics_environment_and_repro(tmp_path, capsys):
         row["kernels"] == "fake_kernel" and row["dtype"] == "float16" and row["page_size"] == "16"
     )
     assert row["torch_version"] == torch.__version__ and row["check"] == "skipped"
+    assert row["harness_version"] == HARNESS_VERSION
     assert row["repro"].startswith(
         "python tests/fake_bench_script.py --filter batch_size=1,seq_len=8 --preset smoke"
     )

@@ -421,6 +421,18 @@ def test_environment_per_side_and_mismatch_warning(tmp_path):
     assert "flashinfer\\_version:" not in text[: warning + 300]
 
 
+def test_baseline_from_an_older_harness_warns_and_same_version_does_not(tmp_path):
+    old_header = V1_HEADER + ",timer"
+    new_header = V1_HEADER + ",timer,harness_version"
+    old = write(tmp_path / "old.csv", old_header, v1_row(1) + ",profiler")
+    new = write(tmp_path / "new.csv", new_header, v1_row(1) + ",profiler,0.2.0")
+    again = write(tmp_path / "again.csv", new_header, v1_row(1) + ",profiler,0.2.0")
+    regress(tmp_path, [old], [new])
+    assert "harness\\_version: before 0.2.0 (not recorded) → 0.2.0" in report(tmp_path)
+    regress(tmp_path, [new], [again])
+    assert "Warning: baseline and candidate" not in report(tmp_path)
+
+
 def test_peak_artefacts_flagged_and_not_counted_as_speed(tmp_path):
     header = V1_HEADER + ",pct_peak_bw"
     path = write(
