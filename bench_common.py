@@ -985,6 +985,23 @@ class ResultStore:
         self.writer.write_all(self.rows.values())
 
 
+def resume_todo(
+    cases: Sequence[Mapping[str, int]], rows: Mapping[tuple[str, ...], Mapping], fields
+) -> tuple[list[Mapping[str, int]], int]:
+    """The cases a resumed sweep still runs, and how many of them were ok but measured by
+    another harness version (``HARNESS_VERSION``; none recorded: older), whose time_ms
+    must not sit in one file with this version's."""
+    todo, stale = [], 0
+    for case in cases:
+        row = rows.get(case_key(case, fields), {})
+        if row.get("status") != STATUS_OK:
+            todo.append(case)
+        elif row.get("harness_version", "") != HARNESS_VERSION:
+            todo.append(case)
+            stale += 1
+    return todo, stale
+
+
 def _conflicts(row: Mapping[str, str], options: RunOptions) -> list[str]:
     wanted = {
         "dtype": options.dtype_name,
@@ -1133,13 +1150,14 @@ class Sweep:
         if options.resume:
             store.rows = load_resume_rows(options.output, spec, options)
             _remove_stale_temporaries(options.output)
-            todo = [
-                c
-                for c in todo
-                if store.rows.get(case_key(c, spec.case_fields), {}).get("status") != STATUS_OK
-            ]
+            todo, stale = resume_todo(todo, store.rows, spec.case_fields)
+            note = (
+                f"; {stale} ok case(s) measured by another harness version are measured again"
+                if stale
+                else ""
+            )
             self.log(
-                f"Resuming {options.output}: {len(options.cases) - len(todo)} of {len(options.cases)} cases already ok"
+                f"Resuming {options.output}: {len(options.cases) - len(todo)} of {len(options.cases)} cases already ok{note}"
             )
             if not todo:
                 return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import time
 import fake_bench_script
 import pytest
 
-from benchmark_result import csv_fieldnames, read_result_rows
+from benchmark_result import HARNESS_VERSION, csv_fieldnames, read_result_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "fake_bench_script.py")
@@ -133,6 +134,22 @@ def test_resume_with_everything_ok_runs_nothing(tmp_path, monkeypatch, capsys):
     assert run_in_process(["--resume", str(path), *FAST], monkeypatch) == 0
     assert os.stat(path).st_mtime_ns == stamp
     assert "4 of 4 cases already ok" in capsys.readouterr().out
+
+
+def test_resume_remeasures_ok_rows_of_another_harness_version(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "r.csv"
+    assert run_in_process(["--output", str(path), *FAST], monkeypatch) == 0
+    header, rows = read_result_rows(path)
+    old = [name for name in header if name != "harness_version"]  # as 0.1.x wrote it
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, old, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    capsys.readouterr()
+    assert run_in_process(["--resume", str(path), *FAST], monkeypatch) == 0
+    assert "4 ok case(s) measured by another harness version" in capsys.readouterr().out
+    rows = assert_valid_csv(path)
+    assert len(rows) == 4 and {r["harness_version"] for r in rows} == {HARNESS_VERSION}
 
 
 def test_resume_drops_a_cut_off_row_and_reruns_it(tmp_path, monkeypatch):
