@@ -471,7 +471,9 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         "--output-dir", default=".", help="directory of the default CSV path (default .)"
     )
     out.add_argument(
-        "--resume", metavar="CSV", help="rerun only the cases not ok in CSV, updating it in place"
+        "--resume",
+        metavar="CSV",
+        help="rerun only the cases not ok in CSV (or measured by another harness version), updating it in place",
     )
     out.add_argument(
         "--peak-bandwidth",
