@@ -385,8 +385,8 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         choices=ATTRIBUTIONS,
         default=TimingOptions.attribution,
         help="profiler per-call time: sum of kernel durations, first start to last end (span), "
-        "end of the L2 flush before the call to last end (stream: what a CUDA event pair "
-        "measures), or auto (default: stream with cold L2, sum with warm L2)",
+        "end of the L2 flush before the call to last end (stream: the time the call held "
+        "the stream), or auto (default: stream with cold L2, sum with warm L2)",
     )
     timing.add_argument(
         "--min-samples",

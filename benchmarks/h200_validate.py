@@ -35,7 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmark_result import case_columns  # noqa: E402
+from benchmark_result import (  # noqa: E402
+    HARNESS_VERSION,
+    UNRECORDED_HARNESS_VERSION,
+    case_columns,
+)
 
 SCRIPTS = (
     "bench_batch_decode.py",
@@ -148,7 +152,8 @@ def _header_from_gpu(args) -> list[str]:
         f"# Harness validation on {torch.cuda.get_device_name()}",
         "",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"- torch {torch.__version__}, CUDA {torch.version.cuda}, FlashInfer {flashinfer.__version__}",
+        f"- torch {torch.__version__}, CUDA {torch.version.cuda}, FlashInfer {flashinfer.__version__}, "
+        f"harness {HARNESS_VERSION}",
         f"- command: `python benchmarks/h200_validate.py --sweeps {args.sweeps} --l2 {args.l2}`",
         "",
     ]
@@ -160,7 +165,8 @@ def _header_from_rows(rows: list[dict[str, str]], args) -> list[str]:
         f"# Harness validation on {row.get('device', '?')} (analysed from the sweeps' CSVs)",
         "",
         f"- analysed: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"- torch {row.get('torch_version')}, {row.get('runtime')}, FlashInfer {row.get('flashinfer_version')}",
+        f"- torch {row.get('torch_version')}, {row.get('runtime')}, FlashInfer {row.get('flashinfer_version')}, "
+        f"harness {row.get('harness_version') or UNRECORDED_HARNESS_VERSION}",
         f"- command: `python benchmarks/h200_validate.py --from-log {args.from_log} --out {args.out}`",
         "",
     ]
