@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,6 +281,41 @@ def events_per_call_cold_ms(torch, run, device, reps: int = 100) -> float:
     return statistics.median(a.elapsed_time(b) for a, b in times)
 
 
+def paired_cold_ms(torch, run, device, max_reps: int = 200) -> float:
+    """Per call, by CUDA events, the v6 candidate for a bias-free cold reference: the median
+    of (event, flush, run(), event) minus the median of (event, flush, event), interleaved,
+    where every flush follows a run() (an untimed one after each flush-only reading).
+
+    No event sits between a flush and its run() (the per-call reference's 1.4-4 us); each
+    reading starts with an event then a flush, so the start event's cost cancels in the
+    difference; and the subtracted flush evicts what a run() left, as the timed one does
+    (the queue-share reference subtracts flushes that evict a flush's dirty lines, which
+    may explain its 4-12 % gap to the per-call one on larger cases)."""
+    flush = _l2_flush_buffer(torch, device)
+    one = _steady(torch, run, flush)
+    reps = max(30, min(max_reps, int(0.5 / (2 * one))))
+    event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    with_run, flush_only = [], []
+    for _ in range(reps):
+        pair = (event(), event())
+        pair[0].record()
+        flush.bitwise_not_()
+        run()
+        pair[1].record()
+        with_run.append(pair)
+        pair = (event(), event())
+        pair[0].record()
+        flush.bitwise_not_()  # follows the run() just timed
+        pair[1].record()
+        flush_only.append(pair)
+        run()  # untimed: the next timed flush follows a run() too
+    torch.cuda.synchronize()
+    both, alone = (
+        statistics.median(a.elapsed_time(b) for a, b in p) for p in (with_run, flush_only)
+    )
+    return both - alone
+
+
 def independent_warm_ms(torch, run, device=None, calls: int = 20, replays: int = 30) -> float:
     """CUDA-graph replay of ``calls`` back-to-back run()s; median per-call time."""
     stream = torch.cuda.Stream()
@@ -314,11 +349,22 @@ class FidelityCase:
     independent_ms: float
     sweep_ms: float  # time_ms of the same case in sweep 0's CSV (another process, earlier)
     error: str = ""
-    per_call_events_ms: float = math.nan  # the v5 reference (cold L2 only)
+    # Cold L2 only: the other references, by name (see COLD_REFERENCES)
+    others: dict[str, float] = field(default_factory=dict)
 
     @property
     def diff_pct(self) -> float:
         return (self.harness_ms / self.independent_ms - 1.0) * 100.0
+
+    def diff_to(self, name: str) -> float:
+        return (self.harness_ms / self.others.get(name, math.nan) - 1.0) * 100.0
+
+
+# Cold-L2 references besides the main one (``independent_cold_ms``), each its own column.
+COLD_REFERENCES = {
+    "per-call events (v5)": events_per_call_cold_ms,
+    "paired events": paired_cold_ms,
+}
 
 
 def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[FidelityCase]:
@@ -344,10 +390,11 @@ def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[Fid
             run = spec.prepare(case, settings).run
             reference = independent_warm_ms if l2 == "warm" else independent_cold_ms
 
+            others = COLD_REFERENCES if cold else {}
             first = reference(torch, run, device)
-            first_v5 = events_per_call_cold_ms(torch, run, device) if cold else 0
+            first_others = {name: ref(torch, run, device) for name, ref in others.items()}
             a, b = (bench_timing.measure(run, timer, options).median for _ in range(2))
-            last_v5 = events_per_call_cold_ms(torch, run, device) if cold else 0
+            last_others = {name: ref(torch, run, device) for name, ref in others.items()}
             last = reference(torch, run, device)
         except Exception as exc:  # noqa: BLE001 - report, keep measuring the rest
             found.append(FidelityCase(text, math.nan, math.nan, math.nan, str(exc)))
@@ -358,9 +405,9 @@ def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[Fid
         independent = (first + last) / 2
         if independent >= FIDELITY_MIN_MS:
             key = ", ".join(f"{n}={case[n]}" for n in spec.case_fields)
-            v5 = (first_v5 + last_v5) / 2 if cold else math.nan
+            means = {name: (first_others[name] + last_others[name]) / 2 for name in others}
             found.append(
-                FidelityCase(text, (a + b) / 2, independent, swept.get(key, math.nan), "", v5)
+                FidelityCase(text, (a + b) / 2, independent, swept.get(key, math.nan), "", means)
             )
     return found
 
@@ -561,16 +608,21 @@ def main(argv=None) -> int:
             "column compares the same case's `time_ms` in sweep 0's CSV, measured earlier in",
             "another process, with the same independent value. Cold L2: the reference is",
             "run()'s share of a queue of (flush, run()) pairs by CUDA events (events around 50",
-            "pairs minus events around 50 flushes); the last column compares the harness with",
-            "the v5 reference, an event pair around each run() after its flush, whose start",
-            "event's record (3-4 us) is in every reading.",
+            "pairs minus events around 50 flushes); the last columns compare the harness with",
+            "the other references, also A B B A: the v5 one, an event pair around each run()",
+            "after its flush, whose start event's record (1.4-4 us) is in every reading, and",
+            "paired events, (event flush run() event) minus (event flush event), every flush",
+            "after a run() (`paired_cold_ms`).",
             "",
         ]
+        names = list(COLD_REFERENCES) if args.l2 == "cold" else []
         diffs, sweep_diffs = [], []
+        other_diffs: dict[str, list[float]] = {name: [] for name in names}
         table = [
             "| script | case | harness ms | independent ms | diff % | sweep-0 CSV diff % "
-            "| diff % vs per-call events (v5 reference) |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            + "".join(f"| diff % vs {name} " for name in names)
+            + "|",
+            "|---|---|---:|---:|---:|---:|" + "---:|" * len(names),
         ]
         for script in args.fidelity_scripts or args.scripts:
             print(f"fidelity {script} from {time.perf_counter() - started:.0f} s", flush=True)
@@ -578,17 +630,21 @@ def main(argv=None) -> int:
             for item in fidelity(script, args.l2, rows):
                 if item.error:
                     table.append(
-                        f"| {script} | {item.case} | n/a | n/a | error: {item.error[:80]} | | |"
+                        f"| {script} | {item.case} | n/a | n/a | error: {item.error[:80]} |"
+                        + " |" * (1 + len(names))
                     )
                     continue
                 diffs.append(abs(item.diff_pct))
                 sweep_diff = (item.sweep_ms / item.independent_ms - 1.0) * 100.0
                 if math.isfinite(sweep_diff):
                     sweep_diffs.append(abs(sweep_diff))
+                for name in names:
+                    other_diffs[name].append(abs(item.diff_to(name)))
                 table.append(
                     f"| {script} | {item.case} | {item.harness_ms:.4f} | {item.independent_ms:.4f} "
                     f"| {item.diff_pct:+.2f} | {sweep_diff:+.2f} "
-                    f"| {(item.harness_ms / item.per_call_events_ms - 1.0) * 100.0:+.2f} |"
+                    + "".join(f"| {item.diff_to(name):+.2f} " for name in names)
+                    + "|"
                 )
                 print(table[-1], flush=True)
                 _write(args.report, [*lines, *table])
@@ -598,6 +654,11 @@ def main(argv=None) -> int:
             f"- cases: {len(diffs)}; within ±3%: {within}; max |diff|: {max(diffs, default=0):.2f}%",
             f"- sweep-0 CSV against the same independent values: within ±3%: {within_sweep} "
             f"of {len(sweep_diffs)}; max |diff|: {max(sweep_diffs, default=0):.2f}%",
+            *(
+                f"- against {name}: within ±3%: {sum(d <= 3.0 for d in values)} of {len(values)}; "
+                f"max |diff|: {max(values, default=0):.2f}%"
+                for name, values in other_diffs.items()
+            ),
             "",
         ]
         lines += table + [""]

@@ -1,0 +1,69 @@
+"""benchmarks/h200_validate.py's report, on the CPU: the GPU parts (sweeps, references) are
+replaced by recorded H200 sweeps and made-up fidelity readings, so a report bug is found here
+rather than after minutes of device time."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import h200_validate as hv  # noqa: E402
+
+RECORDED = ROOT / "benchmarks" / "results" / "h200_validation_v6" / "call4_9ace158"
+
+
+def recorded_sweeps(scripts, index, out_dir, extra):
+    folder = out_dir / f"sweep{index}"
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for script in scripts:
+        csv_path = folder / f"{Path(script).stem}.csv"
+        shutil.copy(RECORDED / f"sweep{index}" / csv_path.name, csv_path)
+        runs.append(hv.SweepRun(script, index, csv_path, 15.0, 0, 4.0, "timing 5 s", 6.0, 0))
+    return runs
+
+
+def fake_fidelity(script, l2, rows):
+    others = {"per-call events (v5)": 0.104, "paired events": 0.1}
+    return [
+        hv.FidelityCase("batch_size=1", 0.1, 0.1, 0.1, "", others),
+        hv.FidelityCase("batch_size=2", 0.1, 0.1, 0.1, "", {**others, "paired events": 0.2}),
+        hv.FidelityCase("batch_size=3", float("nan"), float("nan"), float("nan"), "OOM"),
+    ]
+
+
+@pytest.fixture
+def report(tmp_path, monkeypatch):
+    monkeypatch.setattr(hv, "run_sweep_in_one_process", recorded_sweeps)
+    monkeypatch.setattr(hv, "_header_from_gpu", lambda args: ["# Harness validation", ""])
+    monkeypatch.setattr(hv, "fidelity", fake_fidelity)
+    path = tmp_path / "report.md"
+    argv = ["--sweeps", "2", "--one-process", "--out", str(tmp_path / "out")]
+    argv += ["--report", str(path), "--fidelity-scripts", "bench_batch_decode.py"]
+    assert hv.main(argv) == 0
+    return path.read_text(encoding="utf-8")
+
+
+def test_report_gates_the_recorded_sweeps_and_counts_each_reference(report):
+    assert "| 0 vs 1 | 0 | **Verdict: PASS** — 93 matched case(s), none failing |" in report
+    assert "## Repeatability over 2 invocations" in report
+    assert "- cases: 2; within ±3%: 2; max |diff|: 0.00%" in report
+    # 0.1 vs 0.104: -3.85 %, outside; 0.1 vs 0.1 and 0.2: inside once, -50 % once
+    assert "- against per-call events (v5): within ±3%: 0 of 2; max |diff|: 3.85%" in report
+    assert "- against paired events: within ±3%: 1 of 2; max |diff|: 50.00%" in report
+
+
+def test_report_table_has_a_cell_for_every_column_in_every_row(report):
+    fidelity = report[report.index("## Fidelity") :].splitlines()
+    header = next(line for line in fidelity if "| harness ms |" in line)
+    table = [line for line in fidelity if line.startswith("| bench_batch_decode.py")]
+    assert "| diff % vs paired events |" in header
+    assert len(table) == 3
+    assert {line.count("|") for line in table} == {header.count("|")}
+    assert "error: OOM" in table[2]
