@@ -953,8 +953,9 @@ class _ProfilerSession:
     """One profiler recording around the whole measurement loop of a case.
 
     Every batch runs a chain of calls with an event after each (``enqueue_chain``), so the
-    stop hook judges provisional times as the batches come; when the loop ends, the recording is split by stream order
-    into per-call profiler samples, which replace the provisional ones.  One recording per
+    stop hook judges provisional times as the batches come; when the loop ends, the
+    recording is split by stream order into per-call profiler samples, which replace the
+    provisional ones.  One recording per
     case, not one per batch: each profiler start/stop left the GPU idle for tens of ms,
     and a GPU that idles half the time runs compute-bound kernels faster (cooler, less
     power-capped) than one under the steady load the events reference sees.

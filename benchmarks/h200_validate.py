@@ -367,6 +367,11 @@ COLD_REFERENCES = {
 }
 
 
+def other_references(l2: str) -> dict:
+    """The references measured besides the main one: the cold ones, none with warm L2."""
+    return COLD_REFERENCES if l2 == "cold" else {}
+
+
 def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[FidelityCase]:
     """Every default case: the harness's measure() (the function behind time_ms, with the
     scripts' default options) and the independent measurement, taken A B B A in one
@@ -382,15 +387,13 @@ def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[Fid
     timer = bench_timing.make_timer(options, device, lambda _: None)
     swept = {_key(row): float(row["time_ms"]) for row in sweep_rows if row["status"] == "ok"}
     found = []
-    cold = l2 == "cold"
+    reference = independent_warm_ms if l2 == "warm" else independent_cold_ms
+    others = other_references(l2)
     for case in spec.presets["default"]:
         text = bench_common.case_text(case, spec.case_fields)
         settings = bench_common.Settings(device, torch.float16, 16, "flashinfer", seed=0)
         try:
             run = spec.prepare(case, settings).run
-            reference = independent_warm_ms if l2 == "warm" else independent_cold_ms
-
-            others = COLD_REFERENCES if cold else {}
             first = reference(torch, run, device)
             first_others = {name: ref(torch, run, device) for name, ref in others.items()}
             a, b = (bench_timing.measure(run, timer, options).median for _ in range(2))
@@ -615,7 +618,7 @@ def main(argv=None) -> int:
             "after a run() (`paired_cold_ms`).",
             "",
         ]
-        names = list(COLD_REFERENCES) if args.l2 == "cold" else []
+        names = list(other_references(args.l2))
         diffs, sweep_diffs = [], []
         other_diffs: dict[str, list[float]] = {name: [] for name in names}
         table = [
