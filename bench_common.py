@@ -401,10 +401,13 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         help="stop once the noise (see --stop-rule) is <= this %% (default 1.0)",
     )
     timing.add_argument(
-        "--min-measure-ms",
+        "--min-time-ms",
+        "--min-measure-ms",  # its name before harness 0.3.0, when it counted wall time
+        dest="min_time_ms",
         type=_non_negative_float,
-        default=TimingOptions.min_measure_ms,
-        help=f"sample at least this long (wall ms) ... (default {TimingOptions.min_measure_ms:g})",
+        default=TimingOptions.min_time_ms,
+        help="sample until the timed calls add up to this much GPU time (ms) ... "
+        f"(default {TimingOptions.min_time_ms:g}, nvbench's --min-time)",
     )
     timing.add_argument(
         "--enough-samples",
@@ -648,7 +651,7 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         warmup_max_ms=max(TimingOptions.warmup_max_ms, 5 * args.warmup_ms),
         # steady-state clocks are a GPU matter; the CPU reference needs neither
         sustain_ms=0.0 if device.type == "cpu" else args.sustain_ms,
-        min_measure_ms=0.0 if device.type == "cpu" else args.min_measure_ms,
+        min_time_ms=0.0 if device.type == "cpu" else args.min_time_ms,
         enough_samples=args.enough_samples,
         verbose=args.verbose,
     )

@@ -9,7 +9,7 @@ The method, in pseudo-code::
     def loop():                                # one loop, one stop hook
         while True:
             samples += session.batch(calls)    # [spin] event + calls x ([flush] run() event)
-            if should_stop(samples, elapsed):  # noise <= target with >= min samples, or budget
+            if should_stop(samples, elapsed):  # noise target met after min time, or budget
                 break
     session.record(loop)                       # profiler: ONE recording around the whole loop
     samples = session.result()                 # profiler: per-call times from the recording
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 import torch
 
@@ -104,9 +104,12 @@ class TimingOptions:
     # the previous case kept busy is already there.
     sustain_min_ms: float = 50.0
     sustain_steady_pct: float = 1.0
-    min_measure_ms: float = 300.0  # the stop hook waits at least this long (wall) ...
-    # ... or until this many samples are in: a 15 us case would otherwise take 3,000-4,000
-    # samples whose trace reading (~0.1 ms of host time each) costs more than the calls.
+    # The stop hook waits until the timed calls add up to this much GPU time (nvbench's
+    # --min-time default, 0.5 s): a long case's samples cost little besides their own GPU
+    # time, so it takes more of them (sweep-to-sweep CV of large prefill and MLA) ...
+    min_time_ms: float = 500.0
+    # ... or until this many samples are in: each costs a flush and its trace reading
+    # (~0.1 ms of host time), which a 15 us case would otherwise pay 30,000 times.
     enough_samples: int = 1000
     min_batch_calls: int = 10
     max_batch_calls: int = 1000
@@ -295,9 +298,11 @@ def shorten_kernel_name(name: str, limit: int = KERNEL_NAME_LIMIT) -> str:
     return short.replace("<…><…>", "<…>")
 
 
-@dataclass(frozen=True)
-class DeviceEvent:
-    """One GPU activity (kernel, memset or memcpy) on the device timeline."""
+class DeviceEvent(NamedTuple):
+    """One GPU activity (kernel, memset or memcpy) on the device timeline.
+
+    A named tuple, not a dataclass: a recording holds one per kernel of every timed call
+    (100k+ per sweep), and a tuple is built several times faster."""
 
     name: str
     start_ns: int
@@ -306,6 +311,10 @@ class DeviceEvent:
     @property
     def end_ns(self) -> int:
         return self.start_ns + self.duration_ns
+
+
+def _start(event: DeviceEvent) -> int:
+    return event.start_ns
 
 
 # kineto activity types that are not GPU work (annotations, API calls, syncs, bookkeeping)
@@ -332,8 +341,10 @@ NON_WORK_ACTIVITIES = frozenset(
 
 
 def _activity(event) -> str | None:
-    activity = getattr(event, "activity_type", None)
-    return str(activity()) if callable(activity) else None
+    try:
+        return str(event.activity_type())
+    except AttributeError:  # a build whose events do not name their activity
+        return None
 
 
 def _is_other_device_work(event) -> bool:
@@ -344,10 +355,6 @@ def _is_other_device_work(event) -> bool:
     if _activity(event) in NON_WORK_ACTIVITIES:
         return False
     return event.device_type() != torch.autograd.DeviceType.CPU
-
-
-def _device_event(e) -> DeviceEvent:
-    return DeviceEvent(e.name(), int(e.start_ns()), int(e.duration_ns()))
 
 
 def device_events_from_kineto(raw_events: Iterable) -> list[DeviceEvent]:
@@ -361,7 +368,9 @@ def device_events_from_kineto(raw_events: Iterable) -> list[DeviceEvent]:
     work = [e for e in raw if _activity(e) in DEVICE_ACTIVITIES]
     if not work:
         work = [e for e in raw if _is_other_device_work(e)]
-    return sorted((_device_event(e) for e in work), key=lambda e: e.start_ns)
+    events = [DeviceEvent(e.name(), e.start_ns(), e.duration_ns()) for e in work]
+    events.sort(key=_start)
+    return events
 
 
 def device_events_from_function_events(raw_events: Iterable) -> list[DeviceEvent]:
@@ -376,7 +385,7 @@ def device_events_from_function_events(raw_events: Iterable) -> list[DeviceEvent
         events.append(
             DeviceEvent(e.name, int(start_us * 1000), int(e.time_range.elapsed_us() * 1000))
         )
-    return sorted(events, key=lambda e: e.start_ns)
+    return sorted(events, key=_start)
 
 
 def extract_device_events(prof) -> list[DeviceEvent]:
@@ -437,7 +446,7 @@ def attribute_events(
     the count does not divide evenly, the batch gives one sample: the counted time of
     every event that is neither lead nor flush, divided by ``calls``.
     """
-    events = sorted(events, key=lambda e: e.start_ns)
+    events = sorted(events, key=_start)
     group = calibration.flush_count + calibration.call_count
     lead = len(events) - calls * group
     if group > 0 and lead in (0, calibration.lead_count):
@@ -535,12 +544,15 @@ def l2_flush_bytes(properties) -> tuple[int, str]:
 
 
 class L2Flusher:
-    """Evicts the L2 by rewriting a buffer twice its size (allocated on first use).
+    """Evicts the L2 by writing a buffer twice its size (allocated on first use).
 
-    Read and write (79 us on the H200), not write only (``zero_``, 41 us): with the
-    shorter flush the smallest decode cases (15 us) needed less GPU time per call than
-    the CPU needs to launch one, the queue ran dry, and their samples took in the wait
-    (noise 50 %, a false alarm between two sweeps; ``benchmarks/results/h200_validation_v4``).
+    Write only, a new byte value each time (41 us on the H200), not read and write
+    (``bitwise_not_``, 79 us; harness 0.2 and earlier): both leave the L2 full of the
+    buffer's dirty lines, so run() meets the same cache either way, and the flush is most
+    of the GPU time a short case's sample costs.  The read+write flush was chosen when the
+    smallest decode cases outran the CPU's launches behind the shorter flush
+    (``benchmarks/results/h200_validation_v4``); the queue-ahead spin ahead of each batch
+    has kept the queue full since.
     """
 
     def __init__(self, device: torch.device, log: Callable[[str], None] = lambda _: None):
@@ -548,6 +560,7 @@ class L2Flusher:
         self._log = log
         self._buffer: torch.Tensor | None = None
         self._duration_ms: float | None = None
+        self._value = 0
 
     def duration_ms(self) -> float:
         """GPU time of one flush (measured once with CUDA events)."""
@@ -561,7 +574,8 @@ class L2Flusher:
             size, note = l2_flush_bytes(torch.cuda.get_device_properties(self.device))
             self._log(note)
             self._buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-        self._buffer.bitwise_not_()  # reads and writes every byte, new values each time
+        self._value = (self._value + 1) % 256  # every line rewritten, never with what it held
+        self._buffer.fill_(self._value)
 
 
 # ---------------------------------------------------------------- timers
@@ -1028,7 +1042,7 @@ def attribute_recording(
     When the event count fits neither with nor without the leads, the whole recording
     gives one mean sample (see ``attribute_events``).
     """
-    events = sorted(events, key=lambda e: e.start_ns)
+    events = sorted(events, key=_start)
     if calibration.call_count is None:
         inferred = infer_call_layout(events, calls, calibration)
         if inferred is None:
@@ -1121,16 +1135,20 @@ def stop_noise_pct(samples: Sequence[float], rule: str = "spread") -> float:
     return spread
 
 
-def should_stop(samples: Sequence[float], elapsed_s: float, options: TimingOptions) -> bool:
+def should_stop(
+    samples: Sequence[float], elapsed_s: float, options: TimingOptions, runs_per_sample: int = 1
+) -> bool:
     """The stop hook: the time budget spent, or the noise target met with at least
-    ``min_samples``, after ``min_measure_ms`` or ``enough_samples``, whichever comes first."""
+    ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or number
+    ``enough_samples``, whichever comes first."""
     if not samples:
         return False
     if elapsed_s >= options.max_time_s:
         return True
     if len(samples) < options.min_samples:
         return False
-    if elapsed_s * 1e3 < options.min_measure_ms and len(samples) < options.enough_samples:
+    timed_ms = sum(samples) * runs_per_sample
+    if timed_ms < options.min_time_ms and len(samples) < options.enough_samples:
         return False
     return stop_noise_pct(samples, options.stop_rule) <= options.noise_target_pct
 
@@ -1151,7 +1169,7 @@ class MeasureLoop:
 
     options: TimingOptions
     clock: Callable[[], float] = time.perf_counter
-    stop: Callable[[Sequence[float], float, TimingOptions], bool] = should_stop
+    stop: Callable[[Sequence[float], float, TimingOptions, int], bool] = should_stop
     batches: list[int] = field(default_factory=list)  # calls per batch, for inspection
     # "timing": the loop itself; "readout": the rest (profiler start, stop and trace reading)
     phases: PhaseClock = field(default_factory=lambda: PhaseClock())  # defined below
@@ -1179,7 +1197,7 @@ class MeasureLoop:
                 batch = session.batch(calls)
                 batches.append(batch)
                 samples.extend(batch.samples_ms)
-                if self.stop(samples, self.clock() - start, self.options):
+                if self.stop(samples, self.clock() - start, self.options, runs):
                     break
                 per_call = max(quantile(sorted(samples), 0.5), 1e-6)
 

@@ -27,7 +27,8 @@ SCHEMA_VERSION = "1"
 # (pyproject.toml reads it from here).  Bumped whenever what ``time_ms`` means changes, so
 # the summarizer can warn when a baseline was measured another way.  0.2.0: no timing event
 # between the L2 flush and run(); cases under 0.1 ms read 1.4-4 us lower than with 0.1.x.
-HARNESS_VERSION = "0.2.0"
+# 0.3.0: a write-only L2 flush (was read+write); sampling until 0.5 s of timed GPU time.
+HARNESS_VERSION = "0.3.0"
 # What a row of this harness that carries no ``harness_version`` was measured with.
 UNRECORDED_HARNESS_VERSION = "before 0.2.0 (not recorded)"
 

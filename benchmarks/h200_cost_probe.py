@@ -1,5 +1,5 @@
 """Where a sweep's time goes that is not a timed run(): process start, profiler start and
-stop, trace reading, the L2 flush.  Prints a short Markdown report (run on a GPU machine).
+stop, trace reading (of real decode calls too), the L2 flush.  Prints a short Markdown report (run on a GPU machine).
 
     python benchmarks/h200_cost_probe.py [--calls 1000 4000 16000]
 """
@@ -92,13 +92,90 @@ def profiler_table(call_counts) -> list[str]:
     return rows
 
 
+KERNELS_ONLY = {"CONCURRENT_KERNEL", "GPU_MEMSET", "GPU_MEMCPY"}
+
+
+def _decode_run():
+    """run() of the smallest default decode case (the one whose samples cost the most)."""
+    import torch
+
+    import bench_batch_decode
+    import bench_common
+
+    case = min(bench_batch_decode.SPEC.presets["default"], key=lambda c: c["seq_len_kv"])
+    settings = bench_common.Settings(torch.device("cuda"), torch.float16, 16, "flashinfer", 0)
+    return case, bench_batch_decode.SPEC.prepare(case, settings).run
+
+
+def readout_table(call_counts) -> list[str]:
+    """Per timed call of the profiler timer's own sequence (flush, decode run(), event):
+    profiler stop, kineto event listing, device-event extraction and attribution, by the
+    activities recorded (all CUDA ones, or kernels/memsets/memcpys only where this torch
+    takes an activity filter)."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import bench_timing as bt
+
+    case, run = _decode_run()
+    flusher = bt.L2Flusher(torch.device("cuda"))
+    for _ in range(20):
+        flusher.flush()
+        run()
+    variants = {"all CUDA activities": [ProfilerActivity.CUDA]}
+    try:
+        profile(activities={ProfilerActivity.CUDA: KERNELS_ONLY})
+        variants["kernels, memsets, memcpys only"] = {ProfilerActivity.CUDA: KERNELS_ONLY}
+    except Exception as exc:  # noqa: BLE001 - an older torch: say so and go on
+        print(f"activity filter not taken by torch {torch.__version__}: {exc!r}"[:300])
+    rows = [
+        f"case: {case}",
+        "",
+        "| activities | calls | loop ms | stop us/call | list us/call | extract us/call "
+        "| attribute us/call | raw events/call | by activity |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, activities in variants.items():
+        for calls in call_counts:
+            torch.cuda.synchronize()
+            prof = profile(activities=activities)
+            prof.__enter__()
+            t0 = time.perf_counter()
+            bt.enqueue_chain(run, calls, before=flusher.flush)
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            prof.__exit__(None, None, None)
+            t2 = time.perf_counter()
+            raw = list(prof.profiler.kineto_results.events())
+            t3 = time.perf_counter()
+            events = bt.device_events_from_kineto(raw)
+            t4 = time.perf_counter()
+            cal = bt.Calibration(call_count=None, flush_count=1)
+            batches = bt.attribute_recording(events, [calls], cal, attribution="stream")
+            t5 = time.perf_counter()
+            kinds = collections.Counter(bt._activity(e) for e in raw)
+            per = lambda a, b, n=calls: (b - a) * 1e6 / n  # noqa: E731
+            median_us = statistics.median(batches[0].samples_ms) * 1e3
+            rows.append(
+                f"| {name} | {calls} | {(t1 - t0) * 1e3:.0f} | {per(t1, t2):.1f} | "
+                f"{per(t2, t3):.1f} | {per(t3, t4):.1f} | {per(t4, t5):.1f} | "
+                f"{len(raw) / calls:.1f} | "
+                + ", ".join(f"{k} {v / calls:.2f}" for k, v in kinds.most_common())
+                + f" (median {median_us:.2f} us) |"
+            )
+    return rows
+
+
 def flush_table() -> list[str]:
     """GPU us of L2 flush variants (CUDA events, median of 50)."""
     import torch
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     variants = {
-        "bitwise_not_ 2x L2 (harness)": (2 * l2, lambda b: b.bitwise_not_()),
+        "bitwise_not_ 2x L2 (harness 0.2)": (2 * l2, lambda b: b.bitwise_not_()),
+        "fill_ 2x L2 (harness 0.3)": (2 * l2, lambda b: b.fill_(7)),
         "zero_ 2x L2": (2 * l2, lambda b: b.zero_()),
         "zero_ 1x L2 (nvbench)": (l2, lambda b: b.zero_()),
     }
@@ -124,10 +201,24 @@ def flush_table() -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, nargs="+", default=[1000, 4000, 16000])
+    parser.add_argument(
+        "--readout-only", action="store_true", help="only the readout of real decode calls"
+    )
     args = parser.parse_args()
     import torch
 
     print(f"# Cost probe on {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
+    started = time.perf_counter()
+    torch.zeros(1, device="cuda")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]):
+        torch.zeros(1, device="cuda").add_(1)
+    print(f"first profiler session of the process: {time.perf_counter() - started:.2f} s\n")
+    print("## Profiler readout of decode calls (flush, run(), event)\n")
+    print(*readout_table(args.calls), sep="\n")
+    if args.readout_only:
+        return 0
     print("## Process start\n", *startup_table(), sep="\n")
     print("\n## Profiler start, stop and reading (tiny kernel, flush stand-in, event pair)\n")
     print(*profiler_table(args.calls), sep="\n")

@@ -203,16 +203,21 @@ def gpu_seconds(rows: list[dict[str, str]]) -> float:
 # ------------------------------------------------------------------ independent timing
 
 
-def _l2_flush_buffer(torch, device):
-    size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20
-    return torch.empty(2 * size, dtype=torch.uint8, device=device)
+def _l2_flush(torch, device):
+    """The L2 flush the references put before each run(): the harness's own kind (what
+    "cold" means is one definition), on a buffer of their own."""
+    import bench_timing
+
+    flusher = bench_timing.L2Flusher(device)
+    flusher.flush()
+    return flusher.flush
 
 
 def _sustain(run, flush, calls: int) -> None:
     """Back-to-back calls so that the GPU is at steady-state clocks when timing starts."""
     for _ in range(calls):
         if flush is not None:
-            flush.bitwise_not_()
+            flush()
         run()
 
 
@@ -230,7 +235,7 @@ def _steady(torch, run, flush) -> float:
 
 
 def independent_cold_ms(torch, run, device, max_calls: int = 50, reps: int = 9) -> float:
-    """run()'s share of a queue of (2 x L2 read+write, run()) pairs, by CUDA events:
+    """run()'s share of a queue of (2 x L2 flush, run()) pairs, by CUDA events:
     (events around N x (flush, run())) - (events around N x flush), medians of ``reps``
     blocks each, taken alternately, divided by N (``max_calls``, fewer for calls over
     0.4 ms, so a block takes ~20 ms).
@@ -240,7 +245,7 @@ def independent_cold_ms(torch, run, device, max_calls: int = 50, reps: int = 9) 
     measurement's, not run()'s.  The blocks are queued behind the steady-state calls, with
     no synchronize in between, so the GPU never idles: a 10 ms spin before each block (the
     first version) let compute-bound prefill run 13 % faster, as a GPU fresh from idle does."""
-    flush = _l2_flush_buffer(torch, device)
+    flush = _l2_flush(torch, device)
     calls = max(5, min(max_calls, int(0.02 / _steady(torch, run, flush))))
     blocks: dict[bool, list] = {True: [], False: []}
     for _ in range(reps):
@@ -248,7 +253,7 @@ def independent_cold_ms(torch, run, device, max_calls: int = 50, reps: int = 9) 
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(calls):
-                flush.bitwise_not_()
+                flush()
                 if with_run:
                     run()
             stop.record()
@@ -261,17 +266,17 @@ def independent_cold_ms(torch, run, device, max_calls: int = 50, reps: int = 9) 
 
 
 def events_per_call_cold_ms(torch, run, device, reps: int = 100) -> float:
-    """The v5 reference: median of CUDA-event pairs around one run(), a 2 x L2 read+write
+    """The v5 reference: median of CUDA-event pairs around one run(), a 2 x L2 flush
     (after a spin that keeps the GPU ahead of the CPU) just before each start event; the
     start event's own record (3-4 us on the H200) is in every pair."""
-    flush = _l2_flush_buffer(torch, device)
+    flush = _l2_flush(torch, device)
     _steady(torch, run, flush)
     times = []
     spin = getattr(torch.cuda, "_sleep", None)
     for _ in range(reps):
         if spin is not None:
             spin(50_000)  # keeps the GPU ahead of the CPU's launch of run(): not timed
-        flush.bitwise_not_()
+        flush()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         run()
@@ -291,7 +296,7 @@ def paired_cold_ms(torch, run, device, max_reps: int = 200) -> float:
     difference; and the subtracted flush evicts what a run() left, as the timed one does
     (the queue-share reference subtracts flushes that evict a flush's dirty lines, which
     may explain its 4-12 % gap to the per-call one on larger cases)."""
-    flush = _l2_flush_buffer(torch, device)
+    flush = _l2_flush(torch, device)
     one = _steady(torch, run, flush)
     reps = max(30, min(max_reps, int(0.5 / (2 * one))))
     event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
@@ -299,13 +304,13 @@ def paired_cold_ms(torch, run, device, max_reps: int = 200) -> float:
     for _ in range(reps):
         pair = (event(), event())
         pair[0].record()
-        flush.bitwise_not_()
+        flush()
         run()
         pair[1].record()
         with_run.append(pair)
         pair = (event(), event())
         pair[0].record()
-        flush.bitwise_not_()  # follows the run() just timed
+        flush()  # follows the run() just timed
         pair[1].record()
         flush_only.append(pair)
         run()  # untimed: the next timed flush follows a run() too

@@ -182,10 +182,12 @@ def test_cuda_graph_timer_is_warm_only():
 
 def test_minimum_measurement_options_reach_the_timer_on_a_gpu_only():
     parser = bc.build_parser(fake_bench_script.SPEC)
-    args = parser.parse_args(["--min-measure-ms", "500", "--enough-samples", "200"])
+    args = parser.parse_args(["--min-time-ms", "700", "--enough-samples", "200"])
     gpu = bc._timing_options(args, torch.device("cuda"))
-    assert (gpu.min_measure_ms, gpu.enough_samples) == (500.0, 200)
-    assert bc._timing_options(args, torch.device("cpu")).min_measure_ms == 0.0
+    assert (gpu.min_time_ms, gpu.enough_samples) == (700.0, 200)
+    old_name = parser.parse_args(["--min-measure-ms", "40"])  # the pre-0.3.0 spelling
+    assert bc._timing_options(old_name, torch.device("cuda")).min_time_ms == 40.0
+    assert bc._timing_options(args, torch.device("cpu")).min_time_ms == 0.0
     with pytest.raises(SystemExit):
         parser.parse_args(["--enough-samples", "0"])
 

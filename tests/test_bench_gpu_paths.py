@@ -147,7 +147,7 @@ def test_cuda_graph_capture_failure_is_a_timing_error(timeline, monkeypatch):
 def test_measure_with_events_timer_end_to_end(timeline):
     flusher = TimelineFlusher(timeline)
     options = bt.TimingOptions(
-        min_measure_ms=0.0, timer="events", l2="cold", max_time_s=1.0, warmup_min_ms=1.0
+        min_time_ms=0.0, timer="events", l2="cold", max_time_s=1.0, warmup_min_ms=1.0
     )
     m = bt.measure(timeline.run, bt.EventsTimer(options, torch.device("cpu"), flusher), options)
     assert m.median == pytest.approx(0.5) and m.noise_pct == pytest.approx(0.0)
@@ -162,7 +162,12 @@ def test_l2_flusher_allocates_twice_the_reported_l2_once(timeline):
     first = buffer.clone()
     flusher.flush()
     assert flusher._buffer is buffer and buffer.numel() == 8192 and buffer.dtype == torch.uint8
-    assert torch.equal(buffer, torch.bitwise_not(first))  # every byte read and rewritten
+    assert (buffer != first).all()  # every byte rewritten with a value it did not hold
+    assert (buffer == buffer[0]).all()
+    for _ in range(300):  # the value cycles through bytes, never repeating back to back
+        before = buffer.clone()
+        flusher.flush()
+        assert (buffer != before).all()
     assert len(notes) == 1 and "2 x reported L2" in notes[0]
 
 

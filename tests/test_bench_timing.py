@@ -65,7 +65,7 @@ def test_measurement_columns_are_registered():
 
 def test_should_stop_rules():
     options = bt.TimingOptions(
-        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=2.0
+        min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=2.0
     )
     quiet = [1.0] * 10
     assert bt.should_stop(quiet, 0.1, options)
@@ -79,10 +79,10 @@ def test_should_stop_rules():
 def test_median_ci_rule_lets_many_jittery_samples_stop():
     jittery = [1.0, 1.03] * 500  # 3% per-call spread that no number of samples removes
     spread = bt.TimingOptions(
-        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, stop_rule="spread"
+        min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, stop_rule="spread"
     )
     median_ci = bt.TimingOptions(
-        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, stop_rule="median_ci"
+        min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, stop_rule="median_ci"
     )
     assert not bt.should_stop(jittery, 0.1, spread)
     assert bt.should_stop(jittery, 0.1, median_ci)
@@ -129,7 +129,7 @@ def test_loop_stops_once_noise_target_met():
     noisy, quiet = [1.0, 2.0, 3.0, 4.0], [2.0] * 40
     session = ScriptedSession([noisy, noisy, quiet], clock)
     options = bt.TimingOptions(
-        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=100
+        min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=100
     )
     m = bt.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
     assert len(session.calls) == 3
@@ -143,7 +143,7 @@ def test_loop_stops_when_budget_runs_out():
     clock = FakeClock()
     session = ScriptedSession([[1.0, 2.0, 3.0, 4.0]], clock, seconds_per_batch=0.5)
     options = bt.TimingOptions(
-        min_measure_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=2.0
+        min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=2.0
     )
     m = bt.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
     assert len(session.calls) == 4  # 0.5 s per batch, 2 s budget
@@ -154,7 +154,7 @@ def test_loop_sizes_batches_from_measured_time():
     clock = FakeClock()
     session = ScriptedSession([[0.01] * 5, [0.01] * 5, [0.01] * 100], clock, seconds_per_batch=0.01)
     options = bt.TimingOptions(
-        min_measure_ms=0.0,
+        min_time_ms=0.0,
         min_samples=200,
         batch_target_ms=25.0,
         max_batch_calls=1000,
@@ -529,7 +529,7 @@ def test_recording_of_several_batches_is_split_at_each_batchs_spin():
     for calls in (3, 2):
         events.append(ev(*spin[:1], t, spin[1]))
         t += spin[1] + 1_000
-        events += [dataclasses.replace(e, start_ns=e.start_ns + t) for e in interleaved(calls)]
+        events += [e._replace(start_ns=e.start_ns + t) for e in interleaved(calls)]
         t = events[-1].end_ns + 1_000
     batches = bt.attribute_recording(events, [3, 2], cal, attribution="stream")
     assert [b.samples_ms for b in batches] == [
@@ -557,7 +557,7 @@ def test_measure_loop_reports_the_recordings_samples_not_the_provisional_ones():
         def result(self):
             return [bt.Batch((1.0,) * c, frozenset({"k"}), gpu_ms=2.0 * c) for c in self.calls]
 
-    options = bt.TimingOptions(min_measure_ms=0.0, min_samples=10, max_time_s=100)
+    options = bt.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
     m = bt.MeasureLoop(options, FakeClock()).run(Recording(), 1.0, FAKE_TIMER)
     assert set(m.samples) == {1.0} and m.kernels == ("k",)
     assert m.batch_gpu_ms == pytest.approx(2.0 * len(m.samples))
@@ -580,7 +580,7 @@ def test_measure_loop_books_profiler_start_stop_and_reading_as_readout():
             clock.now += 0.125  # attribution
             return [bt.Batch((1.0,) * 10)]
 
-    options = bt.TimingOptions(min_measure_ms=0.0, min_samples=10, max_time_s=100)
+    options = bt.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
     loop = bt.MeasureLoop(options, clock)
     loop.run(Recording(), 1.0, FAKE_TIMER)
     assert loop.phases.seconds == pytest.approx({"timing": 0.1, "readout": 0.875})
@@ -639,7 +639,7 @@ def test_call_layout_is_inferred_from_the_recording():
     for calls in (3, 2):
         events.append(ev(spin[0], t, spin[1]))
         t += spin[1] + 1_000
-        events += [dataclasses.replace(e, start_ns=e.start_ns + t) for e in interleaved(calls)]
+        events += [e._replace(start_ns=e.start_ns + t) for e in interleaved(calls)]
         t = events[-1].end_ns + 1_000
     inferred = bt.infer_call_layout(events, [3, 2], cal)
     assert inferred.call_count == 2 and inferred.call_names == {"attn", "merge"}
@@ -678,7 +678,7 @@ def test_measure_end_to_end_with_wall_timer():
     m = bt.measure(
         lambda: sum(range(1000)),
         bt.WallTimer(),
-        bt.TimingOptions(min_measure_ms=0.0, max_time_s=0.2, warmup_min_ms=5),
+        bt.TimingOptions(min_time_ms=0.0, max_time_s=0.2, warmup_min_ms=5),
     )
     assert m.timer == "wall" and len(m.samples) >= 1 and m.median > 0
 
@@ -707,7 +707,7 @@ def test_loop_budgets_graph_replays_by_runs_per_sample():
     session = ScriptedSession([[0.01] * 10], clock, seconds_per_batch=0.01)
     session.runs_per_sample = 50
     options = bt.TimingOptions(
-        min_measure_ms=0.0, min_samples=10, batch_target_ms=25.0, max_time_s=100
+        min_time_ms=0.0, min_samples=10, batch_target_ms=25.0, max_time_s=100
     )
     loop = bt.MeasureLoop(options, clock)
     m = loop.run(session, 0.01, FAKE_TIMER)
@@ -729,25 +729,28 @@ def test_loop_records_when_a_batch_could_not_be_split_per_call():
         def batch(self, calls):
             return bt.Batch((1.0,), frozenset({"k"}), per_call=False)
 
-    options = bt.TimingOptions(min_measure_ms=0.0, min_samples=3, max_time_s=100)
+    options = bt.TimingOptions(min_time_ms=0.0, min_samples=3, max_time_s=100)
     m = bt.MeasureLoop(options, FakeClock()).run(MeanSession(), 1.0, FAKE_TIMER)
     assert len(m.samples) == 3 and not m.per_call
 
 
-def test_stop_hook_waits_for_the_minimum_measurement_time():
-    options = bt.TimingOptions(min_samples=3, noise_target_pct=1.0, min_measure_ms=100.0)
-    quiet = [1.0] * 50
-    assert not bt.should_stop(quiet, 0.05, options)
-    assert bt.should_stop(quiet, 0.15, options)
+def test_stop_hook_waits_until_the_samples_add_up_to_the_minimum_gpu_time():
+    options = bt.TimingOptions(min_samples=3, noise_target_pct=1.0, min_time_ms=100.0)
+    assert not bt.should_stop([1.0] * 99, 1.9, options)  # 99 ms timed, whatever the wall
+    assert bt.should_stop([1.0] * 100, 0.001, options)  # 100 ms timed, however short the wall
+    assert bt.should_stop([2.0] * 50, 0.001, options)
+    # a CUDA-graph sample is the mean of several runs: its timed GPU time counts them all
+    assert not bt.should_stop([1.0] * 25, 0.001, options)
+    assert bt.should_stop([1.0] * 25, 0.001, options, runs_per_sample=4)
 
 
 def test_stop_hook_stops_waiting_for_the_minimum_time_once_enough_samples_are_in():
     options = bt.TimingOptions(
-        min_samples=3, noise_target_pct=1.0, min_measure_ms=300.0, enough_samples=1000
+        min_samples=3, noise_target_pct=1.0, min_time_ms=300.0, enough_samples=1000
     )
-    assert not bt.should_stop([1.0] * 999, 0.05, options)
-    assert bt.should_stop([1.0] * 1000, 0.05, options)
-    noisy = [1.0, 2.0] * 500  # enough samples, but the noise target is not met
+    assert not bt.should_stop([0.01] * 999, 0.05, options)
+    assert bt.should_stop([0.01] * 1000, 0.05, options)
+    noisy = [0.01, 0.02] * 500  # enough samples, but the noise target is not met
     assert not bt.should_stop(noisy, 0.05, options)
 
 
@@ -794,9 +797,7 @@ def test_measure_checks_then_sustains_then_times():
             trace.append("open")
             return SimpleNamespace(batch=lambda calls: bt.Batch((1.0,) * calls))
 
-    options = bt.TimingOptions(
-        sustain_ms=10.0, warmup_min_ms=0.0, min_measure_ms=0.0, min_samples=10
-    )
+    options = bt.TimingOptions(sustain_ms=10.0, warmup_min_ms=0.0, min_time_ms=0.0, min_samples=10)
     phases = bt.PhaseClock(clock=clock)
     m = bt.measure(run, GpuTimer(), options, clock, lambda: trace.append("check"), phases)
     check, opened = trace.index("check"), trace.index("open")
@@ -860,7 +861,7 @@ def test_measure_loop_runs_without_cyclic_gc_and_restores_it():
             seen.append(gc.isenabled())
             return bt.Batch((1.0,) * calls)
 
-    options = bt.TimingOptions(min_measure_ms=0.0, min_samples=10, max_time_s=100)
+    options = bt.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
     assert gc.isenabled()
     bt.MeasureLoop(options, FakeClock()).run(Session(), 1.0, FAKE_TIMER)
     assert seen and not any(seen) and gc.isenabled()
@@ -889,7 +890,7 @@ def test_count_starved_calls_by_their_launch_gap(gaps_us, starved):
 def test_stream_samples_that_waited_for_their_launch_are_counted():
     events = interleaved(4)  # [flush, attn, merge] x 4, 1 us gaps
     late = 30_000  # call 3's kernels start 30 us late: the CPU had not launched them
-    events = events[:7] + [dataclasses.replace(e, start_ns=e.start_ns + late) for e in events[7:]]
+    events = events[:7] + [e._replace(start_ns=e.start_ns + late) for e in events[7:]]
     stream = bt.attribute_events(events, 4, CAL, attribution="stream")
     assert stream.starved == 1 and stream.samples_ms[2] == pytest.approx(0.046 + 0.030)
     assert bt.attribute_events(events, 4, CAL, attribution="sum").starved == 0  # waits not counted
@@ -919,7 +920,7 @@ def test_timer_is_set_up_before_warm_up_not_between_sustain_and_timing():
         clock.now += 0.001
         trace.append("call")
 
-    options = bt.TimingOptions(sustain_ms=1.0, warmup_min_ms=0.0, min_measure_ms=0.0)
+    options = bt.TimingOptions(sustain_ms=1.0, warmup_min_ms=0.0, min_time_ms=0.0)
     bt.measure(run, Timer(), options, clock)
     assert trace[0] == "set-up" and trace.count("set-up") == 1
     assert trace[trace.index("open") - 1] == "call"  # the last sustain call, then timing
