@@ -1135,36 +1135,12 @@ def stop_noise_pct(samples: Sequence[float], rule: str = "spread") -> float:
     return spread
 
 
-def drift_pct(samples: Sequence[float]) -> float:
-    """How far the later half's median moved from the earlier half's, in % of the overall
-    median, counted only beyond what chance explains (twice the two halves' combined 95%
-    median intervals).
-
-    The median's interval assumes independent samples; a clock or power episode during the
-    loop (H200, ragged prefill 64 x 256: IQR 9% in one sweep, 1-3% in five others, the
-    median 2.5% off) slows a run of consecutive calls, which only this shows."""
-    half = len(samples) // 2
-    if half < 2:
-        return 0.0
-    earlier, later = sorted(samples[:half]), sorted(samples[half:])
-    median = quantile(sorted(samples), 0.5)
-    if median <= 0:
-        return math.inf
-    shift = abs(quantile(later, 0.5) - quantile(earlier, 0.5)) / median * 100.0
-    chance = 2.0 * math.hypot(
-        stop_noise_pct(earlier, "median_ci"), stop_noise_pct(later, "median_ci")
-    )
-    return max(0.0, shift - chance)
-
-
 def should_stop(
     samples: Sequence[float], elapsed_s: float, options: TimingOptions, runs_per_sample: int = 1
 ) -> bool:
     """The stop hook: the time budget spent, or the noise target met with at least
     ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or number
-    ``enough_samples``, whichever comes first.  ``enough_samples`` ends the wait only for
-    samples without drift (``drift_pct`` within the noise target): a case whose time moved
-    during the loop samples on to ``min_time_ms``, so an episode weighs less in its median."""
+    ``enough_samples``, whichever comes first."""
     if not samples:
         return False
     if elapsed_s >= options.max_time_s:
@@ -1172,9 +1148,7 @@ def should_stop(
     if len(samples) < options.min_samples:
         return False
     timed_ms = sum(samples) * runs_per_sample
-    if timed_ms < options.min_time_ms and (
-        len(samples) < options.enough_samples or drift_pct(samples) > options.noise_target_pct
-    ):
+    if timed_ms < options.min_time_ms and len(samples) < options.enough_samples:
         return False
     return stop_noise_pct(samples, options.stop_rule) <= options.noise_target_pct
 
