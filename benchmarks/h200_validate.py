@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -377,10 +378,44 @@ def other_references(l2: str) -> dict:
     return COLD_REFERENCES if l2 == "cold" else {}
 
 
-def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[FidelityCase]:
+def interleaved(
+    reference: Callable[[], float],
+    others: dict[str, Callable[[], float]],
+    harness: Callable[[], float],
+    rounds: int = 1,
+) -> tuple[float, dict[str, float], float]:
+    """(reference, {other: reading}, harness), each the median of its readings taken A B B A
+    ``rounds`` times: reference, the other references, harness twice, the other references,
+    reference.  A large case's time moves by a few % with the GPU's power state
+    (``h200_validation_v7``); interleaving cancels a steady drift, and with several rounds one
+    reading taken in an odd state no longer decides.  One round: the means of the pairs."""
+    readings: dict[str, list[float]] = {"reference": [], "harness": []}
+    readings.update({name: [] for name in others})
+
+    def take_others() -> None:
+        for name, measure_other in others.items():
+            readings[name].append(measure_other())
+
+    for _ in range(rounds):
+        readings["reference"].append(reference())
+        take_others()
+        readings["harness"] += [harness(), harness()]
+        take_others()
+        readings["reference"].append(reference())
+    medians = {name: statistics.median(values) for name, values in readings.items()}
+    return (
+        medians.pop("reference"),
+        {name: medians[name] for name in others},
+        medians["harness"],
+    )
+
+
+def fidelity(
+    script: str, l2: str, sweep_rows: list[dict[str, str]], rounds: int = 1
+) -> list[FidelityCase]:
     """Every default case: the harness's measure() (the function behind time_ms, with the
-    scripts' default options) and the independent measurement, taken A B B A in one
-    process so that clock drift between them cancels; cases under 20 us are left out."""
+    scripts' default options) and the independent measurement, taken A B B A ``rounds``
+    times in one process (``interleaved``); cases under 20 us are left out."""
     import torch
 
     import bench_common
@@ -399,23 +434,25 @@ def fidelity(script: str, l2: str, sweep_rows: list[dict[str, str]]) -> list[Fid
         settings = bench_common.Settings(device, torch.float16, 16, "flashinfer", seed=0)
         try:
             run = spec.prepare(case, settings).run
-            first = reference(torch, run, device)
-            first_others = {name: ref(torch, run, device) for name, ref in others.items()}
-            a, b = (bench_timing.measure(run, timer, options).median for _ in range(2))
-            last_others = {name: ref(torch, run, device) for name, ref in others.items()}
-            last = reference(torch, run, device)
+            independent, means, harness = interleaved(
+                lambda run=run: reference(torch, run, device),
+                {
+                    name: (lambda r=ref, run=run: r(torch, run, device))
+                    for name, ref in others.items()
+                },
+                lambda run=run: bench_timing.measure(run, timer, options).median,
+                rounds,
+            )
         except Exception as exc:  # noqa: BLE001 - report, keep measuring the rest
             found.append(FidelityCase(text, math.nan, math.nan, math.nan, str(exc)))
             continue
         finally:
             run = None
             torch.cuda.empty_cache()
-        independent = (first + last) / 2
         if independent >= FIDELITY_MIN_MS:
             key = ", ".join(f"{n}={case[n]}" for n in spec.case_fields)
-            means = {name: (first_others[name] + last_others[name]) / 2 for name in others}
             found.append(
-                FidelityCase(text, (a + b) / 2, independent, swept.get(key, math.nan), "", means)
+                FidelityCase(text, harness, independent, swept.get(key, math.nan), "", means)
             )
     return found
 
@@ -516,6 +553,12 @@ def main(argv=None) -> int:
         help="fidelity for these (default: --scripts)",
     )
     parser.add_argument(
+        "--fidelity-rounds",
+        type=int,
+        default=1,
+        help="A B B A this many times per case; each method's median (default 1)",
+    )
+    parser.add_argument(
         "--deadline-s", type=float, default=math.inf, help="start no new sweep after this many s"
     )
     parser.add_argument(
@@ -610,9 +653,10 @@ def main(argv=None) -> int:
         lines += [
             f"## Fidelity (L2 {args.l2}; harness vs independent measurement, cases >= 20 us)",
             "",
-            "Per case, in one process: independent, harness, harness, independent (A B B A);",
-            "harness = the mean of the two `bench_timing.measure` medians (the function behind",
-            "`time_ms`, default options), independent = the mean of its two readings. The last",
+            "Per case, in one process: independent, harness, harness, independent (A B B A),",
+            f"{args.fidelity_rounds} time(s); harness = the median of the `bench_timing.measure`",
+            "medians (the function behind `time_ms`, default options), independent = the",
+            "median of its readings (of two: their mean). The last",
             "column compares the same case's `time_ms` in sweep 0's CSV, measured earlier in",
             "another process, with the same independent value. Cold L2: the reference is",
             "run()'s share of a queue of (flush, run()) pairs by CUDA events (events around 50",
@@ -635,7 +679,7 @@ def main(argv=None) -> int:
         for script in args.fidelity_scripts or args.scripts:
             print(f"fidelity {script} from {time.perf_counter() - started:.0f} s", flush=True)
             rows = read_rows(sweeps[script][0].csv_path) if sweeps.get(script) else []
-            for item in fidelity(script, args.l2, rows):
+            for item in fidelity(script, args.l2, rows, args.fidelity_rounds):
                 if item.error:
                     table.append(
                         f"| {script} | {item.case} | n/a | n/a | error: {item.error[:80]} |"

@@ -29,7 +29,7 @@ def recorded_sweeps(scripts, index, out_dir, extra):
     return runs
 
 
-def fake_fidelity(script, l2, rows):
+def fake_fidelity(script, l2, rows, rounds=1):
     others = {"per-call events (v5)": 0.104, "paired events": 0.1}
     return [
         hv.FidelityCase("batch_size=1", 0.1, 0.1, 0.1, "", others),
@@ -67,3 +67,28 @@ def test_report_table_has_a_cell_for_every_column_in_every_row(report):
     assert len(table) == 3
     assert {line.count("|") for line in table} == {header.count("|")}
     assert "error: OOM" in table[2]
+
+
+def test_interleaved_takes_a_b_b_a_per_round_and_reports_medians():
+    order = []
+
+    def reader(name, values):
+        readings = iter(values)
+
+        def read():
+            order.append(name)
+            return next(readings)
+
+        return read
+
+    reference = reader("ref", [1.0, 3.0, 1.1, 1.2])  # one odd reading
+    other = reader("other", [2.0, 2.2, 2.1, 2.3])
+    harness = reader("harness", [1.0, 1.1, 1.2, 1.3])
+    found = hv.interleaved(reference, {"other": other}, harness, rounds=2)
+    assert order == ["ref", "other", "harness", "harness", "other", "ref"] * 2
+    assert found == (pytest.approx(1.15), {"other": pytest.approx(2.15)}, pytest.approx(1.15))
+
+
+def test_one_round_of_interleaved_is_the_mean_of_each_pair():
+    found = hv.interleaved(iter([1.0, 2.0]).__next__, {}, iter([4.0, 6.0]).__next__)
+    assert found == (1.5, {}, 5.0)
