@@ -52,27 +52,6 @@ def spin_cycles_per_us(torch) -> float:
     return 10_000_000 / (start.elapsed_time(stop) * 1e3)
 
 
-def queue_with_gap(torch, run, flush, cycles: int, calls: int = 20, reps: int = 9) -> float:
-    """The queue-share reference with a spin before every flush, in both block kinds."""
-    blocks: dict[bool, list] = {True: [], False: []}
-    for _ in range(reps):
-        for with_run in (True, False):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                torch.cuda._sleep(cycles)
-                flush()
-                if with_run:
-                    run()
-            stop.record()
-            blocks[with_run].append((start, stop))
-    torch.cuda.synchronize()
-    both, alone = (
-        statistics.median(a.elapsed_time(b) for a, b in blocks[key]) for key in (True, False)
-    )
-    return (both - alone) / calls
-
-
 def smi_means(log: Path, since: float, until: float) -> str:
     """Mean SM MHz / memory MHz / W / degrees C of the nvidia-smi samples in [since, until]."""
     rows = []
@@ -120,7 +99,9 @@ def main(argv=None) -> int:
         "queue": lambda run: hv.independent_cold_ms(torch, run, device),
         **{
             f"queue+gap {gap:g} us": (
-                lambda run, cycles=int(gap * per_us): queue_with_gap(torch, run, flush, cycles)
+                lambda run, cycles=int(gap * per_us): hv.queue_share_ms(
+                    torch, run, flush, calls=20, reps=9, pause=lambda: torch.cuda._sleep(cycles)
+                )
             )
             for gap in args.gap_us
         },

@@ -248,12 +248,21 @@ def independent_cold_ms(torch, run, device, max_calls: int = 50, reps: int = 9) 
     first version) let compute-bound prefill run 13 % faster, as a GPU fresh from idle does."""
     flush = _l2_flush(torch, device)
     calls = max(5, min(max_calls, int(0.02 / _steady(torch, run, flush))))
+    return queue_share_ms(torch, run, flush, calls, reps)
+
+
+def queue_share_ms(torch, run, flush, calls: int, reps: int, pause=None) -> float:
+    """(events around ``calls`` x ([pause] flush run())) - (events around ``calls`` x
+    ([pause] flush)), medians of ``reps`` blocks each, taken alternately, per call.  A
+    ``pause`` (a GPU spin, say) stands in both block kinds, so it cancels."""
     blocks: dict[bool, list] = {True: [], False: []}
     for _ in range(reps):
         for with_run in (True, False):
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(calls):
+                if pause is not None:
+                    pause()
                 flush()
                 if with_run:
                     run()

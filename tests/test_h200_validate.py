@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -92,3 +93,25 @@ def test_interleaved_takes_a_b_b_a_per_round_and_reports_medians():
 def test_one_round_of_interleaved_is_the_mean_of_each_pair():
     found = hv.interleaved(iter([1.0, 2.0]).__next__, {}, iter([4.0, 6.0]).__next__)
     assert found == (1.5, {}, 5.0)
+
+
+def test_queue_share_takes_the_flushes_and_any_pause_off_the_queue():
+    clock = [0.0]
+
+    def advance(ms):
+        return lambda: clock.__setitem__(0, clock[0] + ms)
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            self.at = clock[0]
+
+        def elapsed_time(self, other):
+            return other.at - self.at
+
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(Event=Event, synchronize=lambda: None))
+    run, flush, pause = advance(3.0), advance(1.0), advance(5.0)
+    assert hv.queue_share_ms(fake_torch, run, flush, calls=4, reps=3) == 3.0
+    assert hv.queue_share_ms(fake_torch, run, flush, calls=4, reps=3, pause=pause) == 3.0
