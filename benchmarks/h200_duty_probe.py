@@ -2,7 +2,7 @@
 
 `h200_validate.py` (v7, harness 0.3.0) found three large HBM-bound cases where the harness
 reads 3.8-4.2 % below the queue-share reference (back-to-back (flush, run()) pairs) while
-agreeing within 0.3-1.6 % with the per-call event reference (a GPU spin between calls).
+agreeing within 0.2-1.6 % with the per-call event reference (a GPU spin between calls).
 Suspect: power or clocks under an unbroken stream of HBM-saturating calls.  This probe
 measures, in one process and in rounds, each case by:
 
@@ -78,17 +78,33 @@ def main(argv=None) -> int:
     parser.add_argument("--smi-log", type=Path, default=Path("/tmp/duty_smi.csv"))
     args = parser.parse_args(argv)
 
+    with args.smi_log.open("w") as log:
+        smi = subprocess.Popen(
+            [
+                "nvidia-smi",
+                f"--query-gpu={SMI_FIELDS}",
+                "--format=csv,noheader,nounits",
+                "-lms",
+                "20",
+            ],
+            stdout=log,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            probe(args)
+        finally:
+            smi.terminate()
+    return 0
+
+
+def probe(args) -> None:
+    """Each case, ``args.rounds`` times, by every method, with nvidia-smi's means."""
     import h200_validate as hv
     import torch
 
     import bench_common
     import bench_timing
 
-    smi = subprocess.Popen(
-        ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits", "-lms", "20"],
-        stdout=args.smi_log.open("w"),
-        stderr=subprocess.DEVNULL,
-    )
     device = torch.device("cuda")
     options = bench_timing.TimingOptions()
     timer = bench_timing.make_timer(options, device, lambda _: None)
@@ -130,8 +146,6 @@ def main(argv=None) -> int:
                 )
         run = None
         torch.cuda.empty_cache()
-    smi.terminate()
-    return 0
 
 
 if __name__ == "__main__":
