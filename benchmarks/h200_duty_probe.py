@@ -8,8 +8,9 @@ measures, in one process and in rounds, each case by:
 
 * ``harness``    -- ``bench_timing.measure`` with default options (the function behind time_ms);
 * ``queue``      -- the queue-share reference of ``h200_validate.py``;
-* ``queue+gap``  -- the same with a GPU spin of ``--gap-us`` before every flush (in both
-  block kinds, so the spin cancels in the difference): the load broken up;
+* ``queue+gap``  -- ``h200_validate.queue_share_ms`` with a GPU spin of ``--gap-us`` before
+  every flush (in both block kinds, so the spin cancels in the difference): the load broken
+  up; 20 pairs a block, where ``queue`` sizes its blocks to ~20 ms;
 * ``per-call``   -- ``h200_validate``'s per-call event reference;
 
 and, for each, the mean SM clock, memory clock, power and temperature that ``nvidia-smi``
