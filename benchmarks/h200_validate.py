@@ -578,6 +578,8 @@ def main(argv=None) -> int:
         "cost, false alarms, repeatability; no GPU needed",
     )
     args = parser.parse_args(argv)
+    if args.fidelity_rounds < 1:
+        parser.error("--fidelity-rounds must be 1 or more")  # exit 2, before any GPU work
     extra = ["--l2", args.l2]
     if args.from_log:
         sweeps = sweeps_from_log(args.from_log, args.out, args.scripts)

@@ -115,3 +115,10 @@ def test_queue_share_takes_the_flushes_and_any_pause_off_the_queue():
     run, flush, pause = advance(3.0), advance(1.0), advance(5.0)
     assert hv.queue_share_ms(fake_torch, run, flush, calls=4, reps=3) == 3.0
     assert hv.queue_share_ms(fake_torch, run, flush, calls=4, reps=3, pause=pause) == 3.0
+
+
+def test_fidelity_rounds_below_one_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        hv.main(["--fidelity-rounds", "0"])
+    assert stopped.value.code == 2
+    assert "--fidelity-rounds must be 1 or more" in capsys.readouterr().err
