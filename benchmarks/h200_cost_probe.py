@@ -125,9 +125,11 @@ def readout_table(call_counts) -> list[str]:
         flusher.flush()
         run()
     variants = {"all CUDA activities": [ProfilerActivity.CUDA]}
+    filtered = [{ProfilerActivity.CUDA: sorted(KERNELS_ONLY)}]  # torch >= 2.12's filter form
     try:
-        profile(activities={ProfilerActivity.CUDA: KERNELS_ONLY})
-        variants["kernels, memsets, memcpys only"] = {ProfilerActivity.CUDA: KERNELS_ONLY}
+        with profile(activities=filtered):
+            run()
+        variants["kernels, memsets, memcpys only"] = filtered
     except Exception as exc:  # noqa: BLE001 - an older torch: say so and go on
         print(f"activity filter not taken by torch {torch.__version__}: {exc!r}"[:300])
     rows = [
@@ -168,6 +170,72 @@ def readout_table(call_counts) -> list[str]:
     return rows
 
 
+FIRST_SESSION = """
+import json, sys, threading, time
+import torch
+try:
+    import flashinfer  # noqa: F401  (as in a sweep: its modules loaded before the session)
+except Exception:
+    pass
+from torch.profiler import ProfilerActivity, profile
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+
+def session():
+    marks = [time.perf_counter()]
+    prof = profile(activities=[ProfilerActivity.CUDA])
+    prof.prepare_trace(); marks.append(time.perf_counter())
+    prof.start_trace(); marks.append(time.perf_counter())
+    torch.zeros(1, device="cuda").add_(1); torch.cuda.synchronize()
+    prof.stop_trace(); marks.append(time.perf_counter())
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+def work(seconds):  # pure-Python work: how far it gets shows whether the GIL was free
+    end, count = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        count += 1
+    return count
+
+if sys.argv[1] == "serial":
+    first = session(); second = session()
+    print(json.dumps({"first": first, "second": second, "work": work(2.0)}))
+else:
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("first", session()))
+    started = time.perf_counter(); thread.start(); count = work(2.0); thread.join()
+    print(json.dumps({"first": box["first"], "work": count, "wall": time.perf_counter() - started}))
+"""
+
+
+def first_session_table() -> list[str]:
+    """The first profiler session of a process, split into prepare / start / stop, and whether
+    it can run in a thread while the main thread works (its host work releases the GIL)."""
+    import json
+
+    def child(mode: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", FIRST_SESSION, mode],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    serial, threaded = child("serial"), child("thread")
+    row = lambda name, s: f"| {name} | {s[0]:.2f} | {s[1]:.2f} | {s[2]:.2f} |"  # noqa: E731
+    return [
+        "| session | prepare s | start s | stop s |",
+        "|---|---:|---:|---:|",
+        row("first (serial)", serial["first"]),
+        row("second (serial)", serial["second"]),
+        row("first (in a thread)", threaded["first"]),
+        "",
+        f"2 s of pure-Python counting on the main thread: {serial['work']:,} alone, "
+        f"{threaded['work']:,} while the thread ran the first session "
+        f"(thread + counting took {threaded['wall']:.2f} s of wall time)",
+    ]
+
+
 def flush_table() -> list[str]:
     """GPU us of L2 flush variants (CUDA events, median of 50)."""
     import torch
@@ -204,8 +272,15 @@ def main() -> int:
     parser.add_argument(
         "--readout-only", action="store_true", help="only the readout of real decode calls"
     )
+    parser.add_argument(
+        "--first-session-only", action="store_true", help="only the first profiler session"
+    )
     args = parser.parse_args()
     import torch
+
+    if args.first_session_only:
+        print("## First profiler session of a process\n", *first_session_table(), sep="\n")
+        return 0
 
     print(f"# Cost probe on {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
     started = time.perf_counter()
