@@ -340,34 +340,33 @@ NON_WORK_ACTIVITIES = frozenset(
 )
 
 
-def _activity(event) -> str | None:
-    try:
-        return str(event.activity_type())
-    except AttributeError:  # a build whose events do not name their activity
-        return None
-
-
-def _is_other_device_work(event) -> bool:
-    """Not on the CPU, not an annotation, not a known bookkeeping activity."""
+def _is_other_device_work(event, named: bool) -> bool:
+    """Not on the CPU, not an annotation, not a known bookkeeping activity (``named``: the
+    build's events name their activity).  The device type is asked first: most events of a
+    recording are CPU-side API calls, and each question is a call into C++."""
+    if event.device_type() == torch.autograd.DeviceType.CPU:
+        return False
     annotation = getattr(event, "is_user_annotation", None)
     if callable(annotation) and annotation():
         return False
-    if _activity(event) in NON_WORK_ACTIVITIES:
-        return False
-    return event.device_type() != torch.autograd.DeviceType.CPU
+    return not named or str(event.activity_type()) not in NON_WORK_ACTIVITIES
 
 
 def device_events_from_kineto(raw_events: Iterable) -> list[DeviceEvent]:
     """GPU work among kineto events (``prof.profiler.kineto_results.events()``), by start.
 
     Kernels, memsets and memcpys by activity type; where a build names its activities
-    differently (none of those three found), every non-CPU event that is not a known
-    bookkeeping activity.
+    differently (none of those three found) or not at all (torch 2.11's events have no
+    ``activity_type``), every non-CPU event that is not an annotation or a known
+    bookkeeping activity.  Whether events name their activity is asked once per recording:
+    asking each event of torch 2.11 raised and caught an AttributeError twice per event,
+    76 us per decode call of the H200's trace reading (``benchmarks/h200_cost_probe.py``).
     """
     raw = list(raw_events)
-    work = [e for e in raw if _activity(e) in DEVICE_ACTIVITIES]
+    named = bool(raw) and hasattr(raw[0], "activity_type")
+    work = [e for e in raw if str(e.activity_type()) in DEVICE_ACTIVITIES] if named else []
     if not work:
-        work = [e for e in raw if _is_other_device_work(e)]
+        work = [e for e in raw if _is_other_device_work(e, named)]
     events = [DeviceEvent(e.name(), e.start_ns(), e.duration_ns()) for e in work]
     events.sort(key=_start)
     return events

@@ -694,6 +694,50 @@ def test_kineto_events_of_a_build_with_other_activity_names():
     assert [e.name for e in bt.device_events_from_kineto(raw)] == ["mc_kernel_a"]
 
 
+class KinetoLikeTorch211:
+    """torch 2.11's event: no activity_type(); each question it is asked is counted."""
+
+    def __init__(self, name, start, duration, device, annotation=False):
+        self._values = (name, start, duration, device, annotation)
+        self.asked: list[str] = []
+
+    def _answer(self, what, index):
+        self.asked.append(what)
+        return self._values[index]
+
+    def name(self):
+        return self._answer("name", 0)
+
+    def start_ns(self):
+        return self._answer("start_ns", 1)
+
+    def duration_ns(self):
+        return self._answer("duration_ns", 2)
+
+    def device_type(self):
+        return self._answer("device_type", 3)
+
+    def is_user_annotation(self):
+        return self._answer("is_user_annotation", 4)
+
+
+def test_kineto_events_of_a_build_without_activity_names():
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    launch = KinetoLikeTorch211("cudaLaunchKernel", 0, 3, cpu)
+    raw = [
+        KinetoLikeTorch211("decode_kernel", 20, 5, cuda),
+        launch,
+        KinetoLikeTorch211("range", 5, 50, cuda, annotation=True),
+        KinetoLikeTorch211("fill_kernel", 10, 4, cuda),
+    ]
+    events = bt.device_events_from_kineto(raw)
+    assert [(e.name, e.start_ns, e.duration_ns) for e in events] == [
+        ("fill_kernel", 10, 4),
+        ("decode_kernel", 20, 5),
+    ]
+    assert launch.asked == ["device_type"]  # a CPU-side event costs one question
+
+
 def test_real_profiler_results_parse_and_hold_no_device_work_on_cpu():
     from torch.profiler import ProfilerActivity, profile
 
