@@ -382,9 +382,10 @@ COLD_REFERENCES = {
 }
 
 
-def other_references(l2: str) -> dict:
-    """The references measured besides the main one: the cold ones, none with warm L2."""
-    return COLD_REFERENCES if l2 == "cold" else {}
+def other_references(l2: str, main_only: bool = False) -> dict:
+    """The references measured besides the main one: the cold ones, none with warm L2 or
+    ``main_only`` (they take about a third of a round's time)."""
+    return COLD_REFERENCES if l2 == "cold" and not main_only else {}
 
 
 def interleaved(
@@ -420,7 +421,11 @@ def interleaved(
 
 
 def fidelity(
-    script: str, l2: str, sweep_rows: list[dict[str, str]], rounds: int = 1
+    script: str,
+    l2: str,
+    sweep_rows: list[dict[str, str]],
+    rounds: int = 1,
+    main_only: bool = False,
 ) -> list[FidelityCase]:
     """Every default case: the harness's measure() (the function behind time_ms, with the
     scripts' default options) and the independent measurement, taken A B B A ``rounds``
@@ -437,7 +442,7 @@ def fidelity(
     swept = {_key(row): float(row["time_ms"]) for row in sweep_rows if row["status"] == "ok"}
     found = []
     reference = independent_warm_ms if l2 == "warm" else independent_cold_ms
-    others = other_references(l2)
+    others = other_references(l2, main_only)
     for case in spec.presets["default"]:
         text = bench_common.case_text(case, spec.case_fields)
         settings = bench_common.Settings(device, torch.float16, 16, "flashinfer", seed=0)
@@ -568,6 +573,11 @@ def main(argv=None) -> int:
         help="A B B A this many times per case; each method's median (default 1)",
     )
     parser.add_argument(
+        "--main-reference-only",
+        action="store_true",
+        help="fidelity against the main reference only, not the cold L2's two others",
+    )
+    parser.add_argument(
         "--deadline-s", type=float, default=math.inf, help="start no new sweep after this many s"
     )
     parser.add_argument(
@@ -678,7 +688,7 @@ def main(argv=None) -> int:
             "after a run() (`paired_cold_ms`).",
             "",
         ]
-        names = list(other_references(args.l2))
+        names = list(other_references(args.l2, args.main_reference_only))
         diffs, sweep_diffs = [], []
         other_diffs: dict[str, list[float]] = {name: [] for name in names}
         table = [
@@ -690,7 +700,8 @@ def main(argv=None) -> int:
         for script in args.fidelity_scripts or args.scripts:
             print(f"fidelity {script} from {time.perf_counter() - started:.0f} s", flush=True)
             rows = read_rows(sweeps[script][0].csv_path) if sweeps.get(script) else []
-            for item in fidelity(script, args.l2, rows, args.fidelity_rounds):
+            found = fidelity(script, args.l2, rows, args.fidelity_rounds, args.main_reference_only)
+            for item in found:
                 if item.error:
                     table.append(
                         f"| {script} | {item.case} | n/a | n/a | error: {item.error[:80]} |"

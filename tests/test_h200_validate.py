@@ -30,8 +30,8 @@ def recorded_sweeps(scripts, index, out_dir, extra):
     return runs
 
 
-def fake_fidelity(script, l2, rows, rounds=1):
-    others = {"per-call events (v5)": 0.104, "paired events": 0.1}
+def fake_fidelity(script, l2, rows, rounds=1, main_only=False):
+    others = {} if main_only else {"per-call events (v5)": 0.104, "paired events": 0.1}
     return [
         hv.FidelityCase("batch_size=1", 0.1, 0.1, 0.1, "", others),
         hv.FidelityCase("batch_size=2", 0.1, 0.1, 0.1, "", {**others, "paired events": 0.2}),
@@ -39,16 +39,31 @@ def fake_fidelity(script, l2, rows, rounds=1):
     ]
 
 
-@pytest.fixture
-def report(tmp_path, monkeypatch):
+def validation_report(tmp_path, monkeypatch, *options):
     monkeypatch.setattr(hv, "run_sweep_in_one_process", recorded_sweeps)
     monkeypatch.setattr(hv, "_header_from_gpu", lambda args: ["# Harness validation", ""])
     monkeypatch.setattr(hv, "fidelity", fake_fidelity)
     path = tmp_path / "report.md"
     argv = ["--sweeps", "2", "--one-process", "--out", str(tmp_path / "out")]
-    argv += ["--report", str(path), "--fidelity-scripts", "bench_batch_decode.py"]
+    argv += ["--report", str(path), "--fidelity-scripts", "bench_batch_decode.py", *options]
     assert hv.main(argv) == 0
     return path.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def report(tmp_path, monkeypatch):
+    return validation_report(tmp_path, monkeypatch)
+
+
+def test_main_reference_only_drops_the_other_columns(tmp_path, monkeypatch):
+    text = validation_report(tmp_path, monkeypatch, "--main-reference-only")
+    fidelity = text[text.index("## Fidelity") :].splitlines()
+    header = next(line for line in fidelity if "| harness ms |" in line)
+    table = [line for line in fidelity if line.startswith("| bench_batch_decode.py")]
+    assert "diff % vs" not in header and "- against" not in text
+    assert {line.count("|") for line in table} == {header.count("|")}
+    assert hv.other_references("cold", main_only=True) == {}
+    assert set(hv.other_references("cold")) == set(hv.COLD_REFERENCES)
 
 
 def test_report_gates_the_recorded_sweeps_and_counts_each_reference(report):
