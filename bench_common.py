@@ -417,26 +417,6 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         f"(default {TimingOptions.enough_samples})",
     )
     timing.add_argument(
-        "--wide-spread-pct",
-        type=_non_negative_float,
-        default=TimingOptions.wide_spread_pct,
-        help="a case whose samples spread wider than this (IQR / median, %%) samples on until "
-        "--wide-min-time-ms of GPU time or --wide-max-samples: calls alternating between "
-        f"speeds need a longer window (default {TimingOptions.wide_spread_pct:g}; 0: never)",
-    )
-    timing.add_argument(
-        "--wide-min-time-ms",
-        type=_non_negative_float,
-        default=TimingOptions.wide_min_time_ms,
-        help=f"see --wide-spread-pct (default {TimingOptions.wide_min_time_ms:g})",
-    )
-    timing.add_argument(
-        "--wide-max-samples",
-        type=_positive(int),
-        default=TimingOptions.wide_max_samples,
-        help=f"see --wide-spread-pct (default {TimingOptions.wide_max_samples})",
-    )
-    timing.add_argument(
         "--max-time-per-case",
         type=_positive(float),
         default=2.0,
@@ -673,9 +653,6 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         sustain_ms=0.0 if device.type == "cpu" else args.sustain_ms,
         min_time_ms=0.0 if device.type == "cpu" else args.min_time_ms,
         enough_samples=args.enough_samples,
-        wide_spread_pct=0.0 if device.type == "cpu" else args.wide_spread_pct,
-        wide_min_time_ms=args.wide_min_time_ms,
-        wide_max_samples=args.wide_max_samples,
         verbose=args.verbose,
     )
 

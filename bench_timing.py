@@ -111,15 +111,6 @@ class TimingOptions:
     # ... or until this many samples are in: each costs a flush and its trace reading
     # (~0.1 ms of host time), which a 15 us case would otherwise pay 30,000 times.
     enough_samples: int = 1000
-    # A case whose samples spread wide, IQR / median above wide_spread_pct, samples on until
-    # wide_min_time_ms of GPU time or wide_max_samples, whichever comes first: its calls
-    # alternate between speeds for stretches of time (the H200 moving its SM clock under the
-    # power limit: ragged prefill 64 x 256 read 0.177 or 0.20 ms per call, IQR 5-11 %), so
-    # its median depends on the mix a short window caught (CV 1.9 % over 5 invocations with
-    # ~1000 samples, ``h200_validation_v8``); a longer window averages more stretches.
-    wide_spread_pct: float = 3.0
-    wide_min_time_ms: float = 1000.0
-    wide_max_samples: int = 5000
     min_batch_calls: int = 10
     max_batch_calls: int = 1000
     graph_target_ms: float = 2.0  # GPU time of one CUDA-graph replay
@@ -145,8 +136,6 @@ class TimingOptions:
             raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}")
         if self.min_samples < 1 or self.noise_target_pct <= 0 or self.max_time_s <= 0:
             raise ValueError("min_samples >= 1, noise target > 0 and time budget > 0 required")
-        if self.wide_spread_pct < 0:
-            raise ValueError("wide_spread_pct must be >= 0 (0: no longer window for wide cases)")
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -1150,8 +1139,7 @@ def should_stop(
 ) -> bool:
     """The stop hook: the time budget spent, or the noise target met with at least
     ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or number
-    ``enough_samples``, whichever comes first, and the window is long enough for how wide
-    the samples spread (``wants_longer_window``)."""
+    ``enough_samples``, whichever comes first."""
     if not samples:
         return False
     if elapsed_s >= options.max_time_s:
@@ -1161,20 +1149,7 @@ def should_stop(
     timed_ms = sum(samples) * runs_per_sample
     if timed_ms < options.min_time_ms and len(samples) < options.enough_samples:
         return False
-    if stop_noise_pct(samples, options.stop_rule) > options.noise_target_pct:
-        return False
-    return not wants_longer_window(samples, timed_ms, options)
-
-
-def wants_longer_window(samples: Sequence[float], timed_ms: float, options: TimingOptions) -> bool:
-    """Samples spread wider than ``wide_spread_pct`` (IQR / median) before ``wide_min_time_ms``
-    of GPU time or ``wide_max_samples``: a median of calls that alternate between speeds for
-    stretches of time needs a window that holds many stretches (see ``TimingOptions``)."""
-    if options.wide_spread_pct <= 0:
-        return False
-    if timed_ms >= options.wide_min_time_ms or len(samples) >= options.wide_max_samples:
-        return False
-    return stop_noise_pct(samples, "spread") > options.wide_spread_pct
+    return stop_noise_pct(samples, options.stop_rule) <= options.noise_target_pct
 
 
 def batch_calls(

@@ -192,18 +192,6 @@ def test_minimum_measurement_options_reach_the_timer_on_a_gpu_only():
         parser.parse_args(["--enough-samples", "0"])
 
 
-def test_wide_window_options_reach_the_timer_on_a_gpu_only():
-    parser = bc.build_parser(fake_bench_script.SPEC)
-    argv = ["--wide-spread-pct", "5", "--wide-min-time-ms", "800", "--wide-max-samples", "300"]
-    args = parser.parse_args(argv)
-    gpu = bc._timing_options(args, torch.device("cuda"))
-    assert (gpu.wide_spread_pct, gpu.wide_min_time_ms, gpu.wide_max_samples) == (5.0, 800.0, 300)
-    assert bc._timing_options(args, torch.device("cpu")).wide_spread_pct == 0.0
-    for bad in (["--wide-spread-pct", "-1"], ["--wide-max-samples", "0"]):
-        with pytest.raises(SystemExit):
-            parser.parse_args(bad)
-
-
 def test_default_output_path_like_the_seed(tmp_path):
     path = bc.get_csv_path("SomeWrapper", str(tmp_path))
     name = path.rsplit("/", 1)[-1]

@@ -788,34 +788,6 @@ def test_stop_hook_waits_until_the_samples_add_up_to_the_minimum_gpu_time():
     assert bt.should_stop([1.0] * 25, 0.001, options, runs_per_sample=4)
 
 
-def alternating(fast: float, slow: float, count: int, slow_share: float) -> list[float]:
-    """``count`` samples, the first ``slow_share`` of them at ``slow``: a stretch at a lower clock."""
-    slow_count = round(count * slow_share)
-    return [slow] * slow_count + [fast] * (count - slow_count)
-
-
-def test_a_case_whose_samples_spread_wide_samples_on_to_the_longer_window():
-    options = bt.TimingOptions(
-        min_samples=3, min_time_ms=500.0, enough_samples=1000,
-        wide_spread_pct=3.0, wide_min_time_ms=1000.0, wide_max_samples=5000,
-    )  # fmt: skip
-    wide = alternating(0.177, 0.200, 1000, 0.4)  # IQR / median 12 %, median CI 0.6 %
-    assert bt.stop_noise_pct(wide, "median_ci") <= options.noise_target_pct
-    assert not bt.should_stop(wide, 0.3, options)
-    assert bt.should_stop(alternating(0.177, 0.200, 5000, 0.4), 1.0, options)  # max samples
-    assert bt.should_stop(alternating(2.0, 2.3, 600, 0.4), 1.0, options)  # >= 1000 ms of GPU
-    narrow = alternating(0.177, 0.180, 1000, 0.4)  # IQR / median 1.7 %: the usual stop
-    assert bt.should_stop(narrow, 0.3, options)
-    off = dataclasses.replace(options, wide_spread_pct=0.0)
-    assert bt.should_stop(wide, 0.3, off)
-    assert bt.should_stop(wide, 2.0, options)  # the case's budget still ends it
-
-
-def test_wide_spread_pct_must_not_be_negative():
-    with pytest.raises(ValueError, match="wide_spread_pct"):
-        bt.TimingOptions(wide_spread_pct=-1.0)
-
-
 def test_stop_hook_stops_waiting_for_the_minimum_time_once_enough_samples_are_in():
     options = bt.TimingOptions(
         min_samples=3, noise_target_pct=1.0, min_time_ms=300.0, enough_samples=1000
