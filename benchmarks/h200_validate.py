@@ -681,14 +681,18 @@ def main(argv=None) -> int:
             "column compares the same case's `time_ms` in sweep 0's CSV, measured earlier in",
             "another process, with the same independent value. Cold L2: the reference is",
             "run()'s share of a queue of (flush, run()) pairs by CUDA events (events around 50",
-            "pairs minus events around 50 flushes); the last columns compare the harness with",
-            "the other references, also A B B A: the v5 one, an event pair around each run()",
-            "after its flush, whose start event's record (1.4-4 us) is in every reading, and",
-            "paired events, (event flush run() event) minus (event flush event), every flush",
-            "after a run() (`paired_cold_ms`).",
-            "",
+            "pairs minus events around 50 flushes).",
         ]
         names = list(other_references(args.l2, args.main_reference_only))
+        if names:
+            lines += [
+                "The last columns compare the harness with the other references, also A B B A:",
+                "the v5 one, an event pair around each run() after its flush, whose start",
+                "event's record (1.4-4 us) is in every reading, and paired events, (event flush",
+                "run() event) minus (event flush event), every flush after a run()",
+                "(`paired_cold_ms`).",
+            ]
+        lines.append("")
         diffs, sweep_diffs = [], []
         other_diffs: dict[str, list[float]] = {name: [] for name in names}
         table = [

@@ -61,12 +61,14 @@ def test_main_reference_only_drops_the_other_columns(tmp_path, monkeypatch):
     header = next(line for line in fidelity if "| harness ms |" in line)
     table = [line for line in fidelity if line.startswith("| bench_batch_decode.py")]
     assert "diff % vs" not in header and "- against" not in text
+    assert "compare the harness with the other references" not in text
     assert {line.count("|") for line in table} == {header.count("|")}
     assert hv.other_references("cold", main_only=True) == {}
     assert set(hv.other_references("cold")) == set(hv.COLD_REFERENCES)
 
 
 def test_report_gates_the_recorded_sweeps_and_counts_each_reference(report):
+    assert "compare the harness with the other references" in report
     assert "| 0 vs 1 | 0 | **Verdict: PASS** — 93 matched case(s), none failing |" in report
     assert "## Repeatability over 2 invocations" in report
     assert "- cases: 2; within ±3%: 2; max |diff|: 0.00%" in report
