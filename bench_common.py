@@ -33,9 +33,11 @@ import torch
 import flashinfer_compat
 from bench_timing import (
     ATTRIBUTIONS,
+    CPU_TIMER,
     STARVED_WARN_FRACTION,
     STOP_RULES,
     TIMER_NAMES,
+    WIDE_SPREAD_NOTE_PCT,
     L2Flusher,
     Measurement,
     NoKernelCaptured,
@@ -928,6 +930,8 @@ class CaseRunner:
         notes = [_describe(measurement)] if timing.verbose else []
         if measurement.starved_fraction > STARVED_WARN_FRACTION:
             notes.append(_starved_note(measurement))
+        if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
+            notes.append(_wide_spread_note(measurement))
         self.details = "\n".join(notes)
         return measurement.median, io_bytes, flops, extra
 
@@ -948,6 +952,14 @@ def _starved_note(measurement: Measurement) -> str:
         f"  note: {measurement.starved_calls} of {len(measurement.samples)} calls started late, "
         "after the GPU had waited for the CPU to launch them; their samples include the wait "
         "(the CPU needs longer to launch a call than the GPU to run it)"
+    )
+
+
+def _wide_spread_note(measurement: Measurement) -> str:
+    return (
+        f"  note: samples spread {measurement.noise_pct:.1f}% (IQR / median): its calls ran at "
+        "different speeds (on a GPU at its power limit: stretches at different clocks), so this "
+        "median may move by a few % between runs; judge a change of it against that"
     )
 
 

@@ -582,6 +582,17 @@ def test_case_whose_calls_waited_for_their_launch_gets_a_note(tmp_path, capsys):
     assert starved >= 1 and calls == 10 * starved
 
 
+def test_case_whose_samples_spread_wide_gets_a_note(tmp_path, capsys):
+    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke"]
+    narrow = (1.0, 1.01, 1.02, 1.0, 1.01, 1.02, 1.0, 1.01, 1.02, 1.0)  # IQR / median 2 %
+    assert run_main(argv, timer=FakeTimer(samples=narrow)) == 0
+    assert "samples spread" not in capsys.readouterr().out
+    wide = (1.0, 1.0, 1.0, 1.0, 1.0, 1.13, 1.13, 1.13, 1.0, 1.13)  # 13 % apart, like a clock step
+    assert run_main(argv, timer=FakeTimer(samples=wide)) == 0
+    notes = [x for x in capsys.readouterr().out.splitlines() if "samples spread" in x]
+    assert len(notes) == 2 and notes[0].startswith("  note: samples spread 13.0% (IQR / median)")
+
+
 def test_sweep_reports_its_cost_ratio(tmp_path, capsys):
     assert (
         run_main(["--output", str(tmp_path / "r.csv"), "--preset", "smoke"], timer=FakeTimer()) == 0
