@@ -60,9 +60,9 @@ SUSTAIN_STEADY_CHUNKS = 3
 STARVED_GAP_NS = 10_000
 STARVED_WARN_FRACTION = 0.01
 # Samples spread wider than this (IQR / median, %): the calls ran at different speeds for
-# stretches of time, and the median moves between runs (H200, 5 invocations: the cases above
-# 5 % had a CV of time_ms of 1.4-2.7 %, the cases >= 50 us below it 1 % or less;
-# benchmarks/results/h200_validation_v8).
+# stretches of time, and the median moves between runs (H200, 5 invocations: the 7 cases
+# above 5 % in any of them had a CV of time_ms of 1.35-2.7 %; the 59 cases >= 50 us never
+# above it, 0.95 % or less; benchmarks/results/h200_validation_v8).
 WIDE_SPREAD_NOTE_PCT = 5.0
 
 
