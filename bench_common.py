@@ -34,6 +34,7 @@ import flashinfer_compat
 from bench_timing import (
     ATTRIBUTIONS,
     CPU_TIMER,
+    DRIFT_BLOCKS,
     STARVED_WARN_FRACTION,
     STOP_RULES,
     TIMER_NAMES,
@@ -419,6 +420,13 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         f"(default {TimingOptions.enough_samples})",
     )
     timing.add_argument(
+        "--max-samples",
+        type=_positive(int),
+        default=TimingOptions.max_samples,
+        help="a case whose consecutive blocks of samples disagree (clock stretches) samples on "
+        f"until the noise target, the budget or this many samples (default {TimingOptions.max_samples})",
+    )
+    timing.add_argument(
         "--max-time-per-case",
         type=_positive(float),
         default=2.0,
@@ -633,6 +641,10 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
                 "--timer cuda_graph replays back-to-back calls (warm L2 only); use --l2 warm, or --timer events / profiler for cold L2"
             )
         l2 = "warm"
+    if args.max_samples < args.min_samples:
+        raise UsageError(
+            f"--max-samples {args.max_samples} is below --min-samples {args.min_samples}"
+        )
     pattern = args.kernel_pattern
     if pattern:
         try:
@@ -655,6 +667,7 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         sustain_ms=0.0 if device.type == "cpu" else args.sustain_ms,
         min_time_ms=0.0 if device.type == "cpu" else args.min_time_ms,
         enough_samples=args.enough_samples,
+        max_samples=args.max_samples,
         verbose=args.verbose,
     )
 
@@ -930,8 +943,7 @@ class CaseRunner:
         notes = [_describe(measurement)] if timing.verbose else []
         if measurement.starved_fraction > STARVED_WARN_FRACTION:
             notes.append(_starved_note(measurement))
-        if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
-            notes.append(_wide_spread_note(measurement))
+        notes.extend(_stability_notes(measurement, timing))
         self.details = "\n".join(notes)
         return measurement.median, io_bytes, flops, extra
 
@@ -952,6 +964,27 @@ def _starved_note(measurement: Measurement) -> str:
         f"  note: {measurement.starved_calls} of {len(measurement.samples)} calls started late, "
         "after the GPU had waited for the CPU to launch them; their samples include the wait "
         "(the CPU needs longer to launch a call than the GPU to run it)"
+    )
+
+
+def _stability_notes(measurement: Measurement, timing: TimingOptions) -> list[str]:
+    """At most one note on how far this median may move between runs (GPU timers only):
+    the blocks' disagreement when the case stopped without agreement, else a wide spread."""
+    if measurement.timer == CPU_TIMER:
+        return []
+    if measurement.drift_pct > timing.noise_target_pct:
+        return [_drift_note(measurement)]
+    if measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
+        return [_wide_spread_note(measurement)]
+    return []
+
+
+def _drift_note(measurement: Measurement) -> str:
+    return (
+        f"  note: its calls changed speed for stretches (a GPU at its power limit changes "
+        f"clocks): the medians of {DRIFT_BLOCKS} consecutive blocks of its "
+        f"{len(measurement.samples)} samples put this median within +-{measurement.drift_pct:.1f}% "
+        "(95%), wider than the noise target; judge a change of it against that"
     )
 
 

@@ -64,6 +64,12 @@ STARVED_WARN_FRACTION = 0.01
 # above 5 % in any of them had a CV of time_ms of 1.35-2.7 %; the 59 cases >= 50 us never
 # above it, 0.95 % or less; benchmarks/results/h200_validation_v8).
 WIDE_SPREAD_NOTE_PCT = 5.0
+# Consecutive blocks whose medians the stop hook compares (non-overlapping batch means):
+# a GPU at its power limit runs for stretches at one clock, so neighbouring samples are not
+# independent and the interval from all samples alone is too narrow (H200 v8: 0.2-0.4 % for
+# a median that moved 1.9 % between runs).  Student's t for DRIFT_BLOCKS - 1 degrees of freedom.
+DRIFT_BLOCKS = 5
+DRIFT_T95 = 2.776
 
 
 class TimingError(RuntimeError):
@@ -116,6 +122,9 @@ class TimingOptions:
     # ... or until this many samples are in: each costs a flush and its trace reading
     # (~0.1 ms of host time), which a 15 us case would otherwise pay 30,000 times.
     enough_samples: int = 1000
+    # A case whose blocks of samples disagree (``drift_ci_pct``) samples on, at most until
+    # this many samples (or the budget): 5 x enough_samples, each ~0.1 ms of host time.
+    max_samples: int = 5000
     min_batch_calls: int = 10
     max_batch_calls: int = 1000
     graph_target_ms: float = 2.0  # GPU time of one CUDA-graph replay
@@ -141,6 +150,8 @@ class TimingOptions:
             raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}")
         if self.min_samples < 1 or self.noise_target_pct <= 0 or self.max_time_s <= 0:
             raise ValueError("min_samples >= 1, noise target > 0 and time budget > 0 required")
+        if self.max_samples < self.min_samples:
+            raise ValueError("max_samples must be >= min_samples")
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -211,6 +222,11 @@ class Measurement:
         if self.median <= 0:
             return math.inf
         return (self.q3 - self.q1) / self.median * 100.0
+
+    @cached_property
+    def drift_pct(self) -> float:
+        """How far the median of these samples may sit from another run's (``drift_ci_pct``)."""
+        return drift_ci_pct(self.samples)
 
     def columns(self) -> dict[str, object]:
         """The optional CSV columns this measurement fills (median goes to time_ms)."""
@@ -1139,22 +1155,42 @@ def stop_noise_pct(samples: Sequence[float], rule: str = "spread") -> float:
     return spread
 
 
+def drift_ci_pct(samples: Sequence[float], blocks: int = DRIFT_BLOCKS) -> float:
+    """Half-width of the median's 95% interval judged from ``blocks`` consecutive blocks of
+    the samples (in the order they were taken), in % of the median: t x stdev(block
+    medians) / sqrt(blocks).  Jitter between single calls hardly moves the block medians;
+    stretches at another clock do, which is what makes a median move between runs.  NaN
+    when there are fewer samples than blocks: nothing to judge by."""
+    size = len(samples) // blocks
+    if size < 1:
+        return math.nan
+    medians = [statistics.median(samples[i * size : (i + 1) * size]) for i in range(blocks)]
+    median = statistics.median(samples)
+    if median <= 0:
+        return math.inf
+    return DRIFT_T95 * statistics.stdev(medians) / math.sqrt(blocks) / median * 100.0
+
+
 def should_stop(
     samples: Sequence[float], elapsed_s: float, options: TimingOptions, runs_per_sample: int = 1
 ) -> bool:
-    """The stop hook: the time budget spent, or the noise target met with at least
-    ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or number
-    ``enough_samples``, whichever comes first."""
+    """The stop hook: the time budget spent or ``max_samples`` taken; or, with at least
+    ``min_samples`` once the samples add up to ``min_time_ms`` of timed GPU time or number
+    ``enough_samples`` (whichever comes first), the noise target met both by the rule's
+    noise and by the agreement of consecutive blocks (``drift_ci_pct``)."""
     if not samples:
         return False
-    if elapsed_s >= options.max_time_s:
+    if elapsed_s >= options.max_time_s or len(samples) >= options.max_samples:
         return True
     if len(samples) < options.min_samples:
         return False
     timed_ms = sum(samples) * runs_per_sample
     if timed_ms < options.min_time_ms and len(samples) < options.enough_samples:
         return False
-    return stop_noise_pct(samples, options.stop_rule) <= options.noise_target_pct
+    if stop_noise_pct(samples, options.stop_rule) > options.noise_target_pct:
+        return False
+    drift = drift_ci_pct(samples)
+    return math.isnan(drift) or drift <= options.noise_target_pct
 
 
 def batch_calls(
@@ -1197,6 +1233,7 @@ class MeasureLoop:
             while True:
                 remaining = self.options.max_time_s - (self.clock() - start)
                 calls = batch_calls(per_call * runs, remaining, estimate_ms * runs, self.options)
+                calls = max(1, min(calls, self.options.max_samples - len(samples)))
                 self.batches.append(calls)
                 batch = session.batch(calls)
                 batches.append(batch)
