@@ -420,13 +420,6 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         f"(default {TimingOptions.enough_samples})",
     )
     timing.add_argument(
-        "--max-samples",
-        type=_positive(int),
-        default=TimingOptions.max_samples,
-        help="a case whose consecutive blocks of samples disagree (clock stretches) samples on "
-        f"until the noise target, the budget or this many samples (default {TimingOptions.max_samples})",
-    )
-    timing.add_argument(
         "--max-time-per-case",
         type=_positive(float),
         default=2.0,
@@ -641,10 +634,6 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
                 "--timer cuda_graph replays back-to-back calls (warm L2 only); use --l2 warm, or --timer events / profiler for cold L2"
             )
         l2 = "warm"
-    if args.max_samples < args.min_samples:
-        raise UsageError(
-            f"--max-samples {args.max_samples} is below --min-samples {args.min_samples}"
-        )
     pattern = args.kernel_pattern
     if pattern:
         try:
@@ -667,7 +656,6 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         sustain_ms=0.0 if device.type == "cpu" else args.sustain_ms,
         min_time_ms=0.0 if device.type == "cpu" else args.min_time_ms,
         enough_samples=args.enough_samples,
-        max_samples=args.max_samples,
         verbose=args.verbose,
     )
 

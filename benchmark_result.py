@@ -28,7 +28,7 @@ SCHEMA_VERSION = "1"
 # the summarizer can warn when a baseline was measured another way.  0.2.0: no timing event
 # between the L2 flush and run(); cases under 0.1 ms read 1.4-4 us lower than with 0.1.x.
 # 0.3.0: a write-only L2 flush (was read+write); sampling until 0.5 s of timed GPU time.
-HARNESS_VERSION = "0.5.0"
+HARNESS_VERSION = "0.3.0"
 # What a row of this harness that carries no ``harness_version`` was measured with.
 UNRECORDED_HARNESS_VERSION = "before 0.2.0 (not recorded)"
 
@@ -103,6 +103,13 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     Column("time_q3_ms", _S, Kind.POSITIVE, "third quartile of the samples"),
     Column("time_max_ms", _S, Kind.POSITIVE, "slowest sample"),
     Column("noise_pct", _S, Kind.NON_NEGATIVE, "interquartile range / median, in %"),
+    Column(
+        "drift_pct",
+        _S,
+        Kind.NON_NEGATIVE,
+        "95% half-width of the median judged from 5 consecutive blocks of the samples, in %: "
+        "how far stretches at another GPU clock may move time_ms between runs",
+    ),
     Column("timer", _M, Kind.CHOICE, "how time_ms was measured", TIMERS),
     Column("l2", _M, Kind.CHOICE, "L2 cache state before each timed call", L2_MODES),
     Column("kernels", _M, Kind.TEXT, "GPU kernels counted in time_ms, ';'-separated"),
