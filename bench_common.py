@@ -931,7 +931,8 @@ class CaseRunner:
         notes = [_describe(measurement)] if timing.verbose else []
         if measurement.starved_fraction > STARVED_WARN_FRACTION:
             notes.append(_starved_note(measurement))
-        notes.extend(_stability_notes(measurement, timing))
+        if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
+            notes.append(_wide_spread_note(measurement))
         self.details = "\n".join(notes)
         return measurement.median, io_bytes, flops, extra
 
@@ -955,32 +956,18 @@ def _starved_note(measurement: Measurement) -> str:
     )
 
 
-def _stability_notes(measurement: Measurement, timing: TimingOptions) -> list[str]:
-    """At most one note on how far this median may move between runs (GPU timers only):
-    the blocks' disagreement when the case stopped without agreement, else a wide spread."""
-    if measurement.timer == CPU_TIMER:
-        return []
-    if measurement.drift_pct > timing.noise_target_pct:
-        return [_drift_note(measurement)]
-    if measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
-        return [_wide_spread_note(measurement)]
-    return []
-
-
-def _drift_note(measurement: Measurement) -> str:
-    return (
-        f"  note: its calls changed speed for stretches (a GPU at its power limit changes "
-        f"clocks): the medians of {DRIFT_BLOCKS} consecutive blocks of its "
-        f"{len(measurement.samples)} samples put this median within +-{measurement.drift_pct:.1f}% "
-        "(95%), wider than the noise target; judge a change of it against that"
-    )
-
-
 def _wide_spread_note(measurement: Measurement) -> str:
+    drift = measurement.drift_pct
+    blocks = (
+        f"; the medians of {DRIFT_BLOCKS} consecutive blocks of its samples put this one "
+        f"within +-{drift:.1f}% (drift_pct)"
+        if math.isfinite(drift)
+        else ""
+    )
     return (
         f"  note: samples spread {measurement.noise_pct:.1f}% (IQR / median): its calls ran at "
         "different speeds (on a GPU at its power limit: stretches at different clocks), so this "
-        "median may move by a few % between runs; judge a change of it against that"
+        f"median may move by a few % between runs{blocks}; judge a change of it against that"
     )
 
 

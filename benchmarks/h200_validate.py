@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_timing import WIDE_SPREAD_NOTE_PCT  # noqa: E402
 from benchmark_result import (  # noqa: E402
     HARNESS_VERSION,
     UNRECORDED_HARNESS_VERSION,
@@ -50,6 +51,7 @@ SCRIPTS = (
 )
 FIDELITY_MIN_MS = 0.020
 REPEAT_MIN_MS = 0.050
+DRIFT_FLAG_PCT = 3.0  # a drift_pct to ask about: the flag the report checks against the CVs
 
 
 @dataclass(frozen=True)
@@ -474,22 +476,62 @@ def fidelity(
 # ------------------------------------------------------------------ statistics
 
 
-def repeatability(sweeps: dict[str, list[SweepRun]]) -> list[tuple]:
-    """(script, case, mean ms, CV %) for cases >= 50 us present in every sweep."""
+@dataclass(frozen=True)
+class Repeat:
+    """One case over the invocations: its mean and CV of time_ms, and the largest spread
+    (noise_pct) and drift (drift_pct; NaN where the CSVs lack it) any invocation saw."""
+
+    script: str
+    case: str
+    mean_ms: float
+    cv_pct: float
+    max_noise_pct: float
+    max_drift_pct: float
+
+
+def _floats(rows: list[dict[str, str]], name: str) -> list[float]:
+    return [float(r[name]) if r.get(name) else math.nan for r in rows]
+
+
+def repeatability(sweeps: dict[str, list[SweepRun]]) -> list[Repeat]:
+    """Cases >= 50 us present in every sweep."""
     out = []
     for script, runs in sweeps.items():
         tables = [
-            {_key(r): float(r["time_ms"]) for r in read_rows(run.csv_path) if r["status"] == "ok"}
-            for run in runs
+            {_key(r): r for r in read_rows(run.csv_path) if r["status"] == "ok"} for run in runs
         ]
         for key in tables[0]:
-            values = [table.get(key) for table in tables]
-            if any(v is None for v in values) or statistics.fmean(values) < REPEAT_MIN_MS:
+            rows = [table.get(key) for table in tables]
+            if any(r is None for r in rows):
                 continue
+            values = _floats(rows, "time_ms")
             mean = statistics.fmean(values)
+            if mean < REPEAT_MIN_MS:
+                continue
             cv = statistics.stdev(values) / mean * 100.0 if len(values) > 1 else 0.0
-            out.append((script, key, mean, cv))
+            noise = max(_floats(rows, "noise_pct"))
+            drifts = [d for d in _floats(rows, "drift_pct") if not math.isnan(d)]
+            out.append(Repeat(script, key, mean, cv, noise, max(drifts, default=math.nan)))
     return out
+
+
+def flag_lines(stats: list[Repeat], name: str, threshold: float, value) -> list[str]:
+    """Does a per-invocation flag (``value(case) > threshold`` in any invocation) single out
+    the cases whose time_ms moved between invocations?"""
+    known = [s for s in stats if not math.isnan(value(s))]
+    if not known:
+        return []
+    flagged = [s for s in known if value(s) > threshold]
+    calm = [s for s in known if s not in flagged]
+
+    def cv_range(cases: list[Repeat]) -> str:
+        cvs = [s.cv_pct for s in cases]
+        return f"CV {min(cvs):.2f}-{max(cvs):.2f}%" if cvs else "none"
+
+    return [
+        f"- {name} > {threshold:g}% in any invocation: {len(flagged)} cases, {cv_range(flagged)}; "
+        f"never: {len(calm)} cases, {cv_range(calm)}"
+    ]
 
 
 def _key(row: dict[str, str]) -> str:
@@ -654,19 +696,25 @@ def main(argv=None) -> int:
     if args.sweeps >= 2:
         lines += false_alarm_lines(sweeps, args.scripts, args.sweeps, args.out)
         stats = repeatability(sweeps)
-        worst = sorted(stats, key=lambda item: -item[3])
-        over = [s for s in stats if s[3] > 1.0]
+        worst = sorted(stats, key=lambda item: -item.cv_pct)
+        over = [s for s in stats if s.cv_pct > 1.0]
         lines += [
             f"## Repeatability over {args.sweeps} invocations (cases >= 50 us)",
             "",
-            f"- cases: {len(stats)}; CV > 1%: {len(over)}; max CV: {worst[0][3]:.2f}%"
+            f"- cases: {len(stats)}; CV > 1%: {len(over)}; max CV: {worst[0].cv_pct:.2f}%"
             if worst
             else "- no cases",
+            *flag_lines(stats, "noise_pct", WIDE_SPREAD_NOTE_PCT, lambda s: s.max_noise_pct),
+            *flag_lines(stats, "drift_pct", DRIFT_FLAG_PCT, lambda s: s.max_drift_pct),
             "",
-            "| script | case | mean ms | CV % |",
-            "|---|---|---:|---:|",
+            "| script | case | mean ms | CV % | max noise_pct | max drift_pct |",
+            "|---|---|---:|---:|---:|---:|",
         ]
-        lines += [f"| {s} | {k} | {m:.4f} | {cv:.2f} |" for s, k, m, cv in worst[:15]]
+        lines += [
+            f"| {s.script} | {s.case} | {s.mean_ms:.4f} | {s.cv_pct:.2f} | "
+            f"{s.max_noise_pct:.1f} | {s.max_drift_pct:.1f} |"
+            for s in worst[:15]
+        ]
         lines.append("")
 
     _write(args.report, lines)

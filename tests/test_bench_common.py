@@ -596,20 +596,20 @@ def test_case_whose_samples_spread_wide_gets_a_note(tmp_path, capsys):
     assert len(notes) == 2 and notes[0].startswith("  note: samples spread 13.0% (IQR / median)")
 
 
-def test_case_whose_blocks_of_samples_disagree_gets_a_drift_note(tmp_path, capsys):
+def test_wide_spread_note_states_the_blocks_interval_and_the_row_keeps_it(tmp_path, capsys):
     fast, slow = (1.0,) * 10, (1.13,) * 10  # a stretch at a lower clock, one batch long
     argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke", "--min-samples", "50"]
-    assert run_main(argv, timer=FakeTimer(batches=[fast, fast, fast, fast, slow])) == 0
-    notes = [x for x in capsys.readouterr().out.splitlines() if "changed speed" in x]
+    argv += ["--noise-target", "5"]  # stop at 50: the median's interval is 1.57 x 13 / sqrt(50)
+    # 30 fast then 20 slow: IQR / median 13 %; 5 blocks of 10 have medians 1, 1, 1, 1.13,
+    # 1.13 -> 2.776 x stdev / sqrt(5) / median 1.0 = 8.8 %
+    assert run_main(argv, timer=FakeTimer(batches=[fast, fast, fast, slow, slow])) == 0
+    notes = [x for x in capsys.readouterr().out.splitlines() if "samples spread" in x]
     assert len(notes) == 2  # one per case
-    # the stop hook stops at 50 (IQR 0), but 5 blocks of 10 have medians 1, 1, 1, 1, 1.13:
-    # 2.776 x stdev / sqrt(5) / median 1.0
-    assert "blocks of its 50 samples put this median within +-7.2% (95%)" in notes[0]
+    assert "consecutive blocks of its samples put this one within +-8.8% (drift_pct)" in notes[0]
     with open(tmp_path / "r.csv", newline="") as f:
-        drifts = [float(row["drift_pct"]) for row in csv.DictReader(f)]
-    assert drifts == [pytest.approx(7.2, abs=0.05)] * 2  # the row keeps it too
-    assert run_main(argv, timer=FakeTimer(batches=[fast])) == 0
-    assert "changed speed" not in capsys.readouterr().out
+        rows = list(csv.DictReader(f))
+    assert [float(row["drift_pct"]) for row in rows] == [pytest.approx(8.8, abs=0.05)] * 2
+    assert {row["samples"] for row in rows} == {"50"}
 
 
 def test_sweep_reports_its_cost_ratio(tmp_path, capsys):

@@ -139,3 +139,32 @@ def test_fidelity_rounds_below_one_is_a_usage_error(capsys):
         hv.main(["--fidelity-rounds", "0"])
     assert stopped.value.code == 2
     assert "--fidelity-rounds must be 1 or more" in capsys.readouterr().err
+
+
+def _repeat(cv, noise, drift=float("nan")):
+    return hv.Repeat("s.py", f"case cv={cv}", 0.2, cv, noise, drift)
+
+
+def test_flag_lines_say_whether_a_per_run_flag_singles_out_the_moving_cases():
+    stats = [_repeat(2.76, 10.5, 6.8), _repeat(0.2, 5.5, 1.0), _repeat(0.77, 2.3, 1.9)]
+    noise = hv.flag_lines(stats, "noise_pct", 5.0, lambda s: s.max_noise_pct)
+    assert noise == [
+        "- noise_pct > 5% in any invocation: 2 cases, CV 0.20-2.76%; never: 1 cases, CV 0.77-0.77%"
+    ]
+    drift = hv.flag_lines(stats, "drift_pct", 3.0, lambda s: s.max_drift_pct)
+    assert drift[0].endswith("1 cases, CV 2.76-2.76%; never: 2 cases, CV 0.20-0.77%")
+    # CSVs of a harness that did not record drift_pct: no line rather than a made-up one
+    assert hv.flag_lines([_repeat(1.0, 2.0)], "drift_pct", 3.0, lambda s: s.max_drift_pct) == []
+
+
+def test_repeatability_reads_cv_and_the_largest_spread_and_drift(tmp_path):
+    header = "schema_version,api,batch_size,status,time_ms,noise_pct,drift_pct\n"
+    runs = []
+    for index, (time_ms, noise, drift) in enumerate([(0.2, 1.0, ""), (0.21, 6.0, "2.5")]):
+        path = tmp_path / f"{index}.csv"
+        path.write_text(header + f"1,A,8,ok,{time_ms},{noise},{drift}\n1,A,1,ok,0.01,1,1\n")
+        runs.append(hv.SweepRun("s.py", index, path, 1.0, 0, 0.5, "", 0.5))
+    (case,) = hv.repeatability({"s.py": runs})  # the 10 us case is below 50 us
+    assert case.case == "batch_size=8" and case.mean_ms == pytest.approx(0.205)
+    assert case.cv_pct == pytest.approx(0.007071 / 0.205 * 100, rel=1e-3)
+    assert (case.max_noise_pct, case.max_drift_pct) == (6.0, 2.5)
