@@ -416,8 +416,9 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         "--enough-samples",
         type=_positive(int),
         default=TimingOptions.enough_samples,
-        help="... or until this many samples, whichever comes first "
-        f"(default {TimingOptions.enough_samples})",
+        help="... or, for calls shorter than "
+        f"{TimingOptions.enough_samples_below_ms:g} ms, until this many samples, whichever "
+        f"comes first (default {TimingOptions.enough_samples})",
     )
     timing.add_argument(
         "--max-time-per-case",

@@ -121,8 +121,13 @@ class TimingOptions:
     # time, so it takes more of them (sweep-to-sweep CV of large prefill and MLA) ...
     min_time_ms: float = 500.0
     # ... or until this many samples are in: each costs a flush and its trace reading
-    # (~0.1 ms of host time), which a 15 us case would otherwise pay 30,000 times.
+    # (~0.1 ms of host time), which a 15 us case would otherwise pay 30,000 times ...
     enough_samples: int = 1000
+    # ... for a case whose calls are shorter than this (ms): a longer call's sample costs
+    # less host time than GPU time, so it always waits for min_time_ms.  Calls of ~0.2 ms
+    # that switch clocks for stretches otherwise stopped after ~200 ms of them, and their
+    # median moved with the mix of clocks that window caught (H200 v8, v9: CV 1.0-2.8 %).
+    enough_samples_below_ms: float = 0.1
     min_batch_calls: int = 10
     max_batch_calls: int = 1000
     graph_target_ms: float = 2.0  # GPU time of one CUDA-graph replay
@@ -1172,8 +1177,8 @@ def should_stop(
     samples: Sequence[float], elapsed_s: float, options: TimingOptions, runs_per_sample: int = 1
 ) -> bool:
     """The stop hook: the time budget spent, or the noise target met with at least
-    ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or number
-    ``enough_samples``, whichever comes first.
+    ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or (calls
+    shorter than ``enough_samples_below_ms``) number ``enough_samples``, whichever first.
 
     The blocks' interval (``drift_ci_pct``) does not decide: sampling on while the blocks
     disagreed followed the GPU into its slower clock state (H200 v9, harness 0.5.0: five
@@ -1187,9 +1192,17 @@ def should_stop(
     if len(samples) < options.min_samples:
         return False
     timed_ms = sum(samples) * runs_per_sample
-    if timed_ms < options.min_time_ms and len(samples) < options.enough_samples:
+    if timed_ms < options.min_time_ms and not _enough_samples(samples, options):
         return False
     return stop_noise_pct(samples, options.stop_rule) <= options.noise_target_pct
+
+
+def _enough_samples(samples: Sequence[float], options: TimingOptions) -> bool:
+    """``enough_samples`` in, for a case whose calls are short enough that their samples
+    cost more host time than GPU time (``enough_samples_below_ms``)."""
+    if len(samples) < options.enough_samples:
+        return False
+    return statistics.median(samples) < options.enough_samples_below_ms
 
 
 def batch_calls(
