@@ -804,9 +804,9 @@ def test_calls_longer_than_a_samples_host_cost_always_wait_for_the_minimum_time(
         min_samples=3, min_time_ms=500.0, enough_samples=1000, enough_samples_below_ms=0.1
     )
     assert bt.should_stop([0.09] * 1000, 0.05, options)  # 90 ms of GPU time: samples cost more
-    assert not bt.should_stop([0.2] * 1000, 0.05, options)  # 200 ms: waits for 500 ms
-    assert not bt.should_stop([0.2] * 2499, 0.05, options)
-    assert bt.should_stop([0.2] * 2500, 0.05, options)
+    assert not bt.should_stop([0.25] * 1000, 0.05, options)  # 250 ms: waits for 500 ms
+    assert not bt.should_stop([0.25] * 1999, 0.05, options)
+    assert bt.should_stop([0.25] * 2000, 0.05, options)
 
 
 def test_sustain_runs_back_to_back_calls_with_flushes_when_cold():
