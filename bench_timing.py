@@ -1185,7 +1185,7 @@ def should_stop(
     disagreed followed the GPU into its slower clock state (H200 v9, harness 0.5.0: five
     decode and ragged cases that sampled on read 2-4 % slower than in the invocations where
     they stopped at the usual window, and 6 of 61 cases >= 50 us had a CV above 1 %).  It is
-    reported instead (``Measurement.drift_pct``, the drift note)."""
+    reported instead (``Measurement.drift_pct``: the row, and the wide-spread note)."""
     if not samples:
         return False
     if elapsed_s >= options.max_time_s:

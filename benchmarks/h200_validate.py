@@ -493,6 +493,11 @@ def _floats(rows: list[dict[str, str]], name: str) -> list[float]:
     return [float(r[name]) if r.get(name) else math.nan for r in rows]
 
 
+def _largest(rows: list[dict[str, str]], name: str) -> float:
+    """The largest value of a column over the invocations that recorded it (NaN: none did)."""
+    return max((v for v in _floats(rows, name) if not math.isnan(v)), default=math.nan)
+
+
 def repeatability(sweeps: dict[str, list[SweepRun]]) -> list[Repeat]:
     """Cases >= 50 us present in every sweep."""
     out = []
@@ -509,9 +514,8 @@ def repeatability(sweeps: dict[str, list[SweepRun]]) -> list[Repeat]:
             if mean < REPEAT_MIN_MS:
                 continue
             cv = statistics.stdev(values) / mean * 100.0 if len(values) > 1 else 0.0
-            noise = max(_floats(rows, "noise_pct"))
-            drifts = [d for d in _floats(rows, "drift_pct") if not math.isnan(d)]
-            out.append(Repeat(script, key, mean, cv, noise, max(drifts, default=math.nan)))
+            noise, drift = _largest(rows, "noise_pct"), _largest(rows, "drift_pct")
+            out.append(Repeat(script, key, mean, cv, noise, drift))
     return out
 
 
