@@ -619,6 +619,15 @@ def _elapsed(pairs) -> tuple[float, ...]:
     return tuple(start.elapsed_time(end) for start, end in pairs)
 
 
+def spin_cycles_per_ms(cycles: int = 2_000_000) -> float:
+    """GPU cycles per ms of ``torch.cuda._sleep`` (the spin kernel): one warm-up spin, then
+    the median of three event-timed spins of ``cycles``.  Raises where the build lacks it."""
+    spin = lambda: torch.cuda._sleep(cycles)  # noqa: E731
+    spin()
+    ms = statistics.median(_event_times(spin, 3))
+    return cycles / max(ms, 1e-6)
+
+
 class QueueAhead:
     """A spin kernel ahead of a batch that holds the GPU while the CPU queues the batch
     (nvbench's blocking kernel), so that no timed call waits for its own launch.
@@ -630,8 +639,6 @@ class QueueAhead:
     millisecond-long case started late on the H200), plus a small floor.  Builds without
     ``torch.cuda._sleep`` get no spin.
     """
-
-    CALIBRATION_CYCLES = 2_000_000
 
     def __init__(self, options: TimingOptions):
         self.options = options
@@ -650,10 +657,7 @@ class QueueAhead:
         """Measure the spin kernel's cycles per ms once; False when there is no usable spin."""
         if self.available and self._cycles_per_ms is None:
             try:
-                spin = lambda: torch.cuda._sleep(self.CALIBRATION_CYCLES)  # noqa: E731
-                spin()
-                ms = statistics.median(_event_times(spin, 3))
-                self._cycles_per_ms = self.CALIBRATION_CYCLES / max(ms, 1e-6)
+                self._cycles_per_ms = spin_cycles_per_ms()
             except Exception:  # noqa: BLE001 - a build whose spin kernel fails: time without it
                 self.available = False
         return self.available

@@ -42,17 +42,6 @@ CASES = (
 SMI_FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu"
 
 
-def spin_cycles_per_us(torch) -> float:
-    """GPU cycles of ``torch.cuda._sleep`` per microsecond, timed once by events."""
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1_000_000)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    stop.record()
-    torch.cuda.synchronize()
-    return 10_000_000 / (start.elapsed_time(stop) * 1e3)
-
-
 def smi_means(log: Path, since: float, until: float) -> str:
     """Mean SM MHz / memory MHz / W / degrees C of the nvidia-smi samples in [since, until]."""
     rows = []
@@ -109,7 +98,7 @@ def probe(args) -> None:
     device = torch.device("cuda")
     options = bench_timing.TimingOptions()
     timer = bench_timing.make_timer(options, device, lambda _: None)
-    per_us = spin_cycles_per_us(torch)
+    per_us = bench_timing.spin_cycles_per_ms() / 1e3
     flush = hv._l2_flush(torch, device)
     methods = {
         "harness": lambda run: bench_timing.measure(run, timer, options).median,

@@ -526,7 +526,7 @@ def flag_lines(stats: list[Repeat], name: str, threshold: float, value) -> list[
     if not known:
         return []
     flagged = [s for s in known if value(s) > threshold]
-    calm = [s for s in known if s not in flagged]
+    calm = [s for s in known if value(s) <= threshold]
 
     def cv_range(cases: list[Repeat]) -> str:
         cvs = [s.cv_pct for s in cases]
