@@ -14,6 +14,9 @@ for a few short cases, in one process:
 Run it in several processes (``--processes``) to see the between-process part:
 
     python benchmarks/h200_placement_probe.py --processes 3 --placements 6
+
+``--cases long`` runs two large ragged prefill cases instead (v10: a case at the power cap
+reads slower on each later placement, so the shift is the GPU warming, not the addresses).
 """
 
 from __future__ import annotations
@@ -28,12 +31,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CASES = (
+SHORT_CASES = (
     ("bench_batch_decode", dict(batch_size=1, seq_len_q=1, seq_len_kv=2048, num_qo_heads=32, num_kv_heads=8, head_dim=64)),
     ("bench_batch_decode", dict(batch_size=1, seq_len_q=1, seq_len_kv=2048, num_qo_heads=32, num_kv_heads=4, head_dim=128)),
     ("bench_batch_decode", dict(batch_size=16, seq_len_q=1, seq_len_kv=512, num_qo_heads=32, num_kv_heads=4, head_dim=128)),
     ("bench_batch_prefill_paged", dict(batch_size=4, seq_len=256, num_qo_heads=32, num_kv_heads=4, head_dim=128)),
 )  # fmt: skip
+
+# v10: the default sweep's two cases whose time_ms split 4.60 / 4.69 ms (and 1.57 / 1.60 ms)
+# between processes while each process's samples agreed within 1-2%.
+LONG_CASES = (
+    ("bench_batch_prefill_ragged", dict(batch_size=16, seq_len=4096, num_qo_heads=32, num_kv_heads=4, head_dim_qk=192, head_dim_vo=128)),
+    ("bench_batch_prefill_ragged", dict(batch_size=64, seq_len=1024, num_qo_heads=32, num_kv_heads=4, head_dim_qk=192, head_dim_vo=128)),
+)  # fmt: skip
+CASES = {"short": SHORT_CASES, "long": LONG_CASES}
 
 
 def breakdown(bt, torch, run, flusher, calls: int, events: bool = False) -> dict[str, float]:
@@ -87,7 +98,7 @@ def per_stream(streams: int, calls: int) -> None:
     options = bt.TimingOptions()
     timer = bt.make_timer(options, device, lambda _: None)
     flusher = bt.L2Flusher(device)
-    module_name, case = CASES[0]
+    module_name, case = SHORT_CASES[0]
     settings = bench_common.Settings(device, torch.float16, 16, "flashinfer", seed=0)
     prepared = importlib.import_module(module_name).SPEC.prepare(case, settings)
     for index, stream in enumerate(
@@ -101,7 +112,7 @@ def per_stream(streams: int, calls: int) -> None:
                 print(f"| stream {index} | events {events} | {median:.2f} | {cells} |", flush=True)
 
 
-def one_process(placements: int, calls: int) -> None:
+def one_process(cases: str, placements: int, calls: int) -> None:
     import torch
 
     import bench_common
@@ -112,7 +123,7 @@ def one_process(placements: int, calls: int) -> None:
     timer = bt.make_timer(options, device, lambda _: None)
     flusher = bt.L2Flusher(device)
     keep = []
-    for module_name, case in CASES:
+    for module_name, case in CASES[cases]:
         spec = importlib.import_module(module_name).SPEC
         text = ",".join(
             f"{k}={v}" for k, v in case.items() if k not in ("seq_len_q", "num_qo_heads")
@@ -140,13 +151,16 @@ def main() -> int:
     parser.add_argument(
         "--streams", type=int, default=0, help="the first case on N new streams instead"
     )
+    parser.add_argument(
+        "--cases", choices=sorted(CASES), default="short", help="which cases (default short)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child or args.processes <= 1:
         if args.streams:
             per_stream(args.streams, args.calls)
         else:
-            one_process(args.placements, args.calls)
+            one_process(args.cases, args.placements, args.calls)
         return 0
     print("| case | placement | harness time_ms (us) | per-call medians (us) |")
     print("|---|---:|---:|---|")
@@ -154,6 +168,7 @@ def main() -> int:
         print(f"| process {process} | | | |", flush=True)
         command = [sys.executable, __file__, "--child", "--placements", str(args.placements)]
         command += ["--calls", str(args.calls), "--streams", str(args.streams)]
+        command += ["--cases", args.cases]
         subprocess.run(command, check=True)
     return 0
 
