@@ -61,6 +61,7 @@ from benchmark_result import (
     format_cell,
     read_result_rows,
 )
+from gpu_power import PowerMonitor, open_power_monitor
 
 __all__ = [
     "BenchmarkSpec",
@@ -896,6 +897,7 @@ class CaseRunner:
     batch_gpu_ms: float = 0.0  # GPU time of the timed batches, L2 flushes included
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
     details: str = ""  # printed under the case's line: --verbose details, warnings
+    power: PowerMonitor | None = None  # the GPU's power-limit counters around each case
 
     def __call__(self, case: Mapping[str, int]):
         partial: dict[str, object] = {}
@@ -916,19 +918,23 @@ class CaseRunner:
             self.log(
                 f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
             )
-        measurement = measure(
-            prepared.run,
-            self.timer,
-            timing,
-            after_warm_up=lambda: partial.update(verify_output(prepared, options)),
-            phases=self.phases,
-        )
+
+        def timed() -> Measurement:
+            return measure(
+                prepared.run,
+                self.timer,
+                timing,
+                after_warm_up=lambda: partial.update(verify_output(prepared, options)),
+                phases=self.phases,
+            )
+
+        measurement, power = self.power.around(timed) if self.power else (timed(), {})
         self.timed_ms += measurement.timed_ms
         self.batch_gpu_ms += measurement.batch_gpu_ms
         element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
         io_bytes = self.spec.io_bytes(case, element_size)
         flops = self.spec.flops(case)
-        extra = {**partial, **measurement.columns(), "io_bytes": io_bytes, "flops": flops}
+        extra = {**partial, **measurement.columns(), **power, "io_bytes": io_bytes, "flops": flops}
         notes = [_describe(measurement)] if timing.verbose else []
         if measurement.starved_fraction > STARVED_WARN_FRACTION:
             notes.append(_starved_note(measurement))
@@ -1196,7 +1202,8 @@ class Sweep:
 
     def _loop(self, todo, store, metadata, roofline) -> int:
         spec, options = self.spec, self.options
-        runner = CaseRunner(spec, options, self.timer, self.log)
+        power = open_power_monitor(options.device)
+        runner = CaseRunner(spec, options, self.timer, self.log, power=power)
         freeze_startup_objects()
         progress = Progress.start(len(todo))
         failed, index, started = 0, 0, time.monotonic()

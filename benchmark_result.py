@@ -112,6 +112,14 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         "95% half-width of the median judged from 5 consecutive blocks of the samples, in %: "
         "how far stretches at another GPU clock may move time_ms between runs",
     ),
+    Column(
+        "power_capped_pct",
+        _S,
+        Kind.NON_NEGATIVE,
+        "share of the case's measurement that the GPU spent clocked down by its power limit "
+        "(NVML), in %: where high, time_ms follows the limiter and the temperature",
+    ),
+    Column("power_W", _S, Kind.NON_NEGATIVE, "mean board power during the case (NVML), in W"),
     Column("timer", _M, Kind.CHOICE, "how time_ms was measured", TIMERS),
     Column("l2", _M, Kind.CHOICE, "L2 cache state before each timed call", L2_MODES),
     Column("kernels", _M, Kind.TEXT, "GPU kernels counted in time_ms, ';'-separated"),
