@@ -38,7 +38,7 @@ SHORT_CASES = (
     ("bench_batch_prefill_paged", dict(batch_size=4, seq_len=256, num_qo_heads=32, num_kv_heads=4, head_dim=128)),
 )  # fmt: skip
 
-# v10: the default sweep's two cases whose time_ms split 4.60 / 4.69 ms (and 1.57 / 1.60 ms)
+# v10: the default sweep's two cases whose time_ms split 4.60 / 4.69 ms (and 1.57 / 1.59 ms)
 # between processes while each process's samples agreed within 1-2%.
 LONG_CASES = (
     ("bench_batch_prefill_ragged", dict(batch_size=16, seq_len=4096, num_qo_heads=32, num_kv_heads=4, head_dim_qk=192, head_dim_vo=128)),
