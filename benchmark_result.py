@@ -109,7 +109,8 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         "drift_pct",
         _S,
         Kind.NON_NEGATIVE,
-        "95% half-width of the median judged from 5 consecutive blocks of the samples, in %: "
+        "95% half-width of the median judged from consecutive blocks of the samples "
+        "(bench_timing.DRIFT_BLOCKS), in %: "
         "how far stretches at another GPU clock may move time_ms between runs",
     ),
     Column(
