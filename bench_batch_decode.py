@@ -15,9 +15,10 @@ from functools import partial
 
 import torch
 
-import attention_reference
-import bench_inputs as bi
-from bench_common import BenchmarkSpec, Prepared, Settings, main_for
+from fi_attn_bench.cases import inputs as bi
+from fi_attn_bench.cases import reference as attention_reference
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
+from fi_attn_bench.cli import main_for
 
 API = "BatchDecodeWithPagedKVCacheWrapper"
 CASE_FIELDS = ("batch_size", "seq_len_q", "seq_len_kv", "num_qo_heads", "num_kv_heads", "head_dim")

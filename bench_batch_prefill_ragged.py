@@ -16,9 +16,10 @@ from functools import partial
 
 import torch
 
-import attention_reference
-import bench_inputs as bi
-from bench_common import BenchmarkSpec, Prepared, Settings, main_for
+from fi_attn_bench.cases import inputs as bi
+from fi_attn_bench.cases import reference as attention_reference
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
+from fi_attn_bench.cli import main_for
 
 API = "BatchPrefillWithRaggedKVCacheWrapper"
 CASE_FIELDS = (

@@ -36,12 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_timing import WIDE_SPREAD_NOTE_PCT  # noqa: E402
-from benchmark_result import (  # noqa: E402
-    HARNESS_VERSION,
-    UNRECORDED_HARNESS_VERSION,
-    case_columns,
-)
+from fi_attn_bench.results.schema import HARNESS_VERSION, UNRECORDED_HARNESS_VERSION, case_columns  # noqa: E402
+from fi_attn_bench.timing.statistics import WIDE_SPREAD_NOTE_PCT  # noqa: E402
 
 SCRIPTS = (
     "bench_batch_decode.py",
@@ -209,9 +205,10 @@ def gpu_seconds(rows: list[dict[str, str]]) -> float:
 def _l2_flush(torch, device):
     """The L2 flush the references put before each run(): the harness's own kind (what
     "cold" means is one definition), on a buffer of their own."""
-    import bench_timing
 
-    flusher = bench_timing.L2Flusher(device)
+    from fi_attn_bench.timing.l2 import L2Flusher
+
+    flusher = L2Flusher(device)
     flusher.flush()
     return flusher.flush
 
@@ -434,20 +431,22 @@ def fidelity(
     times in one process (``interleaved``); cases under 20 us are left out."""
     import torch
 
-    import bench_common
-    import bench_timing
+    from fi_attn_bench.cases import selection
+    from fi_attn_bench.timing import loop as tloop
+    from fi_attn_bench.timing import options as topts
+    from fi_attn_bench.timing import timers
 
     spec = importlib.import_module(Path(script).stem).SPEC
     device = torch.device("cuda")
-    options = bench_timing.TimingOptions(l2=l2)
-    timer = bench_timing.make_timer(options, device, lambda _: None)
+    options = topts.TimingOptions(l2=l2)
+    timer = timers.make_timer(options, device, lambda _: None)
     swept = {_key(row): float(row["time_ms"]) for row in sweep_rows if row["status"] == "ok"}
     found = []
     reference = independent_warm_ms if l2 == "warm" else independent_cold_ms
     others = other_references(l2, main_only)
     for case in spec.presets["default"]:
-        text = bench_common.case_text(case, spec.case_fields)
-        settings = bench_common.Settings(device, torch.float16, 16, "flashinfer", seed=0)
+        text = selection.case_text(case, spec.case_fields)
+        settings = spec.Settings(device, torch.float16, 16, "flashinfer", seed=0)
         try:
             run = spec.prepare(case, settings).run
             independent, means, harness = interleaved(
@@ -456,7 +455,7 @@ def fidelity(
                     name: (lambda r=ref, run=run: r(torch, run, device))
                     for name, ref in others.items()
                 },
-                lambda run=run: bench_timing.measure(run, timer, options).median,
+                lambda run=run: tloop.measure(run, timer, options).median,
                 rounds,
             )
         except Exception as exc:  # noqa: BLE001 - report, keep measuring the rest
@@ -727,7 +726,7 @@ def main(argv=None) -> int:
             f"## Fidelity (L2 {args.l2}; harness vs independent measurement, cases >= 20 us)",
             "",
             "Per case, in one process: independent, harness, harness, independent (A B B A),",
-            f"{args.fidelity_rounds} time(s); harness = the median of the `bench_timing.measure`",
+            f"{args.fidelity_rounds} time(s); harness = the median of the `tloop.measure`",
             "medians (the function behind `time_ms`, default options), independent = the",
             "median of its readings (of two: their mean). The last",
             "column compares the same case's `time_ms` in sweep 0's CSV, measured earlier in",

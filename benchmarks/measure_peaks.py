@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import device_peaks  # noqa: E402
+from fi_attn_bench.device import peaks as device_peaks
 
 DEFAULT_ARGS = ("--dtype", "bf16", "fp16", "--save", "--show")
 

@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from bench_common import BenchmarkSpec, Prepared, main_for  # noqa: E402
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared
+from fi_attn_bench.cli import main_for
 
 FIELDS = ("batch_size", "seq_len")
 

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import attention_reference as ar
-from attention_reference import (
+from fi_attn_bench.cases import reference as ar
+from fi_attn_bench.cases.reference import (
     CheckResult,
     Tolerance,
     check_output,

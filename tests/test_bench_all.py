@@ -8,11 +8,12 @@ from types import SimpleNamespace
 import fake_bench_script
 import pytest
 
-import bench_all
-import bench_common as bc
-from benchmark_result import read_result_rows
+from fi_attn_bench import suite as bench_all
+from fi_attn_bench.backends import selection as backend_selection
+from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.timing import timers
 
-NO_GPU = bc.Probe(
+NO_GPU = backend_selection.Probe(
     cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
 )
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3", "--preset", "smoke"]
@@ -30,7 +31,7 @@ def run(argv, *, specs=(FIRST, SECOND), made=None):
     def factory(options, device, log):
         if made is not None:
             made.append(device)
-        return bc.make_timer(options, device, log)
+        return timers.make_timer(options, device, log)
 
     return bench_all.main(argv, probe=NO_GPU, timer_factory=factory, specs=specs)
 

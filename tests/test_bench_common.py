@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import re
 import shlex
@@ -13,11 +14,22 @@ import fake_bench_script
 import pytest
 import torch
 
-import bench_common as bc
-from bench_timing import Batch, NoKernelCaptured, TimingOptions
-from benchmark_result import HARNESS_VERSION, read_result_rows
+from fi_attn_bench import cli, errors, seed_api
+from fi_attn_bench.backends import selection as backend_selection
+from fi_attn_bench.cases import selection
+from fi_attn_bench.cases import spec as script_spec
+from fi_attn_bench.results.schema import HARNESS_VERSION, read_result_rows
+from fi_attn_bench.sweep import environment
+from fi_attn_bench.sweep import options as sweep_options
+from fi_attn_bench.sweep import progress as sweep_progress
+from fi_attn_bench.sweep import run as sweep_run
+from fi_attn_bench.timing import loop as tloop
+from fi_attn_bench.timing import timers
+from fi_attn_bench.timing import trace as ttrace
+from fi_attn_bench.timing.options import NoKernelCaptured, TimingOptions
+from fi_attn_bench.timing.statistics import Batch
 
-NO_GPU = bc.Probe(
+NO_GPU = backend_selection.Probe(
     cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
 )
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
@@ -61,8 +73,8 @@ def fake_factory(timer):
 
 
 def run_main(argv, *, timer=None, probe=NO_GPU, spec=fake_bench_script.SPEC):
-    factory = fake_factory(timer) if timer is not None else bc.make_timer
-    return bc.main_for(spec, argv, probe=probe, timer_factory=factory)
+    factory = fake_factory(timer) if timer is not None else timers.make_timer
+    return cli.main_for(spec, argv, probe=probe, timer_factory=factory)
 
 
 # ---------------------------------------------------------------- filters and arguments
@@ -70,10 +82,13 @@ def run_main(argv, *, timer=None, probe=NO_GPU, spec=fake_bench_script.SPEC):
 
 def test_parse_filter_operators():
     fields = ("batch_size", "seq_len")
-    terms = bc.parse_filter("batch_size<=16, seq_len=128", fields)
-    assert terms == (bc.FilterTerm("batch_size", "<=", 16.0), bc.FilterTerm("seq_len", "=", 128.0))
+    terms = selection.parse_filter("batch_size<=16, seq_len=128", fields)
+    assert terms == (
+        selection.FilterTerm("batch_size", "<=", 16.0),
+        selection.FilterTerm("seq_len", "=", 128.0),
+    )
     cases = [{"batch_size": b, "seq_len": s} for b in (1, 16, 64) for s in (128, 256)]
-    assert bc.select_cases(cases, terms) == [
+    assert selection.select_cases(cases, terms) == [
         {"batch_size": 1, "seq_len": 128},
         {"batch_size": 16, "seq_len": 128},
     ]
@@ -84,29 +99,32 @@ def test_parse_filter_operators():
         ("batch_size<16", 2),
         ("batch_size==64", 2),
     ]:
-        assert len(bc.select_cases(cases, bc.parse_filter(text, fields))) == kept, text
+        assert len(selection.select_cases(cases, selection.parse_filter(text, fields))) == kept, (
+            text
+        )
 
 
 @pytest.mark.parametrize(
     "text", ["batch_size", "batch_size<=", "batch_size~3", "=3", "batch_size<=abc", ""]
 )
 def test_parse_filter_malformed(text):
-    with pytest.raises(bc.UsageError, match="valid fields: batch_size, seq_len"):
-        bc.parse_filter(text, ("batch_size", "seq_len"))
+    with pytest.raises(errors.UsageError, match="valid fields: batch_size, seq_len"):
+        selection.parse_filter(text, ("batch_size", "seq_len"))
 
 
 def test_parse_filter_unknown_field_names_valid_ones():
     with pytest.raises(
-        bc.UsageError, match=r"unknown filter field 'head_dim'; valid fields: batch_size, seq_len"
+        errors.UsageError,
+        match=r"unknown filter field 'head_dim'; valid fields: batch_size, seq_len",
     ):
-        bc.parse_filter("head_dim=128", ("batch_size", "seq_len"))
+        selection.parse_filter("head_dim=128", ("batch_size", "seq_len"))
 
 
 def explode(case, settings):
     raise AssertionError("no case may be prepared")
 
 
-EXPLODING = bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": explode})
+EXPLODING = script_spec.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": explode})
 
 
 def test_bad_filter_exits_2_before_any_work(capsys):
@@ -151,20 +169,22 @@ def test_bad_numbers_exit_2():
 
 
 def test_invalid_kernel_pattern_on_gpu_is_usage_error():
-    args = bc.build_parser(fake_bench_script.SPEC).parse_args(["--kernel-pattern", "("])
-    with pytest.raises(bc.UsageError, match="invalid --kernel-pattern"):
-        bc._timing_options(args, torch.device("cuda"))
+    args = cli.build_parser(fake_bench_script.SPEC).parse_args(["--kernel-pattern", "("])
+    with pytest.raises(errors.UsageError, match="invalid --kernel-pattern"):
+        sweep_options._timing_options(args, torch.device("cuda"))
 
 
 def test_cuda_graph_timer_is_warm_only():
-    parser = bc.build_parser(fake_bench_script.SPEC)
-    options = bc._timing_options(parser.parse_args(["--timer", "cuda_graph"]), torch.device("cuda"))
+    parser = cli.build_parser(fake_bench_script.SPEC)
+    options = sweep_options._timing_options(
+        parser.parse_args(["--timer", "cuda_graph"]), torch.device("cuda")
+    )
     assert (options.timer, options.l2) == ("cuda_graph", "warm")
-    with pytest.raises(bc.UsageError, match="warm L2 only"):
-        bc._timing_options(
+    with pytest.raises(errors.UsageError, match="warm L2 only"):
+        sweep_options._timing_options(
             parser.parse_args(["--timer", "cuda_graph", "--l2", "cold"]), torch.device("cuda")
         )
-    tuned = bc._timing_options(
+    tuned = sweep_options._timing_options(
         parser.parse_args(["--batch-ms", "100", "--warmup-ms", "200"]), torch.device("cuda")
     )
     assert (tuned.batch_target_ms, tuned.warmup_min_ms, tuned.warmup_max_ms) == (
@@ -172,31 +192,33 @@ def test_cuda_graph_timer_is_warm_only():
         200.0,
         1000.0,
     )
-    default = bc._timing_options(parser.parse_args([]), torch.device("cuda"))
+    default = sweep_options._timing_options(parser.parse_args([]), torch.device("cuda"))
     assert (default.timer, default.l2, default.noise_target_pct, default.min_samples) == (
         "profiler",
         "cold",
         1.0,
         10,
     )
-    cpu = bc._timing_options(parser.parse_args(["--timer", "events"]), torch.device("cpu"))
+    cpu = sweep_options._timing_options(
+        parser.parse_args(["--timer", "events"]), torch.device("cpu")
+    )
     assert (cpu.timer, cpu.l2) == ("wall", "warm")
 
 
 def test_minimum_measurement_options_reach_the_timer_on_a_gpu_only():
-    parser = bc.build_parser(fake_bench_script.SPEC)
+    parser = cli.build_parser(fake_bench_script.SPEC)
     args = parser.parse_args(["--min-time-ms", "700", "--enough-samples", "200"])
-    gpu = bc._timing_options(args, torch.device("cuda"))
+    gpu = sweep_options._timing_options(args, torch.device("cuda"))
     assert (gpu.min_time_ms, gpu.enough_samples) == (700.0, 200)
     old_name = parser.parse_args(["--min-measure-ms", "40"])  # the pre-0.3.0 spelling
-    assert bc._timing_options(old_name, torch.device("cuda")).min_time_ms == 40.0
-    assert bc._timing_options(args, torch.device("cpu")).min_time_ms == 0.0
+    assert sweep_options._timing_options(old_name, torch.device("cuda")).min_time_ms == 40.0
+    assert sweep_options._timing_options(args, torch.device("cpu")).min_time_ms == 0.0
     with pytest.raises(SystemExit):
         parser.parse_args(["--enough-samples", "0"])
 
 
 def test_default_output_path_like_the_seed(tmp_path):
-    path = bc.get_csv_path("SomeWrapper", str(tmp_path))
+    path = seed_api.get_csv_path("SomeWrapper", str(tmp_path))
     name = path.rsplit("/", 1)[-1]
     assert name.startswith("SomeWrapper_") and name.endswith(".csv")
     stamp = name[len("SomeWrapper_") : -4]
@@ -212,30 +234,30 @@ def probe(gpu, flashinfer_ok=True):
             raise ModuleNotFoundError("No module named 'flashinfer'")
         return SimpleNamespace(__version__="0.6.1")
 
-    return bc.Probe(cuda_available=lambda: gpu, import_flashinfer=import_flashinfer)
+    return backend_selection.Probe(cuda_available=lambda: gpu, import_flashinfer=import_flashinfer)
 
 
 def test_auto_picks_flashinfer_with_gpu_and_module():
-    choice = bc.resolve_backend("auto", None, probe(True))
+    choice = backend_selection.resolve_backend("auto", None, probe(True))
     assert (choice.backend, choice.device.type, choice.note) == ("flashinfer", "cuda", "")
 
 
 def test_auto_falls_back_with_one_line_reason():
-    no_module = bc.resolve_backend("auto", None, probe(True, flashinfer_ok=False))
+    no_module = backend_selection.resolve_backend("auto", None, probe(True, flashinfer_ok=False))
     assert (no_module.backend, no_module.device.type) == ("torch", "cuda")
     assert "No module named 'flashinfer'" in no_module.note and "\n" not in no_module.note
-    no_gpu = bc.resolve_backend("auto", None, probe(False))
+    no_gpu = backend_selection.resolve_backend("auto", None, probe(False))
     assert (no_gpu.backend, no_gpu.device.type) == ("torch", "cpu")
     assert "no GPU" in no_gpu.note
 
 
 def test_explicit_flashinfer_that_cannot_run_is_an_error():
-    with pytest.raises(bc.UsageError, match="No module named 'flashinfer'"):
-        bc.resolve_backend("flashinfer", None, probe(True, flashinfer_ok=False))
-    with pytest.raises(bc.UsageError, match="no GPU"):
-        bc.resolve_backend("flashinfer", None, probe(False))
-    with pytest.raises(bc.UsageError, match="needs a GPU"):
-        bc.resolve_backend("flashinfer", "cpu", probe(True))
+    with pytest.raises(errors.UsageError, match="No module named 'flashinfer'"):
+        backend_selection.resolve_backend("flashinfer", None, probe(True, flashinfer_ok=False))
+    with pytest.raises(errors.UsageError, match="no GPU"):
+        backend_selection.resolve_backend("flashinfer", None, probe(False))
+    with pytest.raises(errors.UsageError, match="needs a GPU"):
+        backend_selection.resolve_backend("flashinfer", "cpu", probe(True))
 
 
 def test_explicit_flashinfer_exit_code_2(capsys):
@@ -244,10 +266,10 @@ def test_explicit_flashinfer_exit_code_2(capsys):
 
 
 def test_device_cuda_without_gpu_is_an_error():
-    with pytest.raises(bc.UsageError, match="no GPU"):
-        bc.resolve_backend("torch", "cuda:0", probe(False))
-    with pytest.raises(bc.UsageError, match="invalid --device"):
-        bc.resolve_backend("torch", "banana", probe(False))
+    with pytest.raises(errors.UsageError, match="no GPU"):
+        backend_selection.resolve_backend("torch", "cuda:0", probe(False))
+    with pytest.raises(errors.UsageError, match="invalid --device"):
+        backend_selection.resolve_backend("torch", "banana", probe(False))
 
 
 def test_auto_without_gpu_runs_cpu_preset(tmp_path, capsys):
@@ -331,9 +353,9 @@ def test_unsupported_case_and_nan_output_are_failed_rows(tmp_path):
         if case["batch_size"] == 1:
             raise UnsupportedCase("head_dim 96 not compiled")
         out = torch.full((4,), float("nan"))
-        return bc.Prepared(run=lambda: out, output=out, reference=None, plan_ms=0.0)
+        return script_spec.Prepared(run=lambda: out, output=out, reference=None, plan_ms=0.0)
 
-    spec = bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
+    spec = script_spec.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
     out = tmp_path / "r.csv"
     assert run_main(["--output", str(out), "--preset", "smoke", *FAST], spec=spec) == 1
     rows = read_rows(out)
@@ -363,7 +385,7 @@ def test_repro_command_reruns_exactly_that_case(tmp_path):
 
 
 def check_options(tmp_path, **changes):
-    base = bc.RunOptions(
+    base = sweep_options.RunOptions(
         preset="smoke",
         cases=fake_bench_script.SPEC.presets["smoke"],
         backend="flashinfer",
@@ -382,7 +404,7 @@ def check_options(tmp_path, **changes):
         resume=False,
         verbose=False,
     )
-    return bc.replace(base, **changes)
+    return dataclasses.replace(base, **changes)
 
 
 def spec_writing(write):
@@ -391,16 +413,16 @@ def spec_writing(write):
     def prepare(case, settings):
         q = torch.randn(case["batch_size"], 64, dtype=settings.dtype)
         out = torch.empty_like(q)
-        return bc.Prepared(
+        return script_spec.Prepared(
             run=lambda: write(q, out), output=out, reference=lambda: q.float() * 2, plan_ms=0.5
         )
 
-    return bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
+    return script_spec.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
 
 
 def sweep(spec, options):
-    return bc.Sweep(
-        spec, options, bc.make_timer(options.timing, options.device, print), log=lambda _: None
+    return sweep_run.Sweep(
+        spec, options, timers.make_timer(options.timing, options.device, print), log=lambda _: None
     ).run()
 
 
@@ -487,7 +509,7 @@ def test_roofline_columns_from_device_peaks(tmp_path, monkeypatch):
             "junk": 1,
         },
     )
-    monkeypatch.setitem(sys.modules, "device_peaks", fake)
+    monkeypatch.setitem(sys.modules, "fi_attn_bench.device.peaks", fake)
     out = tmp_path / "r.csv"
     assert (
         run_main(
@@ -502,7 +524,7 @@ def test_roofline_columns_from_device_peaks(tmp_path, monkeypatch):
 
 
 def test_missing_device_peaks_leaves_columns_empty(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "device_peaks", None)
+    monkeypatch.setitem(sys.modules, "fi_attn_bench.device.peaks", None)
     out = tmp_path / "r.csv"
     assert run_main(["--output", str(out), "--preset", "smoke"], timer=FakeTimer()) == 0
     assert {r["pct_peak_bw"] for r in read_rows(out)} == {""}
@@ -511,18 +533,18 @@ def test_missing_device_peaks_leaves_columns_empty(tmp_path, monkeypatch):
 def test_runtime_version_is_feature_detected(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None, raising=False)
     monkeypatch.setattr(torch.version, "hip", None, raising=False)
-    assert bc.runtime_version() == ""
+    assert environment.runtime_version() == ""
     monkeypatch.setattr(torch.version, "cuda", "13.0", raising=False)
-    assert bc.runtime_version() == "CUDA 13.0"
+    assert environment.runtime_version() == "CUDA 13.0"
     monkeypatch.setattr(torch.version, "maca", "3.7.0", raising=False)
-    assert bc.runtime_version() == "MACA 3.7.0"
+    assert environment.runtime_version() == "MACA 3.7.0"
 
 
 # ---------------------------------------------------------------- seed helpers
 
 
 def test_setup_paged_kv_indptr():
-    indptr, indices, last = bc.setup_paged_kv_indptr(3, 37, 16, device="cpu")
+    indptr, indices, last = seed_api.setup_paged_kv_indptr(3, 37, 16, device="cpu")
     assert indptr.tolist() == [0, 3, 6, 9]
     assert sorted(indices.tolist()) == list(range(9)) and indices.tolist() != list(range(9))
     assert last.tolist() == [5, 5, 5]
@@ -531,13 +553,13 @@ def test_setup_paged_kv_indptr():
 
 def test_compute_reps_and_workspace():
     assert (
-        bc.compute_reps(0.01) == 1000
-        and bc.compute_reps(100.0) == 10
-        and bc.compute_reps(1.0) == 25
+        seed_api.compute_reps(0.01) == 1000
+        and seed_api.compute_reps(100.0) == 10
+        and seed_api.compute_reps(1.0) == 25
     )
-    ws = bc.setup_workspace("cpu", 1024)
+    ws = seed_api.setup_workspace("cpu", 1024)
     assert ws.dtype == torch.uint8 and ws.numel() == 1024
-    assert bc.dtype == torch.float16 and bc.page_block_size == 16
+    assert seed_api.dtype == torch.float16 and seed_api.page_block_size == 16
 
 
 def test_csv_is_plain_and_rectangular(tmp_path):
@@ -552,7 +574,7 @@ def test_filter_typo_is_reported_before_probing_the_machine(capsys):
     def boom():
         raise AssertionError("the machine was probed")
 
-    assert run_main(["--filter", "batch_size<<3"], probe=bc.Probe(boom, boom)) == 2
+    assert run_main(["--filter", "batch_size<<3"], probe=backend_selection.Probe(boom, boom)) == 2
     assert "malformed filter term" in capsys.readouterr().err
 
 
@@ -622,14 +644,14 @@ def test_sweep_reports_its_cost_ratio(tmp_path, capsys):
     assert [p.split()[0] for p in phases.split(", ")] == [
         "prepare", "set-up", "warm-up", "check", "sustain", "calibrate", "timing", "readout"
     ]  # fmt: skip
-    runner = SimpleNamespace(timed_ms=2000.0, batch_gpu_ms=0.0, phases=bc.PhaseClock())
-    assert bc._cost_line(runner, 5.0).endswith("(wall/timed 2.5x)")
+    runner = SimpleNamespace(timed_ms=2000.0, batch_gpu_ms=0.0, phases=tloop.PhaseClock())
+    assert sweep_run._cost_line(runner, 5.0).endswith("(wall/timed 2.5x)")
     runner.batch_gpu_ms = 2500.0
-    assert bc._cost_line(runner, 5.0).endswith(
+    assert sweep_run._cost_line(runner, 5.0).endswith(
         "GPU busy in timed batches 2.50 s (L2 flushes included)"
     )
     runner.timed_ms = 0.0
-    assert "(wall/timed n/a)" in bc._cost_line(runner, 5.0)
+    assert "(wall/timed n/a)" in sweep_run._cost_line(runner, 5.0)
 
 
 def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(monkeypatch, capsys):
@@ -641,7 +663,7 @@ def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(monkeypatch, capsy
 
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    progress = bc.Progress.start(2)
+    progress = sweep_progress.Progress.start(2)
     assert progress.bar is not None
     progress.finished("[1/2] case one: 1.000ms")
     progress.close()
@@ -649,15 +671,13 @@ def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(monkeypatch, capsy
     assert "1/2" in terminal.getvalue()  # the bar itself goes to stderr
 
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    plain = bc.Progress.start(3)
+    plain = sweep_progress.Progress.start(3)
     assert plain.bar is None
     plain.finished("[1/3] case: 1.000ms")
     assert capsys.readouterr().out.startswith("[1/3] case: 1.000ms  [ETA 0:00:0")
 
 
 def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatch):
-    import bench_timing as bt
-
     trace = []
 
     def profile(body, sync):
@@ -666,7 +686,7 @@ def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatc
         t, events = 0, []
         for _ in trace:
             for name, duration in (("FillFunctor", 10_000), ("AttentionKernel", 90_000)):
-                events.append(bt.DeviceEvent(name, t, duration))
+                events.append(ttrace.DeviceEvent(name, t, duration))
                 t += duration + 1_000
         return events
 
@@ -683,13 +703,13 @@ def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatc
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(
-        bc, "ProfilerTimer", lambda o, d, f: bt.ProfilerTimer(o, d, f, profile=profile)
+        seed_api, "ProfilerTimer", lambda o, d, f: timers.ProfilerTimer(o, d, f, profile=profile)
     )
     run = lambda: trace.append(1)  # noqa: E731
-    assert bc.run_with_profiler(run, device="cpu") == pytest.approx(0.1)
-    assert bc.run_with_profiler(run, ["AttentionKernel"], device="cpu") == pytest.approx(0.09)
+    assert seed_api.run_with_profiler(run, device="cpu") == pytest.approx(0.1)
+    assert seed_api.run_with_profiler(run, ["AttentionKernel"], device="cpu") == pytest.approx(0.09)
     with pytest.raises(NoKernelCaptured, match="AttentionKernel"):
-        bc.run_with_profiler(run, ["BatchPrefillWithPagedKVCacheKernel"], device="cpu")
+        seed_api.run_with_profiler(run, ["BatchPrefillWithPagedKVCacheKernel"], device="cpu")
 
 
 def test_long_multiline_errors_are_clipped_in_csv_and_one_line_on_screen(tmp_path, capsys):
@@ -698,7 +718,7 @@ def test_long_multiline_errors_are_clipped_in_csv_and_one_line_on_screen(tmp_pat
     def prepare(case, settings):
         raise RuntimeError(log)
 
-    spec = bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
+    spec = script_spec.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
     out = tmp_path / "r.csv"
     assert run_main(["--output", str(out), "--preset", "smoke", *FAST], spec=spec) == 1
     error = read_rows(out)[0]["error"]
@@ -711,11 +731,11 @@ def test_long_multiline_errors_are_clipped_in_csv_and_one_line_on_screen(tmp_pat
 
 def test_check_without_any_output_tensor_says_so(tmp_path):
     def prepare(case, settings):
-        return bc.Prepared(
+        return script_spec.Prepared(
             run=lambda: None, output=None, reference=lambda: torch.zeros(2), plan_ms=0.0
         )
 
-    spec = bc.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
+    spec = script_spec.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
     options = check_options(tmp_path)
     assert sweep(spec, options) == 1
     row = read_rows(options.output)[0]

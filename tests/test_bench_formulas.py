@@ -15,7 +15,7 @@ import bench_batch_decode as decode
 import bench_batch_mla as mla
 import bench_batch_prefill_paged as paged
 import bench_batch_prefill_ragged as ragged
-from bench_inputs import causal_pairs, last_page_len, pages_for
+from fi_attn_bench.cases.inputs import causal_pairs, last_page_len, pages_for
 
 
 @pytest.mark.parametrize(

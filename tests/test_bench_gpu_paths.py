@@ -13,7 +13,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import bench_timing as bt
+from fi_attn_bench.timing import l2 as tl2
+from fi_attn_bench.timing import loop as tloop
+from fi_attn_bench.timing import options as topts
+from fi_attn_bench.timing import timers
 
 
 class Timeline:
@@ -98,8 +101,8 @@ class TimelineFlusher:
 
 def test_events_timer_cold_excludes_the_flush(timeline):
     flusher = TimelineFlusher(timeline)
-    timer = bt.EventsTimer(
-        bt.TimingOptions(timer="events", l2="cold"), torch.device("cpu"), flusher
+    timer = timers.EventsTimer(
+        topts.TimingOptions(timer="events", l2="cold"), torch.device("cpu"), flusher
     )
     session = timer.open(timeline.run, 1.0)
     batch = session.batch(5)
@@ -112,8 +115,8 @@ def test_events_timer_cold_excludes_the_flush(timeline):
 
 def test_events_timer_warm_spins_before_each_call(timeline):
     flusher = TimelineFlusher(timeline)
-    timer = bt.EventsTimer(
-        bt.TimingOptions(timer="events", l2="warm"), torch.device("cpu"), flusher
+    timer = timers.EventsTimer(
+        topts.TimingOptions(timer="events", l2="warm"), torch.device("cpu"), flusher
     )
     batch = timer.open(timeline.run, 1.0).batch(4)
     assert batch.samples_ms == pytest.approx((0.5,) * 4)
@@ -121,8 +124,8 @@ def test_events_timer_warm_spins_before_each_call(timeline):
 
 
 def test_cuda_graph_timer_divides_replay_by_runs(timeline):
-    timer = bt.CudaGraphTimer(
-        bt.TimingOptions(timer="cuda_graph", l2="warm", graph_target_ms=2.0), torch.device("cpu")
+    timer = timers.CudaGraphTimer(
+        topts.TimingOptions(timer="cuda_graph", l2="warm", graph_target_ms=2.0), torch.device("cpu")
     )
     session = timer.open(timeline.run, 0.5)
     assert session.runs_per_sample == 4  # 2 ms of graph / 0.5 ms per run
@@ -137,26 +140,30 @@ def test_cuda_graph_capture_failure_is_a_timing_error(timeline, monkeypatch):
         yield
 
     monkeypatch.setattr(torch.cuda, "graph", broken)
-    timer = bt.CudaGraphTimer(bt.TimingOptions(timer="cuda_graph", l2="warm"), torch.device("cpu"))
+    timer = timers.CudaGraphTimer(
+        topts.TimingOptions(timer="cuda_graph", l2="warm"), torch.device("cpu")
+    )
     with pytest.raises(
-        bt.TimingError, match="CUDA graph capture of run\\(\\) failed: RuntimeError"
+        topts.TimingError, match="CUDA graph capture of run\\(\\) failed: RuntimeError"
     ):
         timer.open(timeline.run, 0.5)
 
 
 def test_measure_with_events_timer_end_to_end(timeline):
     flusher = TimelineFlusher(timeline)
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         min_time_ms=0.0, timer="events", l2="cold", max_time_s=1.0, warmup_min_ms=1.0
     )
-    m = bt.measure(timeline.run, bt.EventsTimer(options, torch.device("cpu"), flusher), options)
+    m = tloop.measure(
+        timeline.run, timers.EventsTimer(options, torch.device("cpu"), flusher), options
+    )
     assert m.median == pytest.approx(0.5) and m.noise_pct == pytest.approx(0.0)
     assert (m.timer, m.l2) == ("events", "cold") and len(m.samples) >= options.min_samples
 
 
 def test_l2_flusher_allocates_twice_the_reported_l2_once(timeline):
     notes = []
-    flusher = bt.L2Flusher(torch.device("cpu"), notes.append)
+    flusher = tl2.L2Flusher(torch.device("cpu"), notes.append)
     flusher.flush()
     buffer = flusher._buffer
     first = buffer.clone()
@@ -174,10 +181,10 @@ def test_l2_flusher_allocates_twice_the_reported_l2_once(timeline):
 def test_make_timer_picks_by_name(timeline):
     device = torch.device("cuda")
     for name, cls in (
-        ("profiler", bt.ProfilerTimer),
-        ("events", bt.EventsTimer),
-        ("cuda_graph", bt.CudaGraphTimer),
+        ("profiler", timers.ProfilerTimer),
+        ("events", timers.EventsTimer),
+        ("cuda_graph", timers.CudaGraphTimer),
     ):
         l2 = "warm" if name == "cuda_graph" else "cold"
-        timer = bt.make_timer(bt.TimingOptions(timer=name, l2=l2), device, print)
+        timer = timers.make_timer(topts.TimingOptions(timer=name, l2=l2), device, print)
         assert isinstance(timer, cls) and timer.name == name and timer.l2 == l2

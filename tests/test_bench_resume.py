@@ -12,7 +12,7 @@ import time
 import fake_bench_script
 import pytest
 
-from benchmark_result import HARNESS_VERSION, csv_fieldnames, read_result_rows
+from fi_attn_bench.results.schema import HARNESS_VERSION, csv_fieldnames, read_result_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "fake_bench_script.py")

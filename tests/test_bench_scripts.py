@@ -16,9 +16,9 @@ import bench_batch_decode
 import bench_batch_mla
 import bench_batch_prefill_paged
 import bench_batch_prefill_ragged
-import bench_common as bc
-import bench_inputs as bi
-from bench_common import Settings
+from fi_attn_bench.cases import inputs as bi
+from fi_attn_bench.cases import selection
+from fi_attn_bench.cases.spec import Settings
 
 SCRIPTS = (
     bench_batch_decode,
@@ -195,9 +195,9 @@ def test_inputs_are_random_and_deterministic(script):
 
 def test_case_seed_depends_on_seed_and_case():
     """The one per-case seed (the harness's, handed to prepare() as Settings.seed)."""
-    assert bc.case_seed(0, {"a": 1}, ("a",)) == bc.case_seed(0, {"a": 1}, ("a",))
-    assert bc.case_seed(0, {"a": 1}, ("a",)) != bc.case_seed(1, {"a": 1}, ("a",))
-    assert bc.case_seed(0, {"a": 1}, ("a",)) != bc.case_seed(0, {"a": 2}, ("a",))
+    assert selection.case_seed(0, {"a": 1}, ("a",)) == selection.case_seed(0, {"a": 1}, ("a",))
+    assert selection.case_seed(0, {"a": 1}, ("a",)) != selection.case_seed(1, {"a": 1}, ("a",))
+    assert selection.case_seed(0, {"a": 1}, ("a",)) != selection.case_seed(0, {"a": 2}, ("a",))
 
 
 def test_grid_and_unique_cases():

@@ -6,8 +6,8 @@ import importlib
 
 import pytest
 
-import summarize_results
-from benchmark_result import read_result_rows
+from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.summarizer import cli as summarize_results
 
 SCRIPTS = (
     "bench_batch_decode",

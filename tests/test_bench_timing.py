@@ -11,48 +11,54 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import bench_timing as bt
-from benchmark_result import OPTIONAL_COLUMN_NAMES
+from fi_attn_bench.results.schema import OPTIONAL_COLUMN_NAMES
+from fi_attn_bench.timing import l2 as tl2
+from fi_attn_bench.timing import loop as tloop
+from fi_attn_bench.timing import options as topts
+from fi_attn_bench.timing import queue as tqueue
+from fi_attn_bench.timing import statistics as tstats
+from fi_attn_bench.timing import timers
+from fi_attn_bench.timing import trace as ttrace
 
 # ---------------------------------------------------------------- Measurement
 
 
 def test_measurement_statistics():
-    m = bt.Measurement((5.0, 1.0, 3.0, 2.0, 4.0), "profiler", "cold", ("k",))
+    m = tstats.Measurement((5.0, 1.0, 3.0, 2.0, 4.0), "profiler", "cold", ("k",))
     assert m.median == 3.0
     assert (m.min, m.q1, m.q3, m.max) == (1.0, 2.0, 4.0, 5.0)
     assert m.noise_pct == pytest.approx(2.0 / 3.0 * 100)
 
 
 def test_measurement_even_count_interpolates():
-    m = bt.Measurement((1.0, 2.0, 3.0, 4.0), "events", "warm")
+    m = tstats.Measurement((1.0, 2.0, 3.0, 4.0), "events", "warm")
     assert m.median == pytest.approx(2.5)
     assert m.q1 == pytest.approx(1.75)
     assert m.q3 == pytest.approx(3.25)
 
 
 def test_measurement_single_sample_has_zero_noise():
-    m = bt.Measurement((0.25,), "wall", "warm")
+    m = tstats.Measurement((0.25,), "wall", "warm")
     assert (m.median, m.q1, m.q3, m.noise_pct) == (0.25, 0.25, 0.25, 0.0)
 
 
 def test_measurement_timed_ms_counts_every_run():
-    assert bt.Measurement((1.0, 2.0), "events", "cold").timed_ms == 3.0
-    assert bt.Measurement((1.0, 2.0), "cuda_graph", "warm", runs_per_sample=4).timed_ms == 12.0
+    assert tstats.Measurement((1.0, 2.0), "events", "cold").timed_ms == 3.0
+    assert tstats.Measurement((1.0, 2.0), "cuda_graph", "warm", runs_per_sample=4).timed_ms == 12.0
 
 
 def test_measurement_is_immutable_and_validated():
-    m = bt.Measurement((1.0,), "wall", "warm")
+    m = tstats.Measurement((1.0,), "wall", "warm")
     with pytest.raises(dataclasses.FrozenInstanceError):
         m.samples = (2.0,)
-    with pytest.raises(bt.TimingError):
-        bt.Measurement((), "wall", "warm")
-    with pytest.raises(bt.TimingError):
-        bt.Measurement((1.0, float("nan")), "wall", "warm")
+    with pytest.raises(topts.TimingError):
+        tstats.Measurement((), "wall", "warm")
+    with pytest.raises(topts.TimingError):
+        tstats.Measurement((1.0, float("nan")), "wall", "warm")
 
 
 def test_measurement_columns_are_registered():
-    m = bt.Measurement((1.0, 2.0, 3.0), "profiler", "cold", ("a", "b"))
+    m = tstats.Measurement((1.0, 2.0, 3.0), "profiler", "cold", ("a", "b"))
     columns = m.columns()
     assert set(columns) <= set(OPTIONAL_COLUMN_NAMES)
     assert columns["samples"] == 3
@@ -65,39 +71,39 @@ def test_measurement_columns_are_registered():
 
 
 def test_should_stop_rules():
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=2.0
     )
     quiet = [1.0] * 10
-    assert bt.should_stop(quiet, 0.1, options)
-    assert not bt.should_stop(quiet[:9], 0.1, options)  # too few
+    assert tloop.should_stop(quiet, 0.1, options)
+    assert not tloop.should_stop(quiet[:9], 0.1, options)  # too few
     noisy = [1.0, 1.1] * 5
-    assert not bt.should_stop(noisy, 0.1, options)
-    assert bt.should_stop(noisy, 2.0, options)  # budget spent
-    assert not bt.should_stop([], 5.0, options)
+    assert not tloop.should_stop(noisy, 0.1, options)
+    assert tloop.should_stop(noisy, 2.0, options)  # budget spent
+    assert not tloop.should_stop([], 5.0, options)
 
 
 def test_median_ci_rule_lets_many_jittery_samples_stop():
     jittery = [1.0, 1.03] * 500  # 3% per-call spread that no number of samples removes
-    spread = bt.TimingOptions(
+    spread = topts.TimingOptions(
         min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, stop_rule="spread"
     )
-    median_ci = bt.TimingOptions(
+    median_ci = topts.TimingOptions(
         min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, stop_rule="median_ci"
     )
-    assert not bt.should_stop(jittery, 0.1, spread)
-    assert bt.should_stop(jittery, 0.1, median_ci)
-    assert not bt.should_stop(jittery[:10], 0.1, median_ci)  # 1.57 x 3% / sqrt(10) > 1%
-    assert bt.stop_noise_pct(jittery, "median_ci") == pytest.approx(
-        1.57 * bt.stop_noise_pct(jittery) / math.sqrt(1000)
+    assert not tloop.should_stop(jittery, 0.1, spread)
+    assert tloop.should_stop(jittery, 0.1, median_ci)
+    assert not tloop.should_stop(jittery[:10], 0.1, median_ci)  # 1.57 x 3% / sqrt(10) > 1%
+    assert tstats.stop_noise_pct(jittery, "median_ci") == pytest.approx(
+        1.57 * tstats.stop_noise_pct(jittery) / math.sqrt(1000)
     )
 
 
 def test_timing_options_reject_unknown_rules():
     with pytest.raises(ValueError, match="stop_rule"):
-        bt.TimingOptions(stop_rule="mean")
+        topts.TimingOptions(stop_rule="mean")
     with pytest.raises(ValueError, match="attribution"):
-        bt.TimingOptions(attribution="max")
+        topts.TimingOptions(attribution="max")
 
 
 class FakeClock:
@@ -119,7 +125,7 @@ class ScriptedSession:
         self.calls.append(calls)
         self.clock.now += self.step
         samples = self.batches.pop(0) if len(self.batches) > 1 else self.batches[0]
-        return bt.Batch(tuple(samples), frozenset({"void k<int>(float*)"}))
+        return tstats.Batch(tuple(samples), frozenset({"void k<int>(float*)"}))
 
 
 FAKE_TIMER = SimpleNamespace(name="profiler", l2="cold")
@@ -129,10 +135,10 @@ def test_loop_stops_once_noise_target_met():
     clock = FakeClock()
     noisy, quiet = [1.0, 2.0, 3.0, 4.0], [2.0] * 40
     session = ScriptedSession([noisy, noisy, quiet], clock)
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=100
     )
-    m = bt.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
+    m = tloop.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
     assert len(session.calls) == 3
     assert len(m.samples) == 48
     assert m.median == 2.0
@@ -143,10 +149,10 @@ def test_loop_stops_once_noise_target_met():
 def test_loop_stops_when_budget_runs_out():
     clock = FakeClock()
     session = ScriptedSession([[1.0, 2.0, 3.0, 4.0]], clock, seconds_per_batch=0.5)
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         min_time_ms=0.0, min_samples=10, noise_target_pct=1.0, max_time_s=2.0
     )
-    m = bt.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
+    m = tloop.MeasureLoop(options, clock).run(session, 1.0, FAKE_TIMER)
     assert len(session.calls) == 4  # 0.5 s per batch, 2 s budget
     assert m.noise_pct > 1.0
 
@@ -154,24 +160,24 @@ def test_loop_stops_when_budget_runs_out():
 def test_loop_sizes_batches_from_measured_time():
     clock = FakeClock()
     session = ScriptedSession([[0.01] * 5, [0.01] * 5, [0.01] * 100], clock, seconds_per_batch=0.01)
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         min_time_ms=0.0,
         min_samples=200,
         batch_target_ms=25.0,
         max_batch_calls=1000,
         max_time_s=100,
     )
-    loop = bt.MeasureLoop(options, clock)
+    loop = tloop.MeasureLoop(options, clock)
     loop.run(session, 5.0, FAKE_TIMER)  # warm-up estimate 5 ms: the first batch is small
     assert loop.batches[0] == options.min_batch_calls
     assert loop.batches[1] == 1000  # 25 ms / 0.01 ms, clamped
 
 
 def test_batch_calls_respects_budget():
-    options = bt.TimingOptions(batch_target_ms=25.0, min_batch_calls=10, max_batch_calls=1000)
-    assert bt.batch_calls(0.1, 10.0, 0.1, options) == 250
-    assert bt.batch_calls(100.0, 10.0, 100.0, options) == 10
-    assert bt.batch_calls(100.0, 0.3, 100.0, options) == 3  # only 3 calls fit the budget
+    options = topts.TimingOptions(batch_target_ms=25.0, min_batch_calls=10, max_batch_calls=1000)
+    assert tloop.batch_calls(0.1, 10.0, 0.1, options) == 250
+    assert tloop.batch_calls(100.0, 10.0, 100.0, options) == 10
+    assert tloop.batch_calls(100.0, 0.3, 100.0, options) == 3  # only 3 calls fit the budget
 
 
 def test_warm_up_absorbs_first_call_and_estimates():
@@ -183,8 +189,8 @@ def test_warm_up_absorbs_first_call_and_estimates():
         calls.append(1)
         clock.now += next(costs) / 1e3
 
-    options = bt.TimingOptions(warmup_min_calls=3, warmup_min_ms=50.0)
-    estimate = bt.warm_up(fn, lambda: None, options, clock)
+    options = topts.TimingOptions(warmup_min_calls=3, warmup_min_ms=50.0)
+    estimate = tloop.warm_up(fn, lambda: None, options, clock)
     assert estimate == pytest.approx(1.0)
     assert 50 <= len(calls) <= 55
 
@@ -196,8 +202,8 @@ def test_warm_up_gives_up_after_max_time():
     def fn():
         clock.now += next(costs) / 1e3
 
-    options = bt.TimingOptions(warmup_min_ms=5.0, warmup_max_ms=100.0)
-    bt.warm_up(fn, lambda: None, options, clock)
+    options = topts.TimingOptions(warmup_min_ms=5.0, warmup_max_ms=100.0)
+    tloop.warm_up(fn, lambda: None, options, clock)
     assert 0.1 <= clock.now <= 0.11
 
 
@@ -205,7 +211,7 @@ def test_warm_up_gives_up_after_max_time():
 
 
 def ev(name, start, duration):
-    return bt.DeviceEvent(name, start, duration)
+    return ttrace.DeviceEvent(name, start, duration)
 
 
 def interleaved(calls, flush=("flush_kernel",), kernels=(("attn", 40_000), ("merge", 4_000))):
@@ -221,7 +227,7 @@ def interleaved(calls, flush=("flush_kernel",), kernels=(("attn", 40_000), ("mer
     return events
 
 
-CAL = bt.Calibration(
+CAL = ttrace.Calibration(
     call_count=2,
     flush_count=1,
     call_names=frozenset({"attn", "merge"}),
@@ -230,18 +236,18 @@ CAL = bt.Calibration(
 
 
 def test_attribution_sums_every_kernel_of_each_call():
-    batch = bt.attribute_events(interleaved(3), 3, CAL)
+    batch = ttrace.attribute_events(interleaved(3), 3, CAL)
     assert batch.samples_ms == pytest.approx((0.044,) * 3)
     assert batch.kernels == {"attn", "merge"}
 
 
 def test_attribution_span_includes_gaps():
-    batch = bt.attribute_events(interleaved(2), 2, CAL, attribution="span")
+    batch = ttrace.attribute_events(interleaved(2), 2, CAL, attribution="span")
     assert batch.samples_ms == pytest.approx((0.045,) * 2)  # 40 + 1 gap + 4 us
 
 
 def test_attribution_stream_counts_from_the_end_of_the_flush():
-    batch = bt.attribute_events(interleaved(2), 2, CAL, attribution="stream")
+    batch = ttrace.attribute_events(interleaved(2), 2, CAL, attribution="stream")
     assert batch.samples_ms == pytest.approx((0.046,) * 2)  # 1 us after the flush + 45 us
 
 
@@ -249,27 +255,27 @@ def test_attribution_skips_the_queue_ahead_spin():
     spin = ev("spin_kernel", -500_000, 400_000)
     cal = dataclasses.replace(CAL, lead_count=1, lead_names=frozenset({"spin_kernel"}))
     for attribution, expected in (("sum", 0.044), ("stream", 0.046)):
-        batch = bt.attribute_events([spin, *interleaved(3)], 3, cal, attribution=attribution)
+        batch = ttrace.attribute_events([spin, *interleaved(3)], 3, cal, attribution=attribution)
         assert batch.samples_ms == pytest.approx((expected,) * 3) and batch.per_call
-    two = bt.attribute_events([spin, *interleaved(2)], 2, cal)
+    two = ttrace.attribute_events([spin, *interleaved(2)], 2, cal)
     assert two.gpu_ms == pytest.approx(0.213)  # first flush start -> last merge end, no spin
     # a spin the profiler did not show changes nothing
-    assert bt.attribute_events(interleaved(3), 3, cal).samples_ms == pytest.approx((0.044,) * 3)
+    assert ttrace.attribute_events(interleaved(3), 3, cal).samples_ms == pytest.approx((0.044,) * 3)
 
 
 def test_attribution_stream_warm_counts_from_the_previous_call():
     calls = interleaved(3, flush=())  # attn 40 us, 1 us gap, merge 4 us, 1 us gap, ...
-    cal = bt.Calibration(2, 0, frozenset({"attn", "merge"}), lead_count=1)
+    cal = ttrace.Calibration(2, 0, frozenset({"attn", "merge"}), lead_count=1)
     spin = ev("spin_kernel", -3_000, 1_000)  # ends 2 us before the first call
-    batch = bt.attribute_events([spin, *calls], 3, cal, attribution="stream")
+    batch = ttrace.attribute_events([spin, *calls], 3, cal, attribution="stream")
     assert batch.samples_ms == pytest.approx((0.047, 0.046, 0.046))
     # without a predecessor the first call falls back to its span
-    nolead = bt.attribute_events(calls, 3, cal, attribution="stream")
+    nolead = ttrace.attribute_events(calls, 3, cal, attribution="stream")
     assert nolead.samples_ms == pytest.approx((0.045, 0.046, 0.046))
 
 
 def test_queue_ahead_spins_for_the_cpus_lead_only():
-    queue = bt.QueueAhead(bt.TimingOptions(queue_ahead_min_ms=0.05, queue_ahead_max_ms=20.0))
+    queue = tqueue.QueueAhead(topts.TimingOptions(queue_ahead_min_ms=0.05, queue_ahead_max_ms=20.0))
     # first batch: the warm-up's estimate stands in for the host's time per call
     # lead 100 x (0.1 - 0.06), the first call's launch twice, the floor
     assert queue.spin_ms(100, gpu_ms_per_call=0.06, fallback_host_ms=0.1) == pytest.approx(4.25)
@@ -283,45 +289,45 @@ def test_attribution_is_positional_not_by_name():
     # run() launches a kernel with the flush kernel's name (e.g. a FillFunctor memset)
     kernels = (("flush_kernel", 10_000), ("attn", 100_000))
     events = interleaved(2, kernels=kernels)
-    cal = bt.Calibration(2, 1, frozenset({"flush_kernel", "attn"}), frozenset({"flush_kernel"}))
-    batch = bt.attribute_events(events, 2, cal)
+    cal = ttrace.Calibration(2, 1, frozenset({"flush_kernel", "attn"}), frozenset({"flush_kernel"}))
+    batch = ttrace.attribute_events(events, 2, cal)
     assert batch.samples_ms == pytest.approx((0.110, 0.110))
 
 
 def test_attribution_unsorted_input_is_sorted_by_start():
     events = interleaved(2)
-    batch = bt.attribute_events(list(reversed(events)), 2, CAL)
+    batch = ttrace.attribute_events(list(reversed(events)), 2, CAL)
     assert batch.samples_ms == pytest.approx((0.044, 0.044))
 
 
 def test_attribution_pattern_restricts_counted_kernels():
-    batch = bt.attribute_events(interleaved(2), 2, CAL, pattern=re.compile("attn"))
+    batch = ttrace.attribute_events(interleaved(2), 2, CAL, pattern=re.compile("attn"))
     assert batch.samples_ms == pytest.approx((0.040, 0.040))
     assert batch.kernels == {"attn"}
 
 
 def test_attribution_pattern_matching_nothing_fails_with_names_seen():
-    with pytest.raises(bt.NoKernelCaptured, match="attn"):
-        bt.attribute_events(interleaved(2), 2, CAL, pattern=re.compile("NoSuchKernel"))
+    with pytest.raises(topts.NoKernelCaptured, match="attn"):
+        ttrace.attribute_events(interleaved(2), 2, CAL, pattern=re.compile("NoSuchKernel"))
 
 
 def test_attribution_uneven_count_falls_back_to_batch_mean():
     events = interleaved(3)[:-1]  # the last merge kernel is missing
-    batch = bt.attribute_events(events, 3, CAL)
+    batch = ttrace.attribute_events(events, 3, CAL)
     assert batch.samples_ms == pytest.approx(((3 * 0.044 - 0.004) / 3,))
-    assert not batch.per_call and bt.attribute_events(interleaved(3), 3, CAL).per_call
+    assert not batch.per_call and ttrace.attribute_events(interleaved(3), 3, CAL).per_call
 
 
 def test_attribution_fallback_refuses_ambiguous_flush_names():
     events = interleaved(3, flush=("same",), kernels=(("same", 5_000),))[:-1]
-    cal = bt.Calibration(1, 1, frozenset({"same"}), frozenset({"same"}))
-    with pytest.raises(bt.TimingError, match="cannot attribute"):
-        bt.attribute_events(events, 3, cal)
+    cal = ttrace.Calibration(1, 1, frozenset({"same"}), frozenset({"same"}))
+    with pytest.raises(topts.TimingError, match="cannot attribute"):
+        ttrace.attribute_events(events, 3, cal)
 
 
 def test_attribution_without_any_event_is_no_kernel():
-    with pytest.raises(bt.NoKernelCaptured):
-        bt.attribute_events([], 2, bt.Calibration(call_count=1))
+    with pytest.raises(topts.NoKernelCaptured):
+        ttrace.attribute_events([], 2, ttrace.Calibration(call_count=1))
 
 
 class KinetoLike:
@@ -353,7 +359,7 @@ def test_kineto_events_keep_kernels_memsets_memcpys_only():
         KinetoLike("my_range", "gpu_user_annotation", 90, 500),
         KinetoLike("Memcpy DtoD", "gpu_memcpy", 200, 7),
     ]
-    events = bt.device_events_from_kineto(raw)
+    events = ttrace.device_events_from_kineto(raw)
     assert [e.name for e in events] == ["Memset (Device)", "Memcpy DtoD", "k2"]
 
 
@@ -372,7 +378,7 @@ def test_function_events_fallback():
         fe("a", cuda, 1.0, 2.0),
         fe("ann", cuda, 0.5, 9.0, True),
     ]
-    events = bt.device_events_from_function_events(raw)
+    events = ttrace.device_events_from_function_events(raw)
     assert [(e.name, e.start_ns, e.duration_ns) for e in events] == [
         ("a", 1000, 2000),
         ("b", 5000, 1000),
@@ -385,7 +391,7 @@ def test_extract_prefers_kineto_results():
             kineto_results=SimpleNamespace(events=lambda: [KinetoLike("k", "kernel", 1, 2)])
         )
     )
-    assert bt.extract_device_events(prof) == [ev("k", 1, 2)]
+    assert ttrace.extract_device_events(prof) == [ev("k", 1, 2)]
 
 
 @pytest.mark.parametrize(
@@ -403,18 +409,18 @@ def test_extract_prefers_kineto_results():
     ],
 )
 def test_shorten_kernel_name(raw, short):
-    assert bt.shorten_kernel_name(raw) == short
+    assert ttrace.shorten_kernel_name(raw) == short
 
 
 # ---------------------------------------------------------------- L2 and the profiler timer
 
 
 def test_l2_flush_bytes_from_device_and_fallback():
-    size, note = bt.l2_flush_bytes(SimpleNamespace(L2_cache_size=60 * 2**20))
+    size, note = tl2.l2_flush_bytes(SimpleNamespace(L2_cache_size=60 * 2**20))
     assert size == 120 * 2**20 and "reported" in note
-    size, note = bt.l2_flush_bytes(SimpleNamespace())
-    assert size == 2 * bt.FALLBACK_L2_BYTES and "no L2 size" in note
-    assert bt.l2_flush_bytes(SimpleNamespace(L2_cache_size=0))[0] == 2 * bt.FALLBACK_L2_BYTES
+    size, note = tl2.l2_flush_bytes(SimpleNamespace())
+    assert size == 2 * tl2.FALLBACK_L2_BYTES and "no L2 size" in note
+    assert tl2.l2_flush_bytes(SimpleNamespace(L2_cache_size=0))[0] == 2 * tl2.FALLBACK_L2_BYTES
 
 
 @pytest.fixture(autouse=True)
@@ -454,10 +460,10 @@ def make_profiler(call_kernels, cold=True, pattern=None):
                 t += duration + 500
         return events
 
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         timer="profiler", l2="cold" if cold else "warm", kernel_pattern=pattern
     )
-    timer = bt.ProfilerTimer(
+    timer = timers.ProfilerTimer(
         options, torch.device("cpu"), SimpleNamespace(flush=record_flush), profile=profile
     )
     timer.sync = lambda: None
@@ -504,7 +510,7 @@ def test_profiler_timer_cold_batch_records_no_event_between_flush_and_run(marked
 def test_events_timer_cold_batch_brackets_each_call_with_its_own_pair(marked_events):
     flushes = SimpleNamespace(flush=lambda: marked_events.append("flush"))
     flushes.duration_ms = lambda: 0.05
-    timer = bt.EventsTimer(bt.TimingOptions(timer="events"), torch.device("cpu"), flushes)
+    timer = timers.EventsTimer(topts.TimingOptions(timer="events"), torch.device("cpu"), flushes)
     timer.sync = lambda: None
     session = timer.open(lambda: marked_events.append("run"), 0.1)
     marked_events.clear()
@@ -514,9 +520,9 @@ def test_events_timer_cold_batch_brackets_each_call_with_its_own_pair(marked_eve
 
 
 def test_event_chain_pairs_consecutive_distinct_events():
-    pool = bt.EventPool()
+    pool = tqueue.EventPool()
     for calls in (1, 2, 5):
-        pairs = bt.enqueue_chain(lambda: None, calls, pool=pool)
+        pairs = tqueue.enqueue_chain(lambda: None, calls, pool=pool)
         assert len(pairs) == calls
         assert all(pairs[i][1] is pairs[i + 1][0] for i in range(calls - 1))
         flat = [pairs[0][0]] + [end for _, end in pairs]
@@ -532,14 +538,14 @@ def test_recording_of_several_batches_is_split_at_each_batchs_spin():
         t += spin[1] + 1_000
         events += [e._replace(start_ns=e.start_ns + t) for e in interleaved(calls)]
         t = events[-1].end_ns + 1_000
-    batches = bt.attribute_recording(events, [3, 2], cal, attribution="stream")
+    batches = ttrace.attribute_recording(events, [3, 2], cal, attribution="stream")
     assert [b.samples_ms for b in batches] == [
         pytest.approx((0.046,) * 3),
         pytest.approx((0.046,) * 2),
     ]
     assert all(b.per_call for b in batches)
     # one event lost: no way to split by call; one mean sample for the whole recording
-    (mean,) = bt.attribute_recording(events[:-1], [3, 2], cal)
+    (mean,) = ttrace.attribute_recording(events[:-1], [3, 2], cal)
     assert not mean.per_call and len(mean.samples_ms) == 1
 
 
@@ -553,13 +559,13 @@ def test_measure_loop_reports_the_recordings_samples_not_the_provisional_ones():
 
         def batch(self, calls):
             self.calls.append(calls)
-            return bt.Batch((9.0,) * calls)  # what the stop hook sees
+            return tstats.Batch((9.0,) * calls)  # what the stop hook sees
 
         def result(self):
-            return [bt.Batch((1.0,) * c, frozenset({"k"}), gpu_ms=2.0 * c) for c in self.calls]
+            return [tstats.Batch((1.0,) * c, frozenset({"k"}), gpu_ms=2.0 * c) for c in self.calls]
 
-    options = bt.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
-    m = bt.MeasureLoop(options, FakeClock()).run(Recording(), 1.0, FAKE_TIMER)
+    options = topts.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
+    m = tloop.MeasureLoop(options, FakeClock()).run(Recording(), 1.0, FAKE_TIMER)
     assert set(m.samples) == {1.0} and m.kernels == ("k",)
     assert m.batch_gpu_ms == pytest.approx(2.0 * len(m.samples))
 
@@ -575,14 +581,14 @@ def test_measure_loop_books_profiler_start_stop_and_reading_as_readout():
 
         def batch(self, calls):
             clock.now += 0.1
-            return bt.Batch((1.0,) * calls)
+            return tstats.Batch((1.0,) * calls)
 
         def result(self):
             clock.now += 0.125  # attribution
-            return [bt.Batch((1.0,) * 10)]
+            return [tstats.Batch((1.0,) * 10)]
 
-    options = bt.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
-    loop = bt.MeasureLoop(options, clock)
+    options = topts.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
+    loop = tloop.MeasureLoop(options, clock)
     loop.run(Recording(), 1.0, FAKE_TIMER)
     assert loop.phases.seconds == pytest.approx({"timing": 0.1, "readout": 0.875})
 
@@ -597,7 +603,7 @@ def test_measure_loop_books_profiler_start_stop_and_reading_as_readout():
     ],
 )
 def test_auto_attribution_follows_the_l2_mode(attribution, l2, effective):
-    options = bt.TimingOptions(timer="profiler", l2=l2, attribution=attribution)
+    options = topts.TimingOptions(timer="profiler", l2=l2, attribution=attribution)
     assert options.effective_attribution == effective
 
 
@@ -613,7 +619,7 @@ def test_profiler_timer_warm_l2_has_no_flush():
 def test_profiler_timer_no_kernel_is_an_error(cold):
     timer, trace = make_profiler([], cold=cold)
     session = timer.open(lambda: trace.append("call"), 0.1)
-    with pytest.raises(bt.NoKernelCaptured, match="no GPU kernel for run"):
+    with pytest.raises(topts.NoKernelCaptured, match="no GPU kernel for run"):
         recorded(session, 3, 2)
 
 
@@ -632,7 +638,7 @@ def test_profiler_timer_opens_a_case_without_a_profiler_session_of_its_own():
 
 def test_call_layout_is_inferred_from_the_recording():
     spin = ("spin_kernel", 400_000)
-    cal = bt.Calibration(
+    cal = ttrace.Calibration(
         None, 1, flush_names=frozenset({"flush_kernel"}), lead_count=1,
         lead_names=frozenset({"spin_kernel"}),
     )  # fmt: skip
@@ -642,19 +648,19 @@ def test_call_layout_is_inferred_from_the_recording():
         t += spin[1] + 1_000
         events += [e._replace(start_ns=e.start_ns + t) for e in interleaved(calls)]
         t = events[-1].end_ns + 1_000
-    inferred = bt.infer_call_layout(events, [3, 2], cal)
+    inferred = ttrace.infer_call_layout(events, [3, 2], cal)
     assert inferred.call_count == 2 and inferred.call_names == {"attn", "merge"}
-    batches = bt.attribute_recording(events, [3, 2], cal, attribution="stream")
+    batches = ttrace.attribute_recording(events, [3, 2], cal, attribution="stream")
     assert [b.samples_ms for b in batches] == [
         pytest.approx((0.046,) * 3),
         pytest.approx((0.046,) * 2),
     ]
     # a build whose profiler did not show the spin: the count still fits without leads
     no_spin = [e for e in events if e.name != "spin_kernel"]
-    assert bt.infer_call_layout(no_spin, [3, 2], cal).call_count == 2
+    assert ttrace.infer_call_layout(no_spin, [3, 2], cal).call_count == 2
     # one event lost: no count fits; one mean sample over everything but spin and flush
-    assert bt.infer_call_layout(events[:-1], [3, 2], cal) is None
-    (mean,) = bt.attribute_recording(events[:-1], [3, 2], cal)
+    assert ttrace.infer_call_layout(events[:-1], [3, 2], cal) is None
+    (mean,) = ttrace.attribute_recording(events[:-1], [3, 2], cal)
     assert not mean.per_call and mean.samples_ms == pytest.approx(((5 * 0.044 - 0.004) / 5,))
 
 
@@ -664,22 +670,22 @@ def test_profiler_timer_without_a_visible_flush_fails_before_timing():
     timer._profile = lambda body, sync: [
         e for e in original(body, sync) if e.name != "flush_kernel"
     ]
-    with pytest.raises(bt.NoKernelCaptured, match="no GPU kernel of the L2 flush"):
+    with pytest.raises(topts.NoKernelCaptured, match="no GPU kernel of the L2 flush"):
         timer.open(lambda: trace.append("call"), 0.1)
 
 
 def test_make_timer_on_cpu_is_wall_clock():
-    timer = bt.make_timer(bt.TimingOptions(), torch.device("cpu"), print)
+    timer = timers.make_timer(topts.TimingOptions(), torch.device("cpu"), print)
     assert (timer.name, timer.l2) == ("wall", "warm")
     batch = timer.open(lambda: None, 0.0).batch(5)
     assert len(batch.samples_ms) == 5 and all(s >= 0 for s in batch.samples_ms)
 
 
 def test_measure_end_to_end_with_wall_timer():
-    m = bt.measure(
+    m = tloop.measure(
         lambda: sum(range(1000)),
-        bt.WallTimer(),
-        bt.TimingOptions(min_time_ms=0.0, max_time_s=0.2, warmup_min_ms=5),
+        timers.WallTimer(),
+        topts.TimingOptions(min_time_ms=0.0, max_time_s=0.2, warmup_min_ms=5),
     )
     assert m.timer == "wall" and len(m.samples) >= 1 and m.median > 0
 
@@ -692,7 +698,7 @@ def test_kineto_events_of_a_build_with_other_activity_names():
         KinetoLike("sync", "cuda_sync", 20, 5, cuda),
         KinetoLike("range", "gpu_user_annotation", 5, 50, cuda),
     ]
-    assert [e.name for e in bt.device_events_from_kineto(raw)] == ["mc_kernel_a"]
+    assert [e.name for e in ttrace.device_events_from_kineto(raw)] == ["mc_kernel_a"]
 
 
 class KinetoLikeTorch211:
@@ -731,7 +737,7 @@ def test_kineto_events_of_a_build_without_activity_names():
         KinetoLikeTorch211("range", 5, 50, cuda, annotation=True),
         KinetoLikeTorch211("fill_kernel", 10, 4, cuda),
     ]
-    events = bt.device_events_from_kineto(raw)
+    events = ttrace.device_events_from_kineto(raw)
     assert [(e.name, e.start_ns, e.duration_ns) for e in events] == [
         ("fill_kernel", 10, 4),
         ("decode_kernel", 20, 5),
@@ -744,17 +750,19 @@ def test_real_profiler_results_parse_and_hold_no_device_work_on_cpu():
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         torch.ones(64).sum()
-    assert bt.extract_device_events(prof) == []  # the real kineto API; CPU ops are not device work
+    assert (
+        ttrace.extract_device_events(prof) == []
+    )  # the real kineto API; CPU ops are not device work
 
 
 def test_loop_budgets_graph_replays_by_runs_per_sample():
     clock = FakeClock()
     session = ScriptedSession([[0.01] * 10], clock, seconds_per_batch=0.01)
     session.runs_per_sample = 50
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         min_time_ms=0.0, min_samples=10, batch_target_ms=25.0, max_time_s=100
     )
-    loop = bt.MeasureLoop(options, clock)
+    loop = tloop.MeasureLoop(options, clock)
     m = loop.run(session, 0.01, FAKE_TIMER)
     assert loop.batches == [50]  # 25 ms / (0.01 ms x 50 runs per replay)
     assert m.runs_per_sample == 50 and m.timed_ms == pytest.approx(10 * 0.01 * 50)
@@ -765,48 +773,48 @@ def test_attribution_misaligned_groups_fall_back_to_batch_mean():
     events = interleaved(2)
     events[2] = ev("attn", events[2].start_ns, 40_000)  # call 1 launched attn twice
     events[3] = ev("merge", events[3].start_ns, 4_000)  # and call 2's flush is missing
-    batch = bt.attribute_events(events, 2, CAL)
+    batch = ttrace.attribute_events(events, 2, CAL)
     assert batch.samples_ms == pytest.approx(((40 + 40 + 4 + 40 + 4) / 1000 / 2,))
 
 
 def test_loop_records_when_a_batch_could_not_be_split_per_call():
     class MeanSession:
         def batch(self, calls):
-            return bt.Batch((1.0,), frozenset({"k"}), per_call=False)
+            return tstats.Batch((1.0,), frozenset({"k"}), per_call=False)
 
-    options = bt.TimingOptions(min_time_ms=0.0, min_samples=3, max_time_s=100)
-    m = bt.MeasureLoop(options, FakeClock()).run(MeanSession(), 1.0, FAKE_TIMER)
+    options = topts.TimingOptions(min_time_ms=0.0, min_samples=3, max_time_s=100)
+    m = tloop.MeasureLoop(options, FakeClock()).run(MeanSession(), 1.0, FAKE_TIMER)
     assert len(m.samples) == 3 and not m.per_call
 
 
 def test_stop_hook_waits_until_the_samples_add_up_to_the_minimum_gpu_time():
-    options = bt.TimingOptions(min_samples=3, noise_target_pct=1.0, min_time_ms=100.0)
-    assert not bt.should_stop([1.0] * 99, 1.9, options)  # 99 ms timed, whatever the wall
-    assert bt.should_stop([1.0] * 100, 0.001, options)  # 100 ms timed, however short the wall
-    assert bt.should_stop([2.0] * 50, 0.001, options)
+    options = topts.TimingOptions(min_samples=3, noise_target_pct=1.0, min_time_ms=100.0)
+    assert not tloop.should_stop([1.0] * 99, 1.9, options)  # 99 ms timed, whatever the wall
+    assert tloop.should_stop([1.0] * 100, 0.001, options)  # 100 ms timed, however short the wall
+    assert tloop.should_stop([2.0] * 50, 0.001, options)
     # a CUDA-graph sample is the mean of several runs: its timed GPU time counts them all
-    assert not bt.should_stop([1.0] * 25, 0.001, options)
-    assert bt.should_stop([1.0] * 25, 0.001, options, runs_per_sample=4)
+    assert not tloop.should_stop([1.0] * 25, 0.001, options)
+    assert tloop.should_stop([1.0] * 25, 0.001, options, runs_per_sample=4)
 
 
 def test_stop_hook_stops_waiting_for_the_minimum_time_once_enough_samples_are_in():
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         min_samples=3, noise_target_pct=1.0, min_time_ms=300.0, enough_samples=1000
     )
-    assert not bt.should_stop([0.01] * 999, 0.05, options)
-    assert bt.should_stop([0.01] * 1000, 0.05, options)
+    assert not tloop.should_stop([0.01] * 999, 0.05, options)
+    assert tloop.should_stop([0.01] * 1000, 0.05, options)
     noisy = [0.01, 0.02] * 500  # enough samples, but the noise target is not met
-    assert not bt.should_stop(noisy, 0.05, options)
+    assert not tloop.should_stop(noisy, 0.05, options)
 
 
 def test_calls_longer_than_a_samples_host_cost_always_wait_for_the_minimum_time():
-    options = bt.TimingOptions(
+    options = topts.TimingOptions(
         min_samples=3, min_time_ms=500.0, enough_samples=1000, enough_samples_below_ms=0.1
     )
-    assert bt.should_stop([0.09] * 1000, 0.05, options)  # 90 ms of GPU time: samples cost more
-    assert not bt.should_stop([0.25] * 1000, 0.05, options)  # 250 ms: waits for 500 ms
-    assert not bt.should_stop([0.25] * 1999, 0.05, options)
-    assert bt.should_stop([0.25] * 2000, 0.05, options)
+    assert tloop.should_stop([0.09] * 1000, 0.05, options)  # 90 ms of GPU time: samples cost more
+    assert not tloop.should_stop([0.25] * 1000, 0.05, options)  # 250 ms: waits for 500 ms
+    assert not tloop.should_stop([0.25] * 1999, 0.05, options)
+    assert tloop.should_stop([0.25] * 2000, 0.05, options)
 
 
 def test_sustain_runs_back_to_back_calls_with_flushes_when_cold():
@@ -823,15 +831,17 @@ def test_sustain_runs_back_to_back_calls_with_flushes_when_cold():
         clock.now += 0.004  # the GPU's pace: 4 ms per call (the estimate said 2 ms)
         trace.append("call")
 
-    options = bt.TimingOptions(sustain_ms=30.0)
-    bt.sustain(call, timer, options, estimate_ms=2.0, clock=clock)
+    options = topts.TimingOptions(sustain_ms=30.0)
+    tloop.sustain(call, timer, options, estimate_ms=2.0, clock=clock)
     # chunks of 10 ms / 2 ms = 5 calls, synchronized, until 30 ms of wall time have passed
     assert trace == (["flush", "call"] * 5 + ["sync"]) * 2
 
 
 def test_sustain_is_a_no_op_on_the_cpu():
     calls = []
-    bt.sustain(lambda: calls.append(1), bt.WallTimer(), bt.TimingOptions(), estimate_ms=1.0)
+    tloop.sustain(
+        lambda: calls.append(1), timers.WallTimer(), topts.TimingOptions(), estimate_ms=1.0
+    )
     assert calls == []
 
 
@@ -850,11 +860,13 @@ def test_measure_checks_then_sustains_then_times():
 
         def open(self, fn, estimate_ms):
             trace.append("open")
-            return SimpleNamespace(batch=lambda calls: bt.Batch((1.0,) * calls))
+            return SimpleNamespace(batch=lambda calls: tstats.Batch((1.0,) * calls))
 
-    options = bt.TimingOptions(sustain_ms=10.0, warmup_min_ms=0.0, min_time_ms=0.0, min_samples=10)
-    phases = bt.PhaseClock(clock=clock)
-    m = bt.measure(run, GpuTimer(), options, clock, lambda: trace.append("check"), phases)
+    options = topts.TimingOptions(
+        sustain_ms=10.0, warmup_min_ms=0.0, min_time_ms=0.0, min_samples=10
+    )
+    phases = tloop.PhaseClock(clock=clock)
+    m = tloop.measure(run, GpuTimer(), options, clock, lambda: trace.append("check"), phases)
     check, opened = trace.index("check"), trace.index("open")
     assert 0 < check < opened and trace[check + 1 : opened] == ["call"] * 10  # 10 ms / 1 ms
     assert m.median == 1.0 and list(phases.seconds) == [
@@ -875,8 +887,8 @@ def test_measure_checks_then_sustains_then_times():
     ],
 )
 def test_sustain_is_steady_when_the_last_chunks_agree(chunks, elapsed, steady):
-    options = bt.TimingOptions(sustain_ms=200.0, sustain_min_ms=50.0, sustain_steady_pct=1.0)
-    assert bt.is_steady(chunks, elapsed, options) is steady
+    options = topts.TimingOptions(sustain_ms=200.0, sustain_min_ms=50.0, sustain_steady_pct=1.0)
+    assert tloop.is_steady(chunks, elapsed, options) is steady
 
 
 def test_sustain_stops_once_steady_and_runs_the_full_time_otherwise(monkeypatch):
@@ -899,11 +911,11 @@ def test_sustain_stops_once_steady_and_runs_the_full_time_otherwise(monkeypatch)
         clock.now += 0.001
 
     timer = SimpleNamespace(name="events", l2="warm", sync=lambda: None)
-    options = bt.TimingOptions(sustain_ms=200.0, sustain_min_ms=50.0)
+    options = topts.TimingOptions(sustain_ms=200.0, sustain_min_ms=50.0)
     chunk_times = iter([10.0] * 100)  # 10 ms chunks of 1 ms calls, all alike
-    assert bt.sustain(run, timer, options, 1.0, clock) == 5  # 50 ms: the minimum
+    assert tloop.sustain(run, timer, options, 1.0, clock) == 5  # 50 ms: the minimum
     clock.now, chunk_times = 0.0, iter([10.0 + 0.2 * i for i in range(100)])  # drifting
-    assert bt.sustain(run, timer, options, 1.0, clock) == 20  # the whole 200 ms
+    assert tloop.sustain(run, timer, options, 1.0, clock) == 20  # the whole 200 ms
 
 
 def test_measure_loop_runs_without_cyclic_gc_and_restores_it():
@@ -914,15 +926,15 @@ def test_measure_loop_runs_without_cyclic_gc_and_restores_it():
     class Session:
         def batch(self, calls):
             seen.append(gc.isenabled())
-            return bt.Batch((1.0,) * calls)
+            return tstats.Batch((1.0,) * calls)
 
-    options = bt.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
+    options = topts.TimingOptions(min_time_ms=0.0, min_samples=10, max_time_s=100)
     assert gc.isenabled()
-    bt.MeasureLoop(options, FakeClock()).run(Session(), 1.0, FAKE_TIMER)
+    tloop.MeasureLoop(options, FakeClock()).run(Session(), 1.0, FAKE_TIMER)
     assert seen and not any(seen) and gc.isenabled()
     gc.disable()
     try:
-        bt.MeasureLoop(options, FakeClock()).run(Session(), 1.0, FAKE_TIMER)
+        tloop.MeasureLoop(options, FakeClock()).run(Session(), 1.0, FAKE_TIMER)
         assert not gc.isenabled()  # a caller's choice is kept
     finally:
         gc.enable()
@@ -939,17 +951,19 @@ def test_measure_loop_runs_without_cyclic_gc_and_restores_it():
     ],
 )
 def test_count_starved_calls_by_their_launch_gap(gaps_us, starved):
-    assert bt.count_starved([g * 1000 for g in gaps_us]) == starved
+    assert ttrace.count_starved([g * 1000 for g in gaps_us]) == starved
 
 
 def test_stream_samples_that_waited_for_their_launch_are_counted():
     events = interleaved(4)  # [flush, attn, merge] x 4, 1 us gaps
     late = 30_000  # call 3's kernels start 30 us late: the CPU had not launched them
     events = events[:7] + [e._replace(start_ns=e.start_ns + late) for e in events[7:]]
-    stream = bt.attribute_events(events, 4, CAL, attribution="stream")
+    stream = ttrace.attribute_events(events, 4, CAL, attribution="stream")
     assert stream.starved == 1 and stream.samples_ms[2] == pytest.approx(0.046 + 0.030)
-    assert bt.attribute_events(events, 4, CAL, attribution="sum").starved == 0  # waits not counted
-    m = bt._measurement([stream, stream], FAKE_TIMER, 1)
+    assert (
+        ttrace.attribute_events(events, 4, CAL, attribution="sum").starved == 0
+    )  # waits not counted
+    m = tloop._measurement([stream, stream], FAKE_TIMER, 1)
     assert m.starved_calls == 2 and m.starved_fraction == pytest.approx(0.25)
 
 
@@ -967,7 +981,7 @@ def test_timer_is_set_up_before_warm_up_not_between_sustain_and_timing():
 
         def open(self, fn, estimate_ms):
             trace.append("open")
-            return SimpleNamespace(batch=lambda calls: bt.Batch((1.0,) * calls))
+            return SimpleNamespace(batch=lambda calls: tstats.Batch((1.0,) * calls))
 
     clock = FakeClock()
 
@@ -975,8 +989,8 @@ def test_timer_is_set_up_before_warm_up_not_between_sustain_and_timing():
         clock.now += 0.001
         trace.append("call")
 
-    options = bt.TimingOptions(sustain_ms=1.0, warmup_min_ms=0.0, min_time_ms=0.0)
-    bt.measure(run, Timer(), options, clock)
+    options = topts.TimingOptions(sustain_ms=1.0, warmup_min_ms=0.0, min_time_ms=0.0)
+    tloop.measure(run, Timer(), options, clock)
     assert trace[0] == "set-up" and trace.count("set-up") == 1
     assert trace[trace.index("open") - 1] == "call"  # the last sustain call, then timing
 
@@ -996,19 +1010,21 @@ def test_profiler_timer_set_up_runs_the_calibration_profiles_once():
 def test_drift_interval_sees_clock_stretches_that_the_samples_interval_misses():
     # 1000 calls: a 300-call stretch 13 % slower (like 1750 vs 1980 MHz) amid fast ones
     stretched = [1.0] * 300 + [1.13] * 300 + [1.0] * 400
-    assert bt.stop_noise_pct(stretched, "median_ci") < 1.0  # iid interval: 0.65 %, fooled
+    assert tstats.stop_noise_pct(stretched, "median_ci") < 1.0  # iid interval: 0.65 %, fooled
     # blocks of 200: medians 1, 1.065, 1.13, 1, 1 -> 2.776 x stdev / sqrt(5) / median
     medians = [1.0, 1.065, 1.13, 1.0, 1.0]
     expected = 2.776 * statistics.stdev(medians) / math.sqrt(5) / 1.0 * 100
-    assert bt.drift_ci_pct(stretched) == pytest.approx(expected)
-    assert bt.Measurement(tuple(stretched), "profiler", "cold").drift_pct == pytest.approx(expected)
+    assert tstats.drift_ci_pct(stretched) == pytest.approx(expected)
+    assert tstats.Measurement(tuple(stretched), "profiler", "cold").drift_pct == pytest.approx(
+        expected
+    )
     # it is reported, not a reason to sample on (v9: sampling on followed the slow clock)
-    options = bt.TimingOptions(min_time_ms=0.0, noise_target_pct=1.0, max_time_s=2.0)
-    assert bt.should_stop(stretched, 0.1, options)
+    options = topts.TimingOptions(min_time_ms=0.0, noise_target_pct=1.0, max_time_s=2.0)
+    assert tloop.should_stop(stretched, 0.1, options)
 
 
 def test_drift_interval_ignores_jitter_between_single_calls():
     jittery = [1.0, 1.03] * 500  # every block holds the same mix
-    assert bt.drift_ci_pct(jittery) == pytest.approx(0.0)
-    assert math.isnan(bt.drift_ci_pct([1.0] * 4))  # fewer samples than blocks: no judgement
-    assert math.isnan(bt.Measurement((1.0,) * 4, "profiler", "cold").drift_pct)
+    assert tstats.drift_ci_pct(jittery) == pytest.approx(0.0)
+    assert math.isnan(tstats.drift_ci_pct([1.0] * 4))  # fewer samples than blocks: no judgement
+    assert math.isnan(tstats.Measurement((1.0,) * 4, "profiler", "cold").drift_pct)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import device_peaks as dp
-from device_peaks import Peaks
+from fi_attn_bench.device import peaks as dp
+from fi_attn_bench.device.peaks import Peaks
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dp.MeasureSettings(copy_bytes=1 << 20, gemm_n=32, reps=3, warmup=1)
@@ -238,7 +238,7 @@ def test_cli_published_only_needs_no_device(capsys):
 def test_imports_and_matches_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import device_peaks as dp\n"
+        "from fi_attn_bench.device import peaks as dp\n"
         "assert dp.match_published('NVIDIA H200', 'bf16').bandwidth_GB_s == 4800\n"
         "assert dp.main(['--device', 'cuda']) == 2\n"
     )

@@ -15,13 +15,13 @@ import pytest
 import torch
 from stand_ins import fake_flashinfer
 
-import attention_reference as ar
 import bench_batch_decode
 import bench_batch_mla
 import bench_batch_prefill_paged
 import bench_batch_prefill_ragged
-import flashinfer_compat as fc
-from bench_common import Settings
+from fi_attn_bench.backends import flashinfer_api as fc
+from fi_attn_bench.cases import reference as ar
+from fi_attn_bench.cases.spec import Settings
 
 RELEASES = tuple(fake_flashinfer.RELEASES)
 SCRIPTS = (

@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_bench_common import FakeTimer, run_main
 
-import bench_common as bc
-import gpu_power as gp
-from benchmark_result import OPTIONAL_COLUMN_BY_NAME
+from fi_attn_bench.device import power as gp
+from fi_attn_bench.results.schema import OPTIONAL_COLUMN_BY_NAME
+from fi_attn_bench.sweep import run as sweep_run
 
 
 def reading(wall_s, capped_s=None, energy_j=None):
@@ -160,7 +160,7 @@ def test_rows_carry_the_power_columns_when_a_monitor_exists(tmp_path, monkeypatc
         counters = ScriptedCounters(600_000_000, 650_000)
         return gp.PowerMonitor(counters, ticking_clock(1_000_000_000))
 
-    monkeypatch.setattr(bc, "open_power_monitor", monitor)
+    monkeypatch.setattr(sweep_run, "open_power_monitor", monitor)
     out = tmp_path / "r.csv"
     assert run_main(["--output", str(out), "--preset", "smoke"], timer=FakeTimer()) == 0
     rows = _rows(out)

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("matplotlib")
 pd = pytest.importorskip("pandas")
 
-import report_plots  # noqa: E402
+from fi_attn_bench.summarizer import plots as report_plots  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plots"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import summarize_results as sr
-from benchmark_result import csv_fieldnames
+from fi_attn_bench.results.schema import csv_fieldnames
+from fi_attn_bench.summarizer import cli as sr
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "summarizer"
@@ -555,7 +555,7 @@ class FakePlots:
 
 def test_plot_links_are_relative_to_the_report(tmp_path, monkeypatch):
     fake = FakePlots()
-    monkeypatch.setitem(sys.modules, "report_plots", fake)
+    monkeypatch.setitem(sys.modules, "fi_attn_bench.summarizer.plots", fake)
     output = tmp_path / "reports" / "summary.md"
     code = sr.main([str(NEW), "--output", str(output), "--plot-dir", str(tmp_path / "plots")])
     assert code == sr.EXIT_OK
@@ -743,7 +743,7 @@ def test_legacy_file_with_error_columns_clears_them(tmp_path):
     ],
 )
 def test_fast_and_exact_readers_agree(tmp_path, body):
-    from summarizer.loading import read_table
+    from fi_attn_bench.summarizer.loading import read_table
 
     header = V1_HEADER + (",samples" if body[0].endswith(",00") else "")
     rows = [row if row.endswith(",00") or "samples" not in header else row + "," for row in body]
@@ -770,7 +770,7 @@ def test_a_failing_plot_still_writes_the_report(tmp_path, capsys, monkeypatch):
         raise ValueError("no axes")
 
     fake.render_summary_plots = broken
-    monkeypatch.setitem(sys.modules, "report_plots", fake)
+    monkeypatch.setitem(sys.modules, "fi_attn_bench.summarizer.plots", fake)
     code = sr.main(
         [str(NEW), "--output", str(tmp_path / "r.md"), "--plot-dir", str(tmp_path / "p")]
     )
@@ -991,7 +991,7 @@ def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypa
 
 def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypatch):
     """More bytes and rows than one scan block, the last row without its newline."""
-    from summarizer import scan
+    from fi_attn_bench.summarizer import scan
 
     rows = [
         v1_row(i % 7 + 1, f"{0.001 * (1 + i % 997):.6g}", f"{i * 0.37:.6g}", kv=str(i))
@@ -1009,8 +1009,8 @@ def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypat
 
 
 def test_scan_values_are_what_the_exact_reader_holds(tmp_path):
-    from summarizer.loading import read_table
-    from summarizer.scan import scan_table
+    from fi_attn_bench.summarizer.loading import read_table
+    from fi_attn_bench.summarizer.scan import scan_table
 
     texts = ["0.5", "1e-3", "12.", ".25", "1_0", " 7 ", "0.30000000000000004", "x", "", "1e400"]
     rows = [v1_row(i + 1, t, t, t, "failed", "e") for i, t in enumerate(texts)]
@@ -1068,7 +1068,7 @@ def both_regression_paths(tmp_path, capsys, monkeypatch, base, cand, extra=()):
 
 def scan_compares(base, cand) -> bool:
     """Whether the pandas-free comparison decides (else the pandas path does)."""
-    from summarizer.regression import compare_scanned
+    from fi_attn_bench.summarizer.regression import compare_scanned
 
     runs = sr.scan_runs(base, cand)
     return runs is not None and compare_scanned(*runs, sr.Gate(None)) is not None

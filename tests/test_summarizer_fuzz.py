@@ -20,9 +20,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import summarize_results as sr
-from benchmark_result import OPTIONAL_COLUMNS
-from summarizer.loading import read_table
+from fi_attn_bench.results.schema import OPTIONAL_COLUMNS
+from fi_attn_bench.summarizer import cli as sr
+from fi_attn_bench.summarizer.loading import read_table
 
 EXAMPLES = int(os.environ.get("SUMMARIZER_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
@@ -362,8 +362,8 @@ CELL = st.text(alphabet="0123456789.eE+-_ n", max_size=20)
 def test_scan_numbers_are_float_of_the_text(cells: list[str]):
     """Every metric cell the scan reader reads is what float() makes of it (NaN when
     float() refuses it or it is not finite), as the exact reader stores it."""
-    from summarizer.loading import float_or_nan
-    from summarizer.scan import scan_table
+    from fi_attn_bench.summarizer.loading import float_or_nan
+    from fi_attn_bench.summarizer.scan import scan_table
 
     header = ["schema_version", "api", *DECODE, "status", *METRICS, "error_type", "error"]
     lines = [",".join(header)]
@@ -389,7 +389,7 @@ WORDS = st.text(alphabet="ab \t.~", max_size=19)
 def test_scan_text_columns_hold_each_cell(cells: list[tuple[str, str]], final_newline: bool):
     """Distinct values and codes of text columns, the last one ending the file: each
     row's code names its stripped cell."""
-    from summarizer.scan import scan_table
+    from fi_attn_bench.summarizer.scan import scan_table
 
     header = ["schema_version", "api", *DECODE, "status", *METRICS, "error_type", "error"]
     lines = [",".join([*header, "device"])]
@@ -470,7 +470,7 @@ def test_scan_and_pandas_comparisons_agree(base: list[bytes], cand: list[bytes],
 def test_scan_case_codes_sort_like_their_stripped_text(cells: list[str]):
     """Case cells (short ones as words, long or padded ones as text): sorted distinct
     stripped texts, and each row's code names its cell."""
-    from summarizer.scan import scan_table
+    from fi_attn_bench.summarizer.scan import scan_table
 
     header = ["schema_version", "api", *DECODE, "status", *METRICS, "error_type", "error"]
     lines = [",".join(header)]

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-import attention_reference as ar
+from fi_attn_bench.cases import reference as ar
 
 
 def _dtype(value: Any) -> torch.dtype:

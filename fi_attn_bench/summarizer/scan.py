@@ -22,7 +22,7 @@ import stat
 
 import numpy as np
 
-from benchmark_result import (
+from fi_attn_bench.results.schema import (
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMN_BY_NAME,
     SCHEMA_VERSION,
@@ -33,7 +33,7 @@ from benchmark_result import (
     case_columns,
     is_case_column,
 )
-from summarizer.loading import (
+from fi_attn_bench.summarizer.loading import (
     ERROR_COLUMNS,
     bad_metrics,
     bad_optional,

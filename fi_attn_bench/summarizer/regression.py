@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmark_result import NUMERIC_COLUMNS, case_columns
-from summarizer.frames import (
+from fi_attn_bench.results.schema import NUMERIC_COLUMNS, case_columns
+from fi_attn_bench.summarizer.frames import (
     FrameView,
     case_labels,
     failed_mask,
@@ -23,8 +23,8 @@ from summarizer.frames import (
     side_frame,
     success_mask,
 )
-from summarizer.loading import InputIssue, LoadResult
-from summarizer.model import (
+from fi_attn_bench.summarizer.loading import InputIssue, LoadResult
+from fi_attn_bench.summarizer.model import (
     FAILING_STATES,
     MISMATCH_COLUMNS,
     CaseState,
@@ -34,7 +34,7 @@ from summarizer.model import (
     environment_of,
     failure_table,
 )
-from summarizer.scan import joint_codes
+from fi_attn_bench.summarizer.scan import joint_codes
 
 # A metric is worse when time grows or throughput shrinks.
 WORSE_SIGN = {"time_ms": 1.0, "bandwidth_GB_s": -1.0, "tflops": -1.0}

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from benchmark_result import NUMERIC_COLUMNS
-from summarizer.model import PEAK_PCT_LIMIT, SummaryModel
+from fi_attn_bench.results.schema import NUMERIC_COLUMNS
+from fi_attn_bench.summarizer.model import PEAK_PCT_LIMIT, SummaryModel
 
 DEFAULT_MAX_REPORT_BYTES = 1 << 20
 NOTE_RESERVE = 320  # bytes kept for each table's cut note

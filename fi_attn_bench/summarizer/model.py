@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmark_result import (
+from fi_attn_bench.results.schema import (
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMNS,
     STATUS_FAILED,
@@ -20,14 +20,14 @@ from benchmark_result import (
     UNRECORDED_HARNESS_VERSION,
     Role,
 )
-from summarizer.frames import (
+from fi_attn_bench.summarizer.frames import (
     FrameView,
     case_labels,
     frame_case_columns,
     optional_floats,
     side_frame,
 )
-from summarizer.loading import SUCCESS_STATUSES, InputIssue, LoadResult
+from fi_attn_bench.summarizer.loading import SUCCESS_STATUSES, InputIssue, LoadResult
 
 EXIT_OK = 0
 EXIT_BENCHMARK_FAILURE = 1

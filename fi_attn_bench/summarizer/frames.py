@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmark_result import (
+from fi_attn_bench.results.schema import (
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMN_BY_NAME,
     STATUS_FAILED,
     case_columns,
 )
-from summarizer.loading import (
-    NUMERIC_OPTIONAL_KINDS,
-    SUCCESS_STATUSES,
-    LoadResult,
-)
+from fi_attn_bench.summarizer.loading import NUMERIC_OPTIONAL_KINDS, SUCCESS_STATUSES, LoadResult
 
 BASE_COLUMNS = ("api", "status", *NUMERIC_COLUMNS, "error_type", "error", "_source", "_line")
 

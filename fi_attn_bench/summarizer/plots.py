@@ -19,7 +19,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from benchmark_result import STATUS_LEGACY_OK, STATUS_OK, case_columns
+from fi_attn_bench.results.schema import STATUS_LEGACY_OK, STATUS_OK, case_columns
 
 PLOTTED_STATUSES = (STATUS_OK, STATUS_LEGACY_OK)
 SEQ_LEN_COLUMNS = ("seq_len_kv", "seq_len", "seq_len_q")  # first present one is the x axis

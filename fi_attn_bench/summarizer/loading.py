@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark_result import (
+from fi_attn_bench.results.schema import (
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMN_BY_NAME,
     RESULT_COLUMNS,

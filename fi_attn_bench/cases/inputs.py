@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-import flashinfer_compat as fc
-from bench_common import Prepared, Settings, setup_workspace, synchronize
+from fi_attn_bench.backends import flashinfer_api as fc
+from fi_attn_bench.cases.spec import Prepared, Settings
+from fi_attn_bench.seed_api import setup_workspace, synchronize
 
 NUM_QO_HEADS = 32
 """The seed's query head count (Llama-style GQA)."""

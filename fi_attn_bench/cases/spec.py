@@ -1,0 +1,52 @@
+"""What a benchmark script declares: its spec, the settings it is handed, and what it prepares for one case."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved options handed to a script's prepare()."""
+
+    device: torch.device
+    dtype: torch.dtype
+    page_size: int
+    backend: str  # "flashinfer" | "torch"
+    seed: int  # RNG seed for this case's inputs (derived from --seed and the case)
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
+
+
+@dataclass
+class Prepared:
+    """What a script builds for one case."""
+
+    run: Callable[[], object]
+    output: torch.Tensor | None
+    reference: Callable[[], torch.Tensor] | None
+    plan_ms: float
+    kernel_pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """One script = one spec: its API, case fields, presets and named functions."""
+
+    api: str
+    script: str
+    case_fields: tuple[str, ...]
+    presets: Mapping[str, tuple[Mapping[str, int], ...]]
+    prepare: Callable[[Mapping[str, int], Settings], Prepared]
+    io_bytes: Callable[[Mapping[str, int], int], float]
+    flops: Callable[[Mapping[str, int]], float]
+
+
+DTYPES: Mapping[str, torch.dtype] = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+DTYPE_ALIASES: Mapping[str, str] = {"fp16": "float16", "half": "float16", "bf16": "bfloat16"}

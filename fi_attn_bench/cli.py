@@ -1,0 +1,315 @@
+"""A benchmark script's command line: parse, plan (no GPU work), then run the sweep; exit codes live here."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import torch
+
+from fi_attn_bench.backends.selection import Probe, concrete_device, resolve_backend
+from fi_attn_bench.cases.selection import case_text, parse_filter
+from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
+from fi_attn_bench.errors import UsageError
+from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
+from fi_attn_bench.sweep.options import (
+    DEFAULT_TOLERANCE,
+    RunOptions,
+    preset_for,
+    resolve_options,
+    select_for_preset,
+)
+from fi_attn_bench.sweep.run import Sweep
+from fi_attn_bench.timing.options import (
+    ATTRIBUTIONS,
+    STOP_RULES,
+    TIMER_NAMES,
+    TimingOptions,
+)
+from fi_attn_bench.timing.timers import Timer, make_timer
+
+BACKEND_CHOICES = ("auto", "flashinfer", "torch")
+
+
+def _dtype_arg(text: str) -> str:
+    name = DTYPE_ALIASES.get(text.lower(), text.lower())
+    if name not in DTYPES:
+        valid = ", ".join([*DTYPES, *DTYPE_ALIASES])
+        raise argparse.ArgumentTypeError(f"unsupported dtype {text!r} (choose from {valid})")
+    return name
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+        return value
+
+    return parse
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
+    """The command line shared by every bench_batch_*.py script."""
+    parser = argparse.ArgumentParser(
+        prog=spec.script,
+        description=f"Benchmark {spec.api}; one CSV row per case (schema v1).",
+        epilog="Exit codes: 0 all ok, 1 a case failed, 2 bad arguments or backend unavailable, 130 interrupted.",
+    )
+    cases = parser.add_argument_group("cases")
+    cases.add_argument(
+        "--preset",
+        choices=sorted(spec.presets),
+        help="case grid (default: 'default'; 'cpu' when running on the CPU)",
+    )
+    cases.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        help=f"keep cases matching every term, e.g. 'batch_size<=16,{spec.case_fields[-1]}!=64' (ops == != < <= > >=; fields: {', '.join(spec.case_fields)})",
+    )
+    cases.add_argument("--list", action="store_true", help="print the selected cases and exit")
+    cases.add_argument(
+        "--dtype",
+        type=_dtype_arg,
+        default="float16",
+        help="float16 (fp16) or bfloat16 (bf16); default float16",
+    )
+    cases.add_argument(
+        "--page-size",
+        type=_positive(int),
+        default=page_block_size,
+        help=f"tokens per KV page (default {page_block_size})",
+    )
+    cases.add_argument("--seed", type=int, default=0, help="input RNG seed (default 0)")
+    cases.add_argument(
+        "--workspace-mb",
+        type=_positive(int),
+        default=DEFAULT_WORKSPACE_BYTES // 2**20,
+        help="wrapper workspace size in MiB (default 128)",
+    )
+    where = parser.add_argument_group("backend and device")
+    where.add_argument(
+        "--backend",
+        choices=BACKEND_CHOICES,
+        default="auto",
+        help="auto: flashinfer if it imports and a GPU exists, else the torch reference (default auto)",
+    )
+    where.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    timing = parser.add_argument_group("timing")
+    timing.add_argument(
+        "--timer",
+        choices=TIMER_NAMES,
+        help="profiler (default), cuda_graph (warm L2 only) or events; the CPU uses wall-clock",
+    )
+    timing.add_argument(
+        "--l2",
+        choices=("cold", "warm"),
+        help="L2 flushed before each timed call (cold, default) or not (warm; default for cuda_graph)",
+    )
+    timing.add_argument(
+        "--kernel-pattern",
+        help="regex: count only kernels whose name matches (default: every kernel of run())",
+    )
+    timing.add_argument(
+        "--attribution",
+        choices=ATTRIBUTIONS,
+        default=TimingOptions.attribution,
+        help="profiler per-call time: sum of kernel durations, first start to last end (span), "
+        "end of the L2 flush before the call to last end (stream: the time the call held "
+        "the stream), or auto (default: stream with cold L2, sum with warm L2)",
+    )
+    timing.add_argument(
+        "--min-samples",
+        type=_positive(int),
+        default=10,
+        help="at least this many samples (default 10)",
+    )
+    timing.add_argument(
+        "--noise-target",
+        type=_positive(float),
+        default=1.0,
+        help="stop once the noise (see --stop-rule) is <= this %% (default 1.0)",
+    )
+    timing.add_argument(
+        "--min-time-ms",
+        "--min-measure-ms",  # its name before harness 0.3.0, when it counted wall time
+        dest="min_time_ms",
+        type=_non_negative_float,
+        default=TimingOptions.min_time_ms,
+        help="sample until the timed calls add up to this much GPU time (ms) ... "
+        f"(default {TimingOptions.min_time_ms:g}, nvbench's --min-time)",
+    )
+    timing.add_argument(
+        "--enough-samples",
+        type=_positive(int),
+        default=TimingOptions.enough_samples,
+        help="... or, for calls shorter than "
+        f"{TimingOptions.enough_samples_below_ms:g} ms, until this many samples, whichever "
+        f"comes first (default {TimingOptions.enough_samples})",
+    )
+    timing.add_argument(
+        "--max-time-per-case",
+        type=_positive(float),
+        default=2.0,
+        help="measurement budget per case in seconds (default 2)",
+    )
+    timing.add_argument(
+        "--stop-rule",
+        choices=STOP_RULES,
+        default=TimingOptions.stop_rule,
+        help="noise judged as the median's 95%% interval (median_ci, default: shrinks with "
+        "samples) or as IQR/median (spread: stricter, costs more for jittery short kernels)",
+    )
+    timing.add_argument(
+        "--sustain-ms",
+        type=_non_negative_float,
+        default=TimingOptions.sustain_ms,
+        help="at most this many ms of back-to-back calls before timing so clocks reach steady "
+        f"state; ends after {TimingOptions.sustain_min_ms:g} ms once they are steady "
+        f"(default {TimingOptions.sustain_ms:g}; 0 measures a GPU fresh from idle)",
+    )
+    timing.add_argument(
+        "--batch-ms",
+        type=_positive(float),
+        default=TimingOptions.batch_target_ms,
+        help=f"device time one timed batch aims for; amortizes profiler start/stop (default {TimingOptions.batch_target_ms:g})",
+    )
+    timing.add_argument(
+        "--warmup-ms",
+        type=_positive(float),
+        default=TimingOptions.warmup_min_ms,
+        help=f"minimum warm-up after the first call (default {TimingOptions.warmup_min_ms:g})",
+    )
+    check = parser.add_argument_group("correctness")
+    check.add_argument(
+        "--check",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="compare run()'s output with the float32 reference (default on)",
+    )
+    check.add_argument(
+        "--rtol",
+        type=_non_negative_float,
+        default=DEFAULT_TOLERANCE,
+        help="check relative tolerance (default 0.016)",
+    )
+    check.add_argument(
+        "--atol",
+        type=_non_negative_float,
+        default=DEFAULT_TOLERANCE,
+        help="check absolute tolerance (default 0.016)",
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument("--output", help="CSV path (default <output-dir>/<api>_<YYYYmmdd_HHMMSS>.csv)")
+    out.add_argument(
+        "--output-dir", default=".", help="directory of the default CSV path (default .)"
+    )
+    out.add_argument(
+        "--resume",
+        metavar="CSV",
+        help="rerun only the cases not ok in CSV (or measured by another harness version), updating it in place",
+    )
+    out.add_argument(
+        "--peak-bandwidth",
+        type=_positive(float),
+        metavar="GB/s",
+        help="device peak bandwidth for pct_peak_bw",
+    )
+    out.add_argument(
+        "--peak-tflops",
+        type=_positive(float),
+        metavar="TFLOPS",
+        help="device peak TFLOPS for pct_peak_tflops",
+    )
+    out.add_argument(
+        "--verbose", action="store_true", help="print kernel names, samples and noise per case"
+    )
+    return parser
+
+
+TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
+
+
+def parse_command_line(spec: BenchmarkSpec, argv) -> argparse.Namespace | int:
+    try:
+        return build_parser(spec).parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+
+
+def main_for(
+    spec: BenchmarkSpec,
+    argv: Sequence[str] | None = None,
+    *,
+    probe: Probe | None = None,
+    timer_factory: TimerFactory = make_timer,
+) -> int:
+    """The whole command line of a benchmark script; returns the exit code.
+
+    ``probe`` and ``timer_factory`` are seams for tests (machine probing, fake timers).
+    """
+    args = parse_command_line(spec, argv)
+    if isinstance(args, int):
+        return args
+    try:
+        return _run(spec, args, probe or Probe(), timer_factory)
+    except UsageError as exc:
+        print(f"{spec.script}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nInterrupted.", file=sys.stderr)
+        return 130
+
+
+def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -> int:
+    for text in args.filter:  # syntax first: no import, no device query for a typo
+        parse_filter(text, spec.case_fields)
+    if args.list:
+        return list_cases(spec, args, probe)
+    return execute(spec, plan(spec, args, probe), timer_factory)
+
+
+def plan(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
+    """Every check of the command line, no GPU work: raises UsageError (exit 2)."""
+    choice = resolve_backend(args.backend, args.device, probe)
+    options = resolve_options(spec, args, choice)
+    if choice.note:
+        print(choice.note, file=sys.stderr)
+    return options
+
+
+def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactory) -> int:
+    """The sweep ``plan`` resolved: exit 0, 1 when a case failed, 130 when interrupted."""
+    device = concrete_device(options.device)
+    options = replace(options, device=device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    print(
+        f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}), backend "
+        f"{options.backend} on {device}, timer {options.timing.timer}, L2 {options.timing.l2}",
+        flush=True,
+    )
+    timer = timer_factory(options.timing, device, print if options.verbose else (lambda _: None))
+    return Sweep(spec, options, timer).run()
+
+
+def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
+    """Print the cases a run would measure (the CPU preset where it would fall back)."""
+    on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
+    preset = preset_for(spec, args, torch.device("cpu" if on_cpu else "cuda"))
+    cases = select_for_preset(spec, preset, args.filter)
+    print(f"{spec.api}: preset {preset}, {len(cases)} cases")
+    for case in cases:
+        print(case_text(case, spec.case_fields))
+    return 0

@@ -1,0 +1,393 @@
+"""Schema-v1 benchmark result records: the one registry of CSV columns.
+
+The benchmark scripts (writer) and ``summarize_results.py`` (reader) both take column
+names, roles and validation rules from here, so a column is defined exactly once.
+
+A schema-v1 row is ``schema_version, api, <case parameters...>, status, time_ms,
+bandwidth_GB_s, tflops, error_type, error`` optionally followed by registered
+*optional columns* (statistics, how it was measured, environment, correctness,
+roofline).  Every column that is neither a result column nor a registered optional
+column is a *case parameter*: together with ``api`` the case parameters identify a
+case.  This module imports only the standard library: the summarizer must run
+without torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import io
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+SCHEMA_VERSION = "1"
+# The harness's version, stamped on every row (``harness_version``) and the package's version
+# (pyproject.toml reads it from here).  Bumped whenever what ``time_ms`` means changes, so
+# the summarizer can warn when a baseline was measured another way.  0.2.0: no timing event
+# between the L2 flush and run(); cases under 0.1 ms read 1.4-4 us lower than with 0.1.x.
+# 0.3.0: a write-only L2 flush (was read+write); sampling until 0.5 s of timed GPU time.
+# 0.6.0: the 1000-sample cap on that wait holds only for calls under 0.1 ms (0.4.0 and 0.5.0,
+# longer windows for cases whose samples spread or drift, were tried and reverted).
+HARNESS_VERSION = "0.6.0"
+# What a row of this harness that carries no ``harness_version`` was measured with.
+UNRECORDED_HARNESS_VERSION = "before 0.2.0 (not recorded)"
+
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+STATUS_LEGACY_OK = "legacy_inferred_ok"
+
+NUMERIC_COLUMNS = ("time_ms", "bandwidth_GB_s", "tflops")
+RESULT_COLUMNS = (
+    "schema_version",
+    "api",
+    "status",
+    *NUMERIC_COLUMNS,
+    "error_type",
+    "error",
+)
+RESERVED_COLUMNS = frozenset((*RESULT_COLUMNS, "_source"))
+
+
+class Role(enum.Enum):
+    """What an optional column tells; none of them identifies a case."""
+
+    STATISTIC = "statistic"
+    MEASUREMENT = "measurement"
+    ENVIRONMENT = "environment"
+    CORRECTNESS = "correctness"
+    ROOFLINE = "roofline"
+
+
+class Kind(enum.Enum):
+    """How a non-empty cell of a column is validated."""
+
+    TEXT = "text"
+    COUNT = "count"  # integer >= 1
+    POSITIVE = "positive"  # finite float > 0
+    NON_NEGATIVE = "non_negative"  # finite float >= 0
+    CHOICE = "choice"  # one of Column.choices
+
+
+@dataclass(frozen=True)
+class Column:
+    """One registered optional column: name, role, validation kind and meaning."""
+
+    name: str
+    role: Role
+    kind: Kind
+    description: str
+    choices: tuple[str, ...] = ()
+
+    def check(self, text: str) -> str | None:
+        """Return why a non-empty cell is invalid, or None when it is valid."""
+        return _check_cell(self, text)
+
+
+TIMERS = ("profiler", "cuda_graph", "events", "wall")
+L2_MODES = ("warm", "cold")
+BACKENDS = ("flashinfer", "torch")
+CHECK_OUTCOMES = ("pass", "fail", "skipped")
+
+_S, _M, _E, _C, _R = (
+    Role.STATISTIC,
+    Role.MEASUREMENT,
+    Role.ENVIRONMENT,
+    Role.CORRECTNESS,
+    Role.ROOFLINE,
+)
+
+OPTIONAL_COLUMNS: tuple[Column, ...] = (
+    Column("samples", _S, Kind.COUNT, "timed samples behind time_ms (its median)"),
+    Column("time_min_ms", _S, Kind.POSITIVE, "fastest sample"),
+    Column("time_q1_ms", _S, Kind.POSITIVE, "first quartile of the samples"),
+    Column("time_q3_ms", _S, Kind.POSITIVE, "third quartile of the samples"),
+    Column("time_max_ms", _S, Kind.POSITIVE, "slowest sample"),
+    Column("noise_pct", _S, Kind.NON_NEGATIVE, "interquartile range / median, in %"),
+    Column(
+        "drift_pct",
+        _S,
+        Kind.NON_NEGATIVE,
+        "95% half-width of the median judged from consecutive blocks of the samples "
+        "(fi_attn_bench.timing.statistics.DRIFT_BLOCKS), in %: "
+        "how far stretches at another GPU clock may move time_ms between runs",
+    ),
+    Column(
+        "power_capped_pct",
+        _S,
+        Kind.NON_NEGATIVE,
+        "share of the case's measurement that the GPU spent clocked down by its power limit "
+        "(NVML), in %: where high, time_ms follows the limiter and the temperature",
+    ),
+    Column("power_W", _S, Kind.NON_NEGATIVE, "mean board power during the case (NVML), in W"),
+    Column("timer", _M, Kind.CHOICE, "how time_ms was measured", TIMERS),
+    Column("l2", _M, Kind.CHOICE, "L2 cache state before each timed call", L2_MODES),
+    Column("kernels", _M, Kind.TEXT, "GPU kernels counted in time_ms, ';'-separated"),
+    Column("plan_ms", _M, Kind.NON_NEGATIVE, "host time of the wrapper's plan()"),
+    Column("io_bytes", _M, Kind.NON_NEGATIVE, "bytes read + written by one run()"),
+    Column("flops", _M, Kind.NON_NEGATIVE, "floating-point operations of one run()"),
+    Column("dtype", _M, Kind.TEXT, "data type of q/k/v/o"),
+    Column("page_size", _M, Kind.COUNT, "tokens per KV-cache page"),
+    Column("repro", _M, Kind.TEXT, "command line that reruns this case alone"),
+    Column("backend", _E, Kind.CHOICE, "attention implementation measured", BACKENDS),
+    Column("device", _E, Kind.TEXT, "device name"),
+    Column("compute_capability", _E, Kind.TEXT, "device compute capability"),
+    Column("runtime", _E, Kind.TEXT, "CUDA or MACA runtime version"),
+    Column("torch_version", _E, Kind.TEXT, "torch.__version__"),
+    Column("flashinfer_version", _E, Kind.TEXT, "flashinfer.__version__"),
+    Column("harness_version", _E, Kind.TEXT, "fi-attn-bench version that measured the row"),
+    Column("check", _C, Kind.CHOICE, "output checked against the reference", CHECK_OUTCOMES),
+    Column("max_abs_err", _C, Kind.NON_NEGATIVE, "largest |output - reference|"),
+    Column("mismatch_frac", _C, Kind.NON_NEGATIVE, "share of elements out of tolerance"),
+    Column("check_rtol", _C, Kind.NON_NEGATIVE, "relative tolerance of the check"),
+    Column("check_atol", _C, Kind.NON_NEGATIVE, "absolute tolerance of the check"),
+    Column("pct_peak_bw", _R, Kind.NON_NEGATIVE, "bandwidth_GB_s as % of the device peak"),
+    Column("pct_peak_tflops", _R, Kind.NON_NEGATIVE, "tflops as % of the device peak"),
+)
+OPTIONAL_COLUMN_BY_NAME: Mapping[str, Column] = {c.name: c for c in OPTIONAL_COLUMNS}
+OPTIONAL_COLUMN_NAMES: tuple[str, ...] = tuple(OPTIONAL_COLUMN_BY_NAME)
+NON_CASE_COLUMNS = frozenset((*RESERVED_COLUMNS, *OPTIONAL_COLUMN_NAMES))
+
+# Order in which case parameters are shown and written; unknown ones follow by name.
+CASE_COLUMN_ORDER = (
+    "batch_size",
+    "seq_len",
+    "seq_len_q",
+    "seq_len_kv",
+    "num_heads",
+    "num_qo_heads",
+    "num_kv_heads",
+    "head_dim",
+    "head_dim_qk",
+    "head_dim_vo",
+    "head_dim_ckv",
+    "head_dim_kpe",
+)
+
+
+def is_case_column(name: str) -> bool:
+    """Case parameters are every column that is not a result, optional or internal one."""
+    return name not in NON_CASE_COLUMNS and not name.startswith("_")
+
+
+def case_columns(names: Iterable[str]) -> list[str]:
+    """The case parameters among ``names``, in display order."""
+    order = {name: index for index, name in enumerate(CASE_COLUMN_ORDER)}
+    found = [name for name in names if is_case_column(name)]
+    return sorted(found, key=lambda name: (order.get(name, len(order)), name))
+
+
+def _parse_finite(text: str) -> float | None:
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _check_cell(column: Column, text: str) -> str | None:
+    if column.kind is Kind.TEXT:
+        return None
+    if column.kind is Kind.CHOICE:
+        if text in column.choices:
+            return None
+        return f"{column.name} must be one of {', '.join(column.choices)}, got {text!r}"
+    number = _parse_finite(text)
+    if number is None:
+        return f"{column.name} must be a finite number, got {text!r}"
+    if column.kind is Kind.COUNT and (number < 1 or number != int(number)):
+        return f"{column.name} must be a whole number >= 1, got {text!r}"
+    if column.kind is Kind.POSITIVE and number <= 0:
+        return f"{column.name} must be greater than zero, got {text!r}"
+    if column.kind is Kind.NON_NEGATIVE and number < 0:
+        return f"{column.name} must not be negative, got {text!r}"
+    return None
+
+
+def _validate_metric(name: str, value, *, positive: bool = False) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if positive and number <= 0:
+        raise ValueError(f"{name} must be greater than zero, got {value!r}")
+    if not positive and number < 0:
+        raise ValueError(f"{name} must not be negative, got {value!r}")
+    return number
+
+
+def _clean_optional(values: Mapping[str, object] | None) -> dict[str, object]:
+    """Keep registered optional columns; drop non-finite numbers (they become empty)."""
+    if not values:
+        return {}
+    unknown = sorted(set(values) - set(OPTIONAL_COLUMN_NAMES))
+    if unknown:
+        raise ValueError(f"unregistered optional columns: {', '.join(unknown)}")
+    cleaned = {}
+    for name, value in values.items():
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            value = ""
+        cleaned[name] = value
+    return cleaned
+
+
+def check_case_fields(case: Mapping[str, object]) -> None:
+    """Case fields may not reuse result or optional column names."""
+    conflicting = NON_CASE_COLUMNS.intersection(case)
+    if conflicting:
+        names = ", ".join(sorted(conflicting))
+        raise ValueError(f"case fields use reserved result columns: {names}")
+
+
+def execute_benchmark_case(
+    api: str,
+    case: Mapping[str, object],
+    benchmark_fn: Callable[[], Sequence],
+    metadata: Mapping[str, object] | None = None,
+) -> dict:
+    """Execute one benchmark case and return a schema-v1 result record.
+
+    ``benchmark_fn()`` returns ``(time_ms, io_bytes, flops)`` or
+    ``(time_ms, io_bytes, flops, extra)`` where ``extra`` maps optional column names
+    to values.  Any exception (KeyboardInterrupt and SystemExit are not Exceptions)
+    or an invalid metric turns the case into a ``failed`` row; an exception with a
+    ``result_columns`` mapping contributes those optional columns to the row.
+    ``metadata`` holds optional columns known before the run (environment, timer).
+    """
+    check_case_fields(case)
+    record = {"schema_version": SCHEMA_VERSION, "api": api, **case}
+    known = _clean_optional(metadata)
+    try:
+        outcome = tuple(benchmark_fn())
+        time_ms, io_bytes, flops = outcome[:3]
+        extra = _clean_optional(outcome[3] if len(outcome) > 3 else None)
+        time_ms = _validate_metric("time_ms", time_ms, positive=True)
+        io_bytes = _validate_metric("io_bytes", io_bytes)
+        flops = _validate_metric("flops", flops)
+        bandwidth = _validate_metric("bandwidth_GB_s", io_bytes / time_ms / 1e6)
+        tflops = _validate_metric("tflops", flops / time_ms / 1e9)
+    except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
+        failed_extra = getattr(exc, "result_columns", None)
+        try:
+            failed_extra = _clean_optional(failed_extra)
+        except ValueError:
+            failed_extra = {}
+        return {
+            **record,
+            "status": STATUS_FAILED,
+            "time_ms": "",
+            "bandwidth_GB_s": "",
+            "tflops": "",
+            "error_type": type(exc).__name__,
+            "error": str(exc),
+            **known,
+            **failed_extra,
+        }
+    return {
+        **record,
+        "status": STATUS_OK,
+        "time_ms": time_ms,
+        "bandwidth_GB_s": bandwidth,
+        "tflops": tflops,
+        "error_type": "",
+        "error": "",
+        **known,
+        **extra,
+    }
+
+
+def has_failures(records: Iterable[Mapping[str, object]]) -> bool:
+    """Return whether a collection contains at least one failed case."""
+    return any(record.get("status") == STATUS_FAILED for record in records)
+
+
+def csv_fieldnames(case_fields: Iterable[str]) -> list[str]:
+    """The fixed header a writer uses: result columns around the case, then optionals."""
+    return [
+        "schema_version",
+        "api",
+        *case_fields,
+        "status",
+        *NUMERIC_COLUMNS,
+        "error_type",
+        "error",
+        *OPTIONAL_COLUMN_NAMES,
+    ]
+
+
+def format_cell(value: object) -> str:
+    """Text of one CSV cell: floats keep full precision, None is empty."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ""
+    return str(value)
+
+
+def _csv_line(cells: Iterable[object]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([format_cell(cell) for cell in cells])
+    return buffer.getvalue()
+
+
+class ResultCsvWriter:
+    """Append records to a CSV one at a time, each flushed and fsynced.
+
+    A process killed at any moment leaves a valid CSV holding every finished row,
+    except possibly a last line cut off mid-write (it has no trailing newline;
+    ``read_result_rows`` drops it).
+    """
+
+    def __init__(self, path: str | os.PathLike, fieldnames: Sequence[str]):
+        self.path = os.fspath(path)
+        self.fieldnames = list(fieldnames)
+        missing = [name for name in RESULT_COLUMNS if name not in self.fieldnames]
+        if missing:
+            raise ValueError(f"CSV header lacks result columns: {', '.join(missing)}")
+
+    def _row(self, record: Mapping[str, object]) -> str:
+        return _csv_line(record.get(name, "") for name in self.fieldnames)
+
+    def write_all(self, records: Iterable[Mapping[str, object]]) -> None:
+        """Replace the file with exactly these records (atomic rename)."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        temporary = f"{self.path}.tmp{os.getpid()}"
+        with open(temporary, "w", encoding="utf-8", newline="") as handle:
+            handle.write(_csv_line(self.fieldnames))
+            for record in records:
+                handle.write(self._row(record))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+
+    def append(self, record: Mapping[str, object]) -> None:
+        """Append one record; writes the header first when the file is new or empty."""
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        new_file = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+        with open(self.path, "a", encoding="utf-8", newline="") as handle:
+            if new_file:
+                handle.write(_csv_line(self.fieldnames))
+            handle.write(self._row(record))
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def read_result_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
+    """Read a CSV written by ResultCsvWriter for resuming: (header, complete rows).
+
+    A last line without its newline (a write cut off by a kill or a full disk) is
+    dropped, as is any row whose cell count differs from the header.
+    """
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        text = handle.read()
+    if not text.endswith("\n"):
+        cut = text.rfind("\n")
+        text = text[: cut + 1] if cut >= 0 else ""
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        return [], []
+    header, body = rows[0], rows[1:]
+    complete = [dict(zip(header, row, strict=True)) for row in body if len(row) == len(header)]
+    return header, complete

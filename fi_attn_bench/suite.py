@@ -1,0 +1,161 @@
+"""All four benchmark scripts in one process, one CSV each: ``python bench_all.py [options]``.
+
+The same sweeps and CSVs as running ``bench_batch_decode.py``, ``bench_batch_prefill_paged.py``,
+``bench_batch_prefill_ragged.py`` and ``bench_batch_mla.py`` one after the other, minus three
+process starts and three profiler start-ups: on the H200 each process spent about 4 s starting
+and 5 s in its first profiler session (``benchmarks/results/h200_validation_v4``).
+
+Every option of the scripts applies, except ``--output`` and ``--resume`` (one CSV per script goes
+to ``--output-dir``).  A ``--filter`` term naming a field a script does not have leaves that script
+out, and so does a filter that none of its cases match; a field no script has is an error.
+Exit codes: 0 all cases ok, 1 some case failed, 2 bad input (before any GPU work), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from fi_attn_bench.backends.selection import Probe
+from fi_attn_bench.cases.selection import parse_filter
+from fi_attn_bench.cases.spec import BenchmarkSpec
+from fi_attn_bench.cli import TimerFactory, execute, list_cases, parse_command_line, plan
+from fi_attn_bench.errors import NoMatchingCase, UsageError
+from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.timing.timers import make_timer
+
+SCRIPTS = (
+    "bench_batch_decode",
+    "bench_batch_prefill_paged",
+    "bench_batch_prefill_ragged",
+    "bench_batch_mla",
+)
+NOT_HERE = ("--output", "--resume")
+
+
+def load_specs(names: Sequence[str] = SCRIPTS) -> list[BenchmarkSpec]:
+    return [importlib.import_module(name).SPEC for name in names]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="All four benchmark scripts in one process, one CSV each in --output-dir.",
+        epilog="Every other option is the scripts' own: see python bench_batch_decode.py --help.",
+    )
+    parser.add_argument(
+        "--scripts",
+        nargs="+",
+        choices=SCRIPTS,
+        default=list(SCRIPTS),
+        metavar="NAME",
+        help=f"which scripts, in this order (default all: {' '.join(SCRIPTS)})",
+    )
+    return parser
+
+
+def shared_timers(factory: TimerFactory) -> TimerFactory:
+    """One timer per timing setup for the whole process: the profiler starts up once."""
+    made = {}
+
+    def get(options, device, log):
+        key = (options, str(device))
+        if key not in made:
+            made[key] = factory(options, device, log)
+        return made[key]
+
+    return get
+
+
+def union_fields(specs: Sequence[BenchmarkSpec]) -> list[str]:
+    return sorted({name for spec in specs for name in spec.case_fields})
+
+
+def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
+    """(spec, parsed args) of the scripts that will run; an exit code when argparse refused
+    the command line; UsageError on other bad input."""
+    chosen = []
+    for spec in specs:
+        args = parse_command_line(spec, argv)
+        if isinstance(args, int):
+            return args
+        given = [flag for flag in NOT_HERE if getattr(args, flag[2:])]
+        if given:
+            raise UsageError(
+                f"not here: {' and '.join(given)}; bench_all.py writes one CSV per script, "
+                "into --output-dir"
+            )
+        chosen.append((spec, args))
+    filters = chosen[0][1].filter if chosen else []
+    known = union_fields(specs)  # a typo or a field no script has: exit 2
+    named = {term.name for text in filters for term in parse_filter(text, known)}
+    kept = []
+    for spec, args in chosen:
+        missing = sorted(named - set(spec.case_fields))
+        if missing:
+            print(
+                f"bench_all.py: {spec.script}: no field {', '.join(missing)}; left out",
+                file=sys.stderr,
+            )
+        else:
+            kept.append((spec, args))
+    return kept
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    probe: Probe | None = None,
+    timer_factory: TimerFactory = make_timer,
+    specs: Sequence[BenchmarkSpec] | None = None,
+) -> int:
+    own, rest = build_parser().parse_known_args(argv)
+    specs = list(specs) if specs is not None else load_specs(own.scripts)
+    probe = probe or Probe()
+    try:
+        chosen = plan_all(specs, rest)
+        if isinstance(chosen, int):
+            return chosen
+        runs = _resolve(chosen, probe)
+    except UsageError as exc:
+        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        return 2
+    if runs is None:  # --list
+        return 0
+    timer = shared_timers(timer_factory)
+    codes = []
+    try:
+        for spec, options in runs:
+            code = execute(spec, options, timer)
+            codes.append(code)
+            print(flush=True)
+            if code == 130:
+                return 130
+    except KeyboardInterrupt:
+        print("\nInterrupted.", file=sys.stderr)
+        return 130
+    return max(codes, default=0)
+
+
+def _resolve(chosen, probe) -> list[tuple[BenchmarkSpec, RunOptions]] | None:
+    """Each chosen script's options (``plan``), or None after listing the cases (--list)."""
+    if chosen and chosen[0][1].list:
+        for spec, args in chosen:
+            list_cases(spec, args, probe)
+        return None
+    runs, left_out = [], []
+    for spec, args in chosen:
+        try:
+            runs.append((spec, plan(spec, args, probe)))
+        except NoMatchingCase:
+            left_out.append(spec.script)
+    if not runs:
+        raise UsageError("no script has a case that matches --filter")
+    for script in left_out:
+        print(f"bench_all.py: {script}: no case matches --filter; left out", file=sys.stderr)
+    return runs
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""What a row records about where it ran: device, runtime, versions, and the roofline it is judged against."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from fi_attn_bench.results.schema import (
+    HARNESS_VERSION,
+    OPTIONAL_COLUMN_NAMES,
+    STATUS_OK,
+)
+from fi_attn_bench.sweep.options import RunOptions
+
+
+def runtime_version() -> str:
+    """CUDA / MACA / HIP runtime that torch was built with, feature-detected."""
+    for attribute in ("maca", "musa", "hip", "cuda"):
+        value = getattr(torch.version, attribute, None)
+        if value:
+            return f"{attribute.upper()} {value}"
+    return ""
+
+
+def _query(fn: Callable[[], object]) -> str:
+    """A device property as text; empty where this build cannot say."""
+    try:
+        return str(fn())
+    except Exception:  # noqa: BLE001 - an environment stamp must never stop a sweep
+        return ""
+
+
+def environment_columns(options: RunOptions) -> dict[str, object]:
+    device = options.device
+    if device.type == "cuda":
+        name = _query(lambda: torch.cuda.get_device_name(device))
+        capability = _query(lambda: "{}.{}".format(*torch.cuda.get_device_capability(device)))
+        runtime = runtime_version()
+    else:
+        name, capability, runtime = "cpu", "", ""
+    return {
+        "backend": options.backend,
+        "device": name,
+        "compute_capability": capability,
+        "runtime": runtime,
+        "torch_version": torch.__version__,
+        "flashinfer_version": options.flashinfer_version,
+        "harness_version": HARNESS_VERSION,
+        "dtype": options.dtype_name,
+        "page_size": options.page_size,
+        "timer": options.timing.timer,
+        "l2": options.timing.l2,
+    }
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """device_peaks (optional module) bound to this sweep's device and dtype."""
+
+    module: object = None
+    peaks: object = None
+
+    def columns(self, record: Mapping[str, object]) -> dict[str, object]:
+        if self.peaks is None or record.get("status") != STATUS_OK:
+            return {}
+        try:
+            values = self.module.roofline_columns(
+                record["bandwidth_GB_s"], record["tflops"], self.peaks
+            )
+        except Exception:  # noqa: BLE001 - roofline is decoration, never a failure
+            return {}
+        return {k: v for k, v in dict(values).items() if k in OPTIONAL_COLUMN_NAMES}
+
+
+def load_roofline(options: RunOptions, device_name: str) -> Roofline:
+    try:
+        module = importlib.import_module("fi_attn_bench.device.peaks")
+        peaks = module.resolve_peaks(
+            device_name,
+            options.dtype_name,
+            bandwidth_override=options.peak_bandwidth,
+            tflops_override=options.peak_tflops,
+        )
+    except Exception:  # noqa: BLE001 - a missing or broken module leaves the columns empty
+        return Roofline()
+    return Roofline(module, peaks)

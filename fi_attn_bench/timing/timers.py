@@ -1,0 +1,302 @@
+"""The timing methods: profiler, CUDA graph, CUDA events, wall clock."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from fi_attn_bench.timing.l2 import L2Flusher
+from fi_attn_bench.timing.options import CPU_TIMER, NoKernelCaptured, TimingError, TimingOptions
+from fi_attn_bench.timing.queue import (
+    EventPool,
+    QueueAhead,
+    cuda_sync,
+    elapsed_ms,
+    enqueue_calls,
+    queued_samples,
+)
+from fi_attn_bench.timing.statistics import Batch, clamp
+from fi_attn_bench.timing.trace import (
+    Calibration,
+    DeviceEvent,
+    attribute_recording,
+    profile_device_events,
+)
+
+
+class TimerSession(Protocol):
+    def batch(self, calls: int) -> Batch: ...
+
+
+class Timer(Protocol):
+    """A timing method; tests inject fakes through this seam."""
+
+    name: str
+    l2: str
+
+    def open(self, fn: Callable[[], object], estimate_ms: float) -> TimerSession: ...
+
+    def sync(self) -> None: ...
+
+
+class WallTimer:
+    """CPU device: perf_counter around each call (no kernels, no L2 control)."""
+
+    name = CPU_TIMER
+    l2 = "warm"
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self._clock = clock
+
+    def sync(self) -> None:
+        return None
+
+    def open(self, fn, estimate_ms):
+        return _WallSession(fn, self._clock)
+
+
+@dataclass
+class _WallSession:
+    fn: Callable[[], object]
+    clock: Callable[[], float]
+
+    def batch(self, calls: int) -> Batch:
+        samples = []
+        for _ in range(calls):
+            start = self.clock()
+            self.fn()
+            samples.append((self.clock() - start) * 1e3)
+        return Batch(tuple(samples))
+
+
+class EventsTimer:
+    """A CUDA event pair around each call.
+
+    Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end]; each
+    sample includes the start event's record (1.4-4 us on the H200, see ``enqueue_chain``),
+    which the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
+    that the start event is not recorded while the GPU waits for the CPU to launch run().
+    """
+
+    name = "events"
+
+    def __init__(self, options: TimingOptions, device: torch.device, flusher: L2Flusher):
+        self.options, self.device, self.flusher = options, device, flusher
+        self.l2 = options.l2
+        self.sync = cuda_sync(device)
+        self.queue = QueueAhead(options)
+
+    def _cover_launch(self) -> None:
+        self.queue.spin(self.options.launch_cover_cycles)
+
+    def set_up(self) -> None:
+        """The flush buffer and its duration, once per timer (see ``measure``)."""
+        if self.l2 == "cold":
+            self.flusher.duration_ms()
+
+    def open(self, fn, estimate_ms):
+        flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
+        return _EventsSession(self, fn, estimate_ms, flush_ms)
+
+
+@dataclass
+class _EventsSession:
+    timer: EventsTimer
+    fn: Callable[[], object]
+    estimate_ms: float
+    flush_ms: float
+    run_ms: float = 0.0  # median of the last batch
+
+    def batch(self, calls: int) -> Batch:
+        timer = self.timer
+        if timer.l2 == "cold":
+            samples = queued_samples(self, calls, timer.flusher.flush)
+        else:
+            pairs = enqueue_calls(self.fn, calls, timer._cover_launch, timer.queue.events)
+            timer.sync()
+            samples = elapsed_ms(pairs)
+        return Batch(samples, gpu_ms=sum(samples) + calls * self.flush_ms)
+
+
+class CudaGraphTimer:
+    """Replays a CUDA graph of K run() calls; sample = replay time / K (warm L2 only)."""
+
+    name = "cuda_graph"
+    l2 = "warm"
+
+    def __init__(self, options: TimingOptions, device: torch.device):
+        self.options, self.device = options, device
+        self.sync = cuda_sync(device)
+
+    def open(self, fn, estimate_ms):
+        calls = clamp(
+            math.ceil(self.options.graph_target_ms / max(estimate_ms, 1e-6)),
+            1,
+            self.options.max_graph_calls,
+        )
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    fn()
+        except Exception as exc:
+            raise TimingError(
+                f"CUDA graph capture of run() failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        graph.replay()
+        self.sync()
+        return _GraphSession(self, graph, calls)
+
+
+@dataclass
+class _GraphSession:
+    timer: CudaGraphTimer
+    graph: object
+    calls_per_replay: int
+    events: EventPool = field(default_factory=EventPool)
+
+    @property
+    def runs_per_sample(self) -> int:
+        return self.calls_per_replay
+
+    def batch(self, calls: int) -> Batch:
+        pairs = enqueue_calls(self.graph.replay, calls, pool=self.events)
+        self.timer.sync()
+        replays = elapsed_ms(pairs)
+        return Batch(tuple(r / self.calls_per_replay for r in replays), gpu_ms=sum(replays))
+
+
+class ProfilerTimer:
+    """torch.profiler around a batch of calls; every kernel/memset/memcpy of run() counted."""
+
+    name = "profiler"
+
+    def __init__(
+        self,
+        options: TimingOptions,
+        device: torch.device,
+        flusher: L2Flusher,
+        profile: Callable[..., list[DeviceEvent]] = profile_device_events,
+    ):
+        self.options, self.device, self.flusher = options, device, flusher
+        self.l2 = options.l2
+        self.sync = cuda_sync(device)
+        self._profile = profile
+        self._pattern = re.compile(options.kernel_pattern) if options.kernel_pattern else None
+        self.queue = QueueAhead(options)
+        self._flush_events: list[DeviceEvent] | None = None
+        self._lead_events: list[DeviceEvent] | None = None
+
+    def _flush_calibration(self) -> list[DeviceEvent]:
+        if self.l2 != "cold":
+            return []
+        if self._flush_events is None:  # the same buffer every case: calibrate once
+            self.flusher.flush()
+            self._flush_events = self._profile(self.flusher.flush, self.sync)
+        return self._flush_events
+
+    def _lead_calibration(self) -> list[DeviceEvent]:
+        """What the queue-ahead spin launches (nothing when the build has no spin)."""
+        if self._lead_events is None:
+            self._lead_events = []
+            if self.queue.prepare():
+                self._lead_events = self._profile(lambda: self.queue.hold(1, 0.0, 0.0), self.sync)
+        return self._lead_events
+
+    def set_up(self) -> None:
+        """The spin's and the flush's calibration profiles, once per timer: the first profiler
+        session of a process took about 5 s on the H200 (see ``measure``)."""
+        self._lead_calibration()
+        self._flush_calibration()
+
+    def open(self, fn, estimate_ms):
+        """A session for one case.  run()'s own event count comes from the case's recording
+        (``infer_call_layout``), not from a profiler session of its own, one profiler
+        start and stop less per case."""
+        lead = self._lead_calibration()
+        flush = self._flush_calibration()
+        if self.l2 == "cold" and not flush:
+            raise NoKernelCaptured(
+                "the profiler captured no GPU kernel of the L2 flush, so it cannot tell the "
+                "flush's work from run()'s (is the device profiler usable on "
+                f"{self.device}? --timer events does not need it; --l2 warm needs no flush)"
+            )
+        calibration = Calibration(
+            call_count=None,
+            flush_count=len(flush),
+            flush_names=frozenset(e.name for e in flush),
+            lead_count=len(lead),
+            lead_names=frozenset(e.name for e in lead),
+        )
+        flush_ms = sum(e.duration_ns for e in flush) / 1e6
+        return _ProfilerSession(self, fn, calibration, estimate_ms, flush_ms)
+
+
+@dataclass
+class _ProfilerSession:
+    """One profiler recording around the whole measurement loop of a case.
+
+    Every batch runs a chain of calls with an event after each (``enqueue_chain``), so the
+    stop hook judges provisional times as the batches come; when the loop ends, the
+    recording is split by stream order into per-call profiler samples, which replace the
+    provisional ones.  One recording per
+    case, not one per batch: each profiler start/stop left the GPU idle for tens of ms,
+    and a GPU that idles half the time runs compute-bound kernels faster (cooler, less
+    power-capped) than one under the steady load the events reference sees.
+    """
+
+    timer: ProfilerTimer
+    fn: Callable[[], object]
+    calibration: Calibration
+    estimate_ms: float
+    flush_ms: float
+    run_ms: float = 0.0  # median of the last batch
+    calls: list[int] = field(default_factory=list)
+    events: list[DeviceEvent] = field(default_factory=list)
+
+    def record(self, loop: Callable[[], None]) -> None:
+        """Run the measurement loop under the profiler."""
+        self.events = self.timer._profile(loop, self.timer.sync)
+
+    def batch(self, calls: int) -> Batch:
+        """[queue-ahead spin] + event + calls x ([flush] run() event): provisional samples."""
+        timer = self.timer
+        flush = timer.flusher.flush if timer.l2 == "cold" else None
+        samples = queued_samples(self, calls, flush, chain=True)
+        self.calls.append(calls)
+        return Batch(samples)
+
+    def result(self) -> list[Batch]:
+        """The recording's per-call samples, batch by batch."""
+        return attribute_recording(
+            self.events,
+            self.calls,
+            self.calibration,
+            pattern=self.timer._pattern,
+            attribution=self.timer.options.effective_attribution,
+        )
+
+
+def make_timer(options: TimingOptions, device: torch.device, log: Callable[[str], None]) -> Timer:
+    """The timer named by ``options`` for ``device`` (wall clock on a CPU device)."""
+    if device.type == "cpu":
+        return WallTimer()
+    flusher = L2Flusher(device, log)
+    if options.timer == "profiler":
+        return ProfilerTimer(options, device, flusher)
+    if options.timer == "events":
+        return EventsTimer(options, device, flusher)
+    if options.timer == "cuda_graph":
+        return CudaGraphTimer(options, device)
+    raise ValueError(f"unknown timer {options.timer!r}")
