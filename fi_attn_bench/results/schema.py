@@ -58,6 +58,9 @@ class Role(enum.Enum):
     ENVIRONMENT = "environment"
     CORRECTNESS = "correctness"
     ROOFLINE = "roofline"
+    PAIRED = "paired"  # head-to-head statistics against the baseline implementation
+    WORKLOAD = "workload"  # the shape of a varied-length batch
+    CONDITIONS = "conditions"  # clocks, temperature and throttling while the case ran
 
 
 class Kind(enum.Enum):
@@ -68,6 +71,8 @@ class Kind(enum.Enum):
     POSITIVE = "positive"  # finite float > 0
     NON_NEGATIVE = "non_negative"  # finite float >= 0
     CHOICE = "choice"  # one of Column.choices
+    FINITE = "finite"  # any finite float
+    NON_NEGATIVE_INT = "non_negative_int"  # integer >= 0
 
 
 @dataclass(frozen=True)
@@ -89,13 +94,21 @@ TIMERS = ("profiler", "cuda_graph", "events", "wall")
 L2_MODES = ("warm", "cold")
 BACKENDS = ("flashinfer", "torch")
 CHECK_OUTCOMES = ("pass", "fail", "skipped")
+VERDICTS = ("faster", "slower", "same")
 
-_S, _M, _E, _C, _R = (
+# Identity columns added after schema v1 first shipped: a row without one reads as its default,
+# so baselines written before the column existed still match the same cases.
+IDENTITY_DEFAULTS: Mapping[str, str] = {"impl": "flashinfer", "workload": ""}
+
+_S, _M, _E, _C, _R, _P, _W, _K = (
     Role.STATISTIC,
     Role.MEASUREMENT,
     Role.ENVIRONMENT,
     Role.CORRECTNESS,
     Role.ROOFLINE,
+    Role.PAIRED,
+    Role.WORKLOAD,
+    Role.CONDITIONS,
 )
 
 OPTIONAL_COLUMNS: tuple[Column, ...] = (
@@ -144,6 +157,44 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     Column("check_atol", _C, Kind.NON_NEGATIVE, "absolute tolerance of the check"),
     Column("pct_peak_bw", _R, Kind.NON_NEGATIVE, "bandwidth_GB_s as % of the device peak"),
     Column("pct_peak_tflops", _R, Kind.NON_NEGATIVE, "tflops as % of the device peak"),
+    # Run metadata (where and from what code the row came).
+    Column("host", _E, Kind.TEXT, "host name of the machine that measured the row"),
+    Column("git_commit", _E, Kind.TEXT, "git commit of the code under test, when known"),
+    Column("git_dirty", _E, Kind.CHOICE, "uncommitted changes in that checkout", ("yes", "no")),
+    Column("timestamp_utc", _E, Kind.TEXT, "when the case finished, UTC, ISO 8601"),
+    # Head to head: implementations measured in interleaved rounds against a baseline one.
+    Column("baseline_impl", _P, Kind.TEXT, "implementation the paired ratio is taken against"),
+    Column("paired_rounds", _P, Kind.COUNT, "interleaved rounds behind the paired ratio"),
+    Column("paired_ratio", _P, Kind.POSITIVE, "median over rounds of time / baseline time"),
+    Column("paired_ratio_lo", _P, Kind.POSITIVE, "lower end of the paired ratio's 95% interval"),
+    Column("paired_ratio_hi", _P, Kind.POSITIVE, "upper end of the paired ratio's 95% interval"),
+    Column("paired_verdict", _P, Kind.CHOICE, "against the baseline implementation", VERDICTS),
+    # Serving-shaped batches: the shape of a varied-length batch.
+    Column("num_requests", _W, Kind.COUNT, "requests in the batch"),
+    Column("total_q_tokens", _W, Kind.COUNT, "query tokens over all requests"),
+    Column("total_kv_tokens", _W, Kind.COUNT, "KV tokens over all requests"),
+    Column("kv_len_min", _W, Kind.COUNT, "shortest KV length of a request"),
+    Column("kv_len_mean", _W, Kind.POSITIVE, "mean KV length of a request"),
+    Column("kv_len_max", _W, Kind.COUNT, "longest KV length of a request"),
+    Column(
+        "uniform_twin_ms",
+        _W,
+        Kind.POSITIVE,
+        "time_ms of the uniform batch with as many requests and tokens",
+    ),
+    Column("imbalance_pct", _W, Kind.FINITE, "how much slower than its uniform twin, in %"),
+    # Run conditions, read around the case (never inside timed calls); empty where unreadable.
+    Column("sm_clock_mean_MHz", _K, Kind.NON_NEGATIVE, "mean SM clock during the case"),
+    Column("sm_clock_min_MHz", _K, Kind.NON_NEGATIVE, "lowest SM clock seen during the case"),
+    Column("sm_clock_max_MHz", _K, Kind.NON_NEGATIVE, "the GPU's maximum SM clock"),
+    Column("temp_start_C", _K, Kind.FINITE, "GPU temperature when the case started"),
+    Column("temp_end_C", _K, Kind.FINITE, "GPU temperature when the case ended"),
+    Column("throttle_reasons", _K, Kind.TEXT, "clock throttle reasons seen, ';'-separated"),
+    # Sweeps split over processes or GPUs.
+    Column(
+        "shard", _E, Kind.NON_NEGATIVE_INT, "index of the shard that measured the row (0-based)"
+    ),
+    Column("num_shards", _E, Kind.COUNT, "shards the sweep was split into"),
 )
 OPTIONAL_COLUMN_BY_NAME: Mapping[str, Column] = {c.name: c for c in OPTIONAL_COLUMNS}
 OPTIONAL_COLUMN_NAMES: tuple[str, ...] = tuple(OPTIONAL_COLUMN_BY_NAME)
@@ -198,6 +249,8 @@ def _check_cell(column: Column, text: str) -> str | None:
         return f"{column.name} must be a finite number, got {text!r}"
     if column.kind is Kind.COUNT and (number < 1 or number != int(number)):
         return f"{column.name} must be a whole number >= 1, got {text!r}"
+    if column.kind is Kind.NON_NEGATIVE_INT and (number < 0 or number != int(number)):
+        return f"{column.name} must be a whole number >= 0, got {text!r}"
     if column.kind is Kind.POSITIVE and number <= 0:
         return f"{column.name} must be greater than zero, got {text!r}"
     if column.kind is Kind.NON_NEGATIVE and number < 0:
