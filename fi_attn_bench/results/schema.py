@@ -298,54 +298,72 @@ def execute_benchmark_case(
     benchmark_fn: Callable[[], Sequence],
     metadata: Mapping[str, object] | None = None,
 ) -> dict:
-    """Execute one benchmark case and return a schema-v1 result record.
+    """Execute one benchmark case and return a schema-v1 result record (the seed's API).
 
     ``benchmark_fn()`` returns ``(time_ms, io_bytes, flops)`` or
     ``(time_ms, io_bytes, flops, extra)`` where ``extra`` maps optional column names
     to values.  Any exception (KeyboardInterrupt and SystemExit are not Exceptions)
-    or an invalid metric turns the case into a ``failed`` row; an exception with a
-    ``result_columns`` mapping contributes those optional columns to the row.
-    ``metadata`` holds optional columns known before the run (environment, timer).
+    or an invalid metric turns the case into a ``failed`` row.  ``metadata`` holds
+    optional columns known before the run (environment, timer).
     """
+    try:
+        outcome = tuple(benchmark_fn())
+    except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
+        return result_record(api, case, error=exc, metadata=metadata)
+    extra = outcome[3] if len(outcome) > 3 else None
+    return result_record(api, case, metrics=outcome[:3], columns=extra, metadata=metadata)
+
+
+def result_record(
+    api: str,
+    case: Mapping[str, object],
+    *,
+    metrics: Sequence | None = None,
+    columns: Mapping[str, object] | None = None,
+    metadata: Mapping[str, object] | None = None,
+    error: BaseException | None = None,
+) -> dict:
+    """The one writer of a row's result columns: ``ok`` with the validated ``metrics``
+    ``(time_ms, io_bytes, flops)``, or ``failed`` with ``error`` (also when a metric is
+    invalid).  ``metadata`` (known before the run) and ``columns`` (measured) are optional
+    columns; a failed row keeps those measured before the failure."""
     check_case_fields(case)
     record = {"schema_version": SCHEMA_VERSION, "api": api, **case}
     known = _clean_optional(metadata)
     try:
-        outcome = tuple(benchmark_fn())
-        time_ms, io_bytes, flops = outcome[:3]
-        extra = _clean_optional(outcome[3] if len(outcome) > 3 else None)
-        time_ms = _validate_metric("time_ms", time_ms, positive=True)
-        io_bytes = _validate_metric("io_bytes", io_bytes)
-        flops = _validate_metric("flops", flops)
-        bandwidth = _validate_metric("bandwidth_GB_s", io_bytes / time_ms / 1e6)
-        tflops = _validate_metric("tflops", flops / time_ms / 1e9)
-    except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
-        failed_extra = getattr(exc, "result_columns", None)
+        measured = _clean_optional(columns)
+    except ValueError as exc:
+        measured, error = {}, error or exc
+    if error is None:
         try:
-            failed_extra = _clean_optional(failed_extra)
-        except ValueError:
-            failed_extra = {}
-        return {
-            **record,
-            "status": STATUS_FAILED,
-            "time_ms": "",
-            "bandwidth_GB_s": "",
-            "tflops": "",
-            "error_type": type(exc).__name__,
-            "error": str(exc),
-            **known,
-            **failed_extra,
-        }
+            values = _result_values(*metrics)
+        except Exception as exc:  # noqa: BLE001 - an invalid metric fails the row
+            error = exc
+        else:
+            return {**record, "status": STATUS_OK, **values, **known, **measured}
     return {
         **record,
-        "status": STATUS_OK,
+        "status": STATUS_FAILED,
+        "time_ms": "",
+        "bandwidth_GB_s": "",
+        "tflops": "",
+        "error_type": type(error).__name__,
+        "error": str(error),
+        **known,
+        **measured,
+    }
+
+
+def _result_values(time_ms, io_bytes, flops) -> dict[str, object]:
+    time_ms = _validate_metric("time_ms", time_ms, positive=True)
+    io_bytes = _validate_metric("io_bytes", io_bytes)
+    flops = _validate_metric("flops", flops)
+    return {
         "time_ms": time_ms,
-        "bandwidth_GB_s": bandwidth,
-        "tflops": tflops,
+        "bandwidth_GB_s": _validate_metric("bandwidth_GB_s", io_bytes / time_ms / 1e6),
+        "tflops": _validate_metric("tflops", flops / time_ms / 1e9),
         "error_type": "",
         "error": "",
-        **known,
-        **extra,
     }
 
 

@@ -51,8 +51,6 @@ def environment_columns(options: RunOptions) -> dict[str, object]:
         "harness_version": HARNESS_VERSION,
         "dtype": options.dtype_name,
         "page_size": options.page_size,
-        "timer": options.timing.timer,
-        "l2": options.timing.l2,
     }
 
 

@@ -16,13 +16,14 @@ from fi_attn_bench.results.schema import (
     STATUS_OK,
     ResultCsvWriter,
     csv_fieldnames,
-    execute_benchmark_case,
+    result_record,
 )
 from fi_attn_bench.sweep.case import (
+    CaseResult,
     CaseRunner,
+    case_work,
     freeze_startup_objects,
     release_memory,
-    static_columns,
 )
 from fi_attn_bench.sweep.environment import environment_columns, load_roofline
 from fi_attn_bench.sweep.options import RunOptions, repro_command
@@ -33,7 +34,7 @@ from fi_attn_bench.sweep.storage import (
     remove_stale_temporaries,
     resume_todo,
 )
-from fi_attn_bench.timing.timers import Timer
+from fi_attn_bench.timing.timers import Timer, method_columns
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Sweep:
         elif os.path.exists(options.output):
             self.log(f"Overwriting {options.output}")
             os.remove(options.output)
-        metadata = environment_columns(options)
+        metadata = {**environment_columns(options), **method_columns(self.timer)}
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)
 
@@ -78,13 +79,13 @@ class Sweep:
         failed, index, started = 0, 0, time.monotonic()
         try:
             for index, case in enumerate(todo, 1):
-                runner.details = ""
-                record = self._one(runner, case, metadata, roofline)
+                record, result = self._one(runner, case, metadata)
+                record.update(roofline.columns(record))
                 store.put(record)
                 text = case_text(case, spec.case_fields)
                 progress.finished(summary_line(index, len(todo), text, record))
-                if runner.details:
-                    progress.line(runner.details)
+                if result.notes:
+                    progress.line("\n".join(result.notes))
                 if record["status"] != STATUS_OK:
                     failed += 1
                     progress.line(f"  repro: {record['repro']}")
@@ -108,13 +109,26 @@ class Sweep:
             self.log(f"{failed} of {len(todo)} cases failed")
         return 1 if failed else 0
 
-    def _one(self, runner, case, metadata, roofline) -> dict:
-        repro = repro_command(self.spec, self.options, case)
-        known = {**metadata, "repro": repro, **static_columns(self.spec, case, self.options)}
-        record = execute_benchmark_case(self.spec.api, case, lambda: runner(case), known)
+    def _one(self, runner: CaseRunner, case, metadata) -> tuple[dict, CaseResult]:
+        known = {**metadata, "repro": repro_command(self.spec, self.options, case)}
+        try:
+            io_bytes, flops = case_work(self.spec, case, self.options)
+        except Exception as exc:  # noqa: BLE001 - a broken formula fails its case only
+            result = CaseResult(None, {}, error=exc)
+        else:
+            known.update(io_bytes=io_bytes, flops=flops)
+            result = runner(case)
+        metrics = None if result.error else (result.measurement.median, io_bytes, flops)
+        record = result_record(
+            self.spec.api,
+            case,
+            metrics=metrics,
+            columns=result.columns,
+            metadata=known,
+            error=result.error,
+        )
         record["error"] = clip_error(str(record["error"]))
-        record.update(roofline.columns(record))
-        return record
+        return record, result
 
 
 def _cost_line(runner: CaseRunner, wall_s: float) -> str:

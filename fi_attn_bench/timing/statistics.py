@@ -118,8 +118,6 @@ class Measurement:
             "time_max_ms": self.max,
             "noise_pct": self.noise_pct,
             "drift_pct": self.drift_pct,
-            "timer": self.timer,
-            "l2": self.l2,
             "kernels": ";".join(self.kernels),
         }
 
