@@ -64,17 +64,17 @@ def verify_output(prepared: Prepared, options: RunOptions) -> dict[str, object]:
         synchronize(options.device)
         _require_finite(_output_of(prepared, result))
         return {"check": "skipped"}
-    reference_module = importlib.import_module("fi_attn_bench.cases.reference")
+    checking = importlib.import_module("fi_attn_bench.cases.checking")
     if prepared.output is not None:
-        reference_module.poison_(prepared.output)
+        checking.poison_(prepared.output)
     result = prepared.run()
     synchronize(options.device)
     actual = _output_of(prepared, result)
     if not isinstance(actual, torch.Tensor):
         raise TypeError("nothing to check: Prepared.output is None and run() returned no tensor")
     expected = prepared.reference()
-    tolerance = reference_module.Tolerance(rtol=options.rtol, atol=options.atol)
-    outcome = reference_module.check_output(actual, expected, tolerance)
+    tolerance = checking.Tolerance(rtol=options.rtol, atol=options.atol)
+    outcome = checking.check_output(actual, expected, tolerance)
     del expected, actual, result
     return {
         "check": "pass" if outcome.passed else "fail",
