@@ -57,8 +57,8 @@ NOISE_FLAG_PCT = 5.0  # the harness notes a case whose noise_pct is above this
 DRIFT_FLAG_PCT = 3.0  # a drift_pct worth asking whether it singles out the moving cases
 # Cheapest timing, for the JIT warm-up runs whose numbers are thrown away.
 WARM_UP_OPTIONS = (
-    "--preset default --no-check --sustain-ms 0 --min-time-ms 0 --enough-samples 10 "
-    "--max-time-per-case 0.05"
+    "--preset default --timer events --no-check --warmup-ms 1 --sustain-ms 0 --min-time-ms 0 "
+    "--enough-samples 10 --max-time-per-case 0.05"
 ).split()
 
 
