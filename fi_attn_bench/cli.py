@@ -143,7 +143,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     )
     timing.add_argument(
         "--min-time-ms",
-        "--min-measure-ms",  # its name before harness 0.3.0, when it counted wall time
+        "--min-measure-ms",  # the former name, kept so that old command lines still run
         dest="min_time_ms",
         type=_non_negative_float,
         default=TimingOptions.min_time_ms,

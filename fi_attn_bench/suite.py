@@ -2,8 +2,7 @@
 
 The same sweeps and CSVs as running ``bench_batch_decode.py``, ``bench_batch_prefill_paged.py``,
 ``bench_batch_prefill_ragged.py`` and ``bench_batch_mla.py`` one after the other, minus three
-process starts and three profiler start-ups: on the H200 each process spent about 4 s starting
-and 5 s in its first profiler session (``benchmarks/results/h200_validation_v4``).
+process starts and three profiler start-ups, which cost seconds each (docs/DESIGN.md).
 
 Every option of the scripts applies, except ``--output`` and ``--resume`` (one CSV per script goes
 to ``--output-dir``).  A ``--filter`` term naming a field a script does not have leaves that script

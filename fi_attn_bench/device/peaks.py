@@ -8,8 +8,8 @@ Three sources, in order of precedence (``resolve_peaks``):
 3. *published*: the vendor's figures from ``PUBLISHED_PEAKS``, matched on
    ``torch.cuda.get_device_name()``.
 
-Measured peaks are what a kernel can actually reach (an H200 copies at about 4.3 TB/s
-against 4.8 TB/s published), so they make the better 100%. ``roofline_columns`` turns
+Measured peaks are what a kernel can actually reach (a copy falls short of the published
+bandwidth), so they make the better 100%. ``roofline_columns`` turns
 a row's bandwidth and TFLOPS into the registered ``pct_peak_bw`` / ``pct_peak_tflops``
 columns. A percentage above ``PLAUSIBLE_PCT_LIMIT`` is a measurement artefact (for
 example L2 cache hits), never a speed.

@@ -66,11 +66,9 @@ def should_stop(
     ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or (calls
     shorter than ``enough_samples_below_ms``) number ``enough_samples``, whichever first.
 
-    The blocks' interval (``drift_ci_pct``) does not decide: sampling on while the blocks
-    disagreed followed the GPU into its slower clock state (H200 v9, harness 0.5.0: five
-    decode and ragged cases that sampled on read 2-4 % slower than in the invocations where
-    they stopped at the usual window, and 6 of 61 cases >= 50 us had a CV above 1 %).  It is
-    reported instead (``Measurement.drift_pct``: the row, and the wide-spread note)."""
+    The blocks' interval (``drift_ci_pct``) does not decide, because sampling on while the
+    blocks disagree follows the GPU into its slower clock state; it is reported instead
+    (``Measurement.drift_pct``: the row, and the wide-spread note)."""
     if not samples:
         return False
     if elapsed_s >= options.max_time_s:

@@ -115,8 +115,8 @@ class EventsTimer(TimerDefaults):
     """A CUDA event pair around each call.
 
     Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end]; each
-    sample includes the start event's record (1.4-4 us on the H200, see ``enqueue_chain``),
-    which the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
+    sample includes the start event's record (microseconds, see ``enqueue_chain``), which
+    the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
     that the start event is not recorded while the GPU waits for the CPU to launch run().
     """
 
@@ -253,8 +253,8 @@ class ProfilerTimer(TimerDefaults):
         return self._lead_events
 
     def set_up(self) -> None:
-        """The spin's and the flush's calibration profiles, once per timer: the first profiler
-        session of a process took about 5 s on the H200 (see ``measure``)."""
+        """The spin's and the flush's calibration profiles, once per timer: a process's first
+        profiler session takes seconds (see ``measure``)."""
         self._lead_calibration()
         self._flush_calibration()
 
