@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends.selection import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
@@ -39,8 +40,12 @@ def load_specs(names: Sequence[str] = SCRIPTS) -> list[BenchmarkSpec]:
     return [importlib.import_module(name).SPEC for name in names]
 
 
+PROG = "bench_all.py"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="All four benchmark scripts in one process, one CSV each in --output-dir.",
         epilog="Every other option is the scripts' own: see python bench_batch_decode.py --help.",
     )
@@ -52,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"which scripts, in this order (default all: {' '.join(SCRIPTS)})",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
 
 
@@ -77,7 +83,7 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
     the command line; UsageError on other bad input."""
     chosen = []
     for spec in specs:
-        args = parse_command_line(spec, argv)
+        args = parse_command_line(spec, argv, prog=PROG)
         if isinstance(args, int):
             return args
         given = [flag for flag in NOT_HERE if getattr(args, flag[2:])]
@@ -95,7 +101,7 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
         missing = sorted(named - set(spec.case_fields))
         if missing:
             print(
-                f"bench_all.py: {spec.script}: no field {', '.join(missing)}; left out",
+                f"{PROG}: {spec.script}: no field {', '.join(missing)}; left out",
                 file=sys.stderr,
             )
         else:
@@ -110,7 +116,10 @@ def main(
     timer_factory: TimerFactory = make_timer,
     specs: Sequence[BenchmarkSpec] | None = None,
 ) -> int:
-    own, rest = build_parser().parse_known_args(argv)
+    try:
+        own, rest = build_parser().parse_known_args(argv)
+    except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
     specs = list(specs) if specs is not None else load_specs(own.scripts)
     probe = probe or Probe()
     try:
@@ -119,7 +128,7 @@ def main(
             return chosen
         runs = _resolve(chosen, probe)
     except UsageError as exc:
-        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if runs is None:  # --list
         return 0
@@ -139,22 +148,36 @@ def main(
 
 
 def _resolve(chosen, probe) -> list[tuple[BenchmarkSpec, RunOptions]] | None:
-    """Each chosen script's options (``plan``), or None after listing the cases (--list)."""
-    if chosen and chosen[0][1].list:
-        for spec, args in chosen:
-            list_cases(spec, args, probe)
-        return None
+    """Each chosen script's options (``plan``), or None after listing the cases (--list);
+    the same scripts are left out either way."""
+    listing = bool(chosen) and chosen[0][1].list
+    announce = _once(lambda text: print(text, file=sys.stderr))
     runs, left_out = [], []
     for spec, args in chosen:
         try:
-            runs.append((spec, plan(spec, args, probe)))
+            if listing:
+                list_cases(spec, args, probe)
+            else:
+                runs.append((spec, plan(spec, args, probe, announce)))
         except NoMatchingCase:
             left_out.append(spec.script)
-    if not runs:
+    if len(left_out) == len(chosen):
         raise UsageError("no script has a case that matches --filter")
     for script in left_out:
-        print(f"bench_all.py: {script}: no case matches --filter; left out", file=sys.stderr)
-    return runs
+        print(f"{PROG}: {script}: no case matches --filter; left out", file=sys.stderr)
+    return None if listing else runs
+
+
+def _once(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` for each distinct text once: the backend note is the same for every script."""
+    said: set[str] = set()
+
+    def once(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            say(text)
+
+    return once
 
 
 if __name__ == "__main__":
