@@ -224,6 +224,17 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="rerun only the cases not ok in CSV (or measured by another harness version), updating it in place",
     )
     out.add_argument(
+        "--force",
+        action="store_true",
+        help="move an existing --output file (or samples file) aside to <name>.bak-<timestamp> "
+        "and start afresh; without it such a file is never touched",
+    )
+    out.add_argument(
+        "--samples-dir",
+        metavar="DIR",
+        help="also write each ok case's raw samples to DIR/<csv-stem>.samples.jsonl.gz",
+    )
+    out.add_argument(
         "--peak-bandwidth",
         type=_positive(float),
         metavar="GB/s",

@@ -15,7 +15,13 @@ from fi_attn_bench.backends.selection import BackendChoice
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
-from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, get_csv_path
+from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
+from fi_attn_bench.sweep.outputs import (
+    check_new_output,
+    default_csv_path,
+    probe_directory,
+    samples_path,
+)
 from fi_attn_bench.timing.options import (
     TimingOptions,
 )
@@ -45,6 +51,8 @@ class RunOptions:
     peak_bandwidth: float | None = None
     peak_tflops: float | None = None
     flashinfer_version: str = ""
+    force: bool = False  # move existing outputs aside (checked by plan: nothing else is there)
+    samples: str = ""  # gzip JSON Lines of each ok case's raw samples; "" = not written
 
     def settings(self, case: Mapping[str, int], fields: Sequence[str]) -> Settings:
         return Settings(
@@ -102,13 +110,30 @@ def select_for_preset(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) 
 
 
 def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
+    """The CSV and whether it is resumed; every output checked writable, nothing overwritten."""
     if args.resume:
         if args.output and os.path.abspath(args.output) != os.path.abspath(args.resume):
             raise UsageError("--resume CSV updates that file; do not give a different --output")
         if not os.path.isfile(args.resume):
             raise UsageError(f"--resume: no such file {args.resume!r}")
+        probe_directory(os.path.dirname(args.resume), "--resume")
         return args.resume, True
-    return args.output or get_csv_path(spec.api, args.output_dir), False
+    if args.output:
+        check_new_output(args.output, "--output", force=args.force, results_of=spec)
+        return args.output, False
+    probe_directory(args.output_dir, "--output-dir")
+    return default_csv_path(spec.api, args.output_dir), False
+
+
+def _samples_path(args, output: str, resume: bool) -> str:
+    if not args.samples_dir:
+        return ""
+    path = samples_path(args.samples_dir, output)
+    if resume:  # a resumed sweep appends to its samples file
+        probe_directory(args.samples_dir, "--samples-dir")
+    else:
+        check_new_output(path, "--samples-dir", force=args.force)
+    return path
 
 
 def preset_for(spec: BenchmarkSpec, args, device: torch.device) -> str:
@@ -147,6 +172,8 @@ def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOpti
         peak_bandwidth=args.peak_bandwidth,
         peak_tflops=args.peak_tflops,
         flashinfer_version=str(version),
+        force=args.force,
+        samples=_samples_path(args, output, resume),
     )
 
 

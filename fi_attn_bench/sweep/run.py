@@ -26,6 +26,7 @@ from fi_attn_bench.sweep.case import (
 )
 from fi_attn_bench.sweep.environment import environment_columns, load_roofline
 from fi_attn_bench.sweep.options import RunOptions, repro_command
+from fi_attn_bench.sweep.outputs import move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
 from fi_attn_bench.sweep.storage import (
     ResultStore,
@@ -62,9 +63,10 @@ class Sweep:
             )
             if not todo:
                 return 0
-        elif os.path.exists(options.output):
-            self.log(f"Overwriting {options.output}")
-            os.remove(options.output)
+        else:
+            for path in (options.output, options.samples):
+                if path and os.path.lexists(path):  # plan allowed it: --force
+                    self.log(f"Moved the existing {path} aside to {move_aside(path)}")
         metadata = environment_columns(options)
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)
