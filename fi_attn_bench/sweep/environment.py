@@ -53,6 +53,8 @@ def environment_columns(options: RunOptions) -> dict[str, object]:
         "page_size": options.page_size,
         "timer": options.timing.timer,
         "l2": options.timing.l2,
+        "preset": options.preset,
+        "filter": ",".join(options.filters),
     }
 
 

@@ -22,6 +22,12 @@ from fi_attn_bench.sweep.outputs import (
     probe_directory,
     samples_path,
 )
+from fi_attn_bench.sweep.selection_record import (
+    Selection,
+    check_unrecorded_cases,
+    recorded_selection,
+    resume_selection,
+)
 from fi_attn_bench.timing.options import (
     TimingOptions,
 )
@@ -53,6 +59,8 @@ class RunOptions:
     flashinfer_version: str = ""
     force: bool = False  # move existing outputs aside (checked by plan: nothing else is there)
     samples: str = ""  # gzip JSON Lines of each ok case's raw samples; "" = not written
+    filters: tuple[str, ...] = ()  # the --filter texts behind ``cases``
+    resume_command: str = ""  # printed after Ctrl-C; "" = this script's own --resume command
 
     def settings(self, case: Mapping[str, int], fields: Sequence[str]) -> Settings:
         return Settings(
@@ -144,18 +152,32 @@ def preset_for(spec: BenchmarkSpec, args, device: torch.device) -> str:
     return "default" if "default" in spec.presets else sorted(spec.presets)[0]
 
 
+def _selection(spec: BenchmarkSpec, args, device, output: str, resume: bool):
+    """The sweep's preset, filters and cases; a resumed sweep's come from its CSV."""
+    default_preset = preset_for(spec, args, device)
+    if not resume:
+        selection = Selection(default_preset, tuple(args.filter))
+        return selection, select_for_preset(spec, selection.preset, selection.filters)
+    recorded = recorded_selection(output, spec)
+    selection = resume_selection(spec, args, recorded, output, default_preset)
+    cases = select_for_preset(spec, selection.preset, selection.filters)
+    if recorded is None:
+        check_unrecorded_cases(output, spec, selection, cases)
+    return selection, cases
+
+
 def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOptions:
     device = choice.device
-    preset = preset_for(spec, args, device)
     output, resume = _output_path(spec, args)
+    selection, cases = _selection(spec, args, device, output, resume)
     version = (
         flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
         if choice.flashinfer is not None
         else ""
     )
     return RunOptions(
-        preset=preset,
-        cases=select_for_preset(spec, preset, args.filter),
+        preset=selection.preset,
+        cases=cases,
         backend=choice.backend,
         device=device,
         dtype_name=args.dtype,
@@ -174,16 +196,14 @@ def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOpti
         flashinfer_version=str(version),
         force=args.force,
         samples=_samples_path(args, output, resume),
+        filters=selection.filters,
     )
 
 
-def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
-    """One command line that reruns exactly this case with the same settings."""
+def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
+    """The options, other than the case selection, that a rerun must repeat."""
     timing = options.timing
     words = [
-        "python", spec.script,
-        "--filter", case_text(case, spec.case_fields),
-        "--preset", options.preset,
         "--dtype", options.dtype_name,
         "--page-size", str(options.page_size),
         "--backend", options.backend,
@@ -205,4 +225,21 @@ def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, i
         words.append("--no-check")
     elif (options.rtol, options.atol) != (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE):
         words += ["--rtol", repr(options.rtol), "--atol", repr(options.atol)]
+    return words
+
+
+def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
+    """One command line that reruns exactly this case with the same settings."""
+    words = ["python", spec.script, "--filter", case_text(case, spec.case_fields)]
+    words += ["--preset", options.preset, *_setting_words(spec, options)]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def resume_command(spec: BenchmarkSpec, options: RunOptions) -> str:
+    """The command that finishes this sweep (its CSV records the case selection)."""
+    if options.resume_command:
+        return options.resume_command
+    words = ["python", spec.script, "--resume", options.output, *_setting_words(spec, options)]
+    if options.samples:
+        words += ["--samples-dir", os.path.dirname(options.samples) or "."]
     return " ".join(shlex.quote(word) for word in words)

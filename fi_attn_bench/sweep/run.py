@@ -25,7 +25,7 @@ from fi_attn_bench.sweep.case import (
     static_columns,
 )
 from fi_attn_bench.sweep.environment import environment_columns, load_roofline
-from fi_attn_bench.sweep.options import RunOptions, repro_command
+from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
 from fi_attn_bench.sweep.outputs import move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
 from fi_attn_bench.sweep.storage import (
@@ -101,7 +101,8 @@ class Sweep:
             self.log(
                 f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
             )
-            self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
+            self.log(f"Results saved to {options.output}; continue with:")
+            self.log(f"  {resume_command(spec, options)}")
             return 130
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
