@@ -103,6 +103,7 @@ class CaseRunner:
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
     details: str = ""  # printed under the case's line: --verbose details, warnings
     power: PowerMonitor | None = None  # the GPU's power-limit counters around each case
+    samples: tuple[float, ...] = ()  # the last measured case's raw samples (ms per run())
 
     def __call__(self, case: Mapping[str, int]):
         partial: dict[str, object] = {}
@@ -134,6 +135,7 @@ class CaseRunner:
             )
 
         measurement, power = self.power.around(timed) if self.power else (timed(), {})
+        self.samples = tuple(measurement.samples)
         self.timed_ms += measurement.timed_ms
         self.batch_gpu_ms += measurement.batch_gpu_ms
         element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()

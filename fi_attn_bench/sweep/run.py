@@ -24,10 +24,16 @@ from fi_attn_bench.sweep.case import (
     release_memory,
     static_columns,
 )
-from fi_attn_bench.sweep.environment import environment_columns, load_roofline
+from fi_attn_bench.sweep.environment import (
+    code_directory,
+    environment_columns,
+    load_roofline,
+    timestamp_utc,
+)
 from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
 from fi_attn_bench.sweep.outputs import move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
+from fi_attn_bench.sweep.samples import append_samples, samples_line
 from fi_attn_bench.sweep.storage import (
     ResultStore,
     load_resume_rows,
@@ -67,7 +73,7 @@ class Sweep:
             for path in (options.output, options.samples):
                 if path and os.path.lexists(path):  # plan allowed it: --force
                     self.log(f"Moved the existing {path} aside to {move_aside(path)}")
-        metadata = environment_columns(options)
+        metadata = environment_columns(options, code_directory(spec.prepare))
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)
 
@@ -80,7 +86,7 @@ class Sweep:
         failed, index, started = 0, 0, time.monotonic()
         try:
             for index, case in enumerate(todo, 1):
-                runner.details = ""
+                runner.details, runner.samples = "", ()
                 record = self._one(runner, case, metadata, roofline)
                 store.put(record)
                 text = case_text(case, spec.case_fields)
@@ -116,7 +122,11 @@ class Sweep:
         known = {**metadata, "repro": repro, **static_columns(self.spec, case, self.options)}
         record = execute_benchmark_case(self.spec.api, case, lambda: runner(case), known)
         record["error"] = clip_error(str(record["error"]))
+        record["timestamp_utc"] = timestamp_utc()
         record.update(roofline.columns(record))
+        if self.options.samples and record["status"] == STATUS_OK:
+            line = samples_line(record, self.spec.case_fields, runner.samples)
+            append_samples(self.options.samples, line)
         return record
 
 
