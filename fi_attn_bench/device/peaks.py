@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from fi_attn_bench import VERSION_TEXT
+
 CACHE_ENV = "FI_ATTN_BENCH_CACHE"
 CACHE_FILE_NAME = "peaks.json"
 CACHE_FORMAT_VERSION = 1
@@ -504,12 +506,21 @@ def measured_table_markdown(
     return "\n".join(lines)
 
 
+def program_name(argv0: str) -> str:
+    """How the user ran this program: the console script's name, or ``python -m ...``."""
+    name = os.path.basename(argv0)
+    return (
+        "python -m fi_attn_bench.device.peaks" if name in ("peaks.py", "__main__.py", "") else name
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="device_peaks.py",
+        prog=program_name(sys.argv[0] if sys.argv else ""),
         description="Measure a device's copy bandwidth and dense GEMM rate, print them as "
         "a Markdown table and optionally cache them for pct_peak_* columns.",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     parser.add_argument("--device", default="cuda", help="torch device (default: cuda)")
     parser.add_argument(
         "--dtype",

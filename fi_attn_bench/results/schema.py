@@ -158,6 +158,9 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     Column("git_commit", _E, Kind.TEXT, "git commit of the code under test, when known"),
     Column("git_dirty", _E, Kind.CHOICE, "uncommitted changes in that checkout", ("yes", "no")),
     Column("timestamp_utc", _E, Kind.TEXT, "when the case finished, UTC, ISO 8601"),
+    # The sweep's case selection, so that --resume CSV alone reruns the same cases.
+    Column("preset", _M, Kind.TEXT, "case grid the sweep selected its cases from"),
+    Column("filter", _M, Kind.TEXT, "the sweep's --filter terms, ','-joined (empty: none)"),
     # Head to head: implementations measured in interleaved rounds against a baseline one.
     Column("baseline_impl", _P, Kind.TEXT, "implementation the paired ratio is taken against"),
     Column("paired_rounds", _P, Kind.COUNT, "interleaved rounds behind the paired ratio"),

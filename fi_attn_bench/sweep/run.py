@@ -25,9 +25,16 @@ from fi_attn_bench.sweep.case import (
     freeze_startup_objects,
     release_memory,
 )
-from fi_attn_bench.sweep.environment import environment_columns, load_roofline
-from fi_attn_bench.sweep.options import RunOptions, repro_command
+from fi_attn_bench.sweep.environment import (
+    code_directory,
+    environment_columns,
+    load_roofline,
+    timestamp_utc,
+)
+from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
+from fi_attn_bench.sweep.outputs import move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
+from fi_attn_bench.sweep.samples import append_samples, samples_line
 from fi_attn_bench.sweep.storage import (
     ResultStore,
     load_resume_rows,
@@ -63,10 +70,14 @@ class Sweep:
             )
             if not todo:
                 return 0
-        elif os.path.exists(options.output):
-            self.log(f"Overwriting {options.output}")
-            os.remove(options.output)
-        metadata = {**environment_columns(options), **method_columns(self.timer)}
+        else:
+            for path in (options.output, options.samples):
+                if path and os.path.lexists(path):  # plan allowed it: --force
+                    self.log(f"Moved the existing {path} aside to {move_aside(path)}")
+        metadata = {
+            **environment_columns(options, code_directory(spec.prepare)),
+            **method_columns(self.timer),
+        }
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)
 
@@ -100,7 +111,8 @@ class Sweep:
             self.log(
                 f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
             )
-            self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
+            self.log(f"Results saved to {options.output}; continue with:")
+            self.log(f"  {resume_command(spec, options)}")
             return 130
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
@@ -128,6 +140,10 @@ class Sweep:
             error=result.error,
         )
         record["error"] = clip_error(str(record["error"]))
+        record["timestamp_utc"] = timestamp_utc()
+        if self.options.samples and record["status"] == STATUS_OK:
+            line = samples_line(record, self.spec.case_fields, result.measurement.samples)
+            append_samples(self.options.samples, line)
         return record, result
 
 
