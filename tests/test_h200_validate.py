@@ -69,7 +69,7 @@ def test_main_reference_only_drops_the_other_columns(tmp_path, monkeypatch):
 
 def test_report_gates_the_recorded_sweeps_and_counts_each_reference(report):
     assert "compare the harness with the other references" in report
-    assert "| 0 vs 1 | 0 | **Verdict: PASS** — 93 matched case(s), none failing |" in report
+    assert "| 0 vs 1 | 0 | **Verdict: PASS** — 93 matched cases, none failing |" in report
     assert "## Repeatability over 2 invocations" in report
     assert "- cases: 2; within ±3%: 2; max |diff|: 0.00%" in report
     # 0.1 vs 0.104: -3.85 %, outside; 0.1 vs 0.1 and 0.2: inside once, -50 % once
