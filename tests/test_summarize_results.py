@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fi_attn_bench.results.schema import csv_fieldnames
@@ -1439,3 +1440,162 @@ def test_environment_shows_run_metadata(tmp_path):
     for line in ("| host | node7 |", "| git\\_commit | abc123 |", "| git\\_dirty | no |"):
         assert line.replace("\\_", "_") in text.replace("\\_", "_")
     assert "2026-12-04T10:00:00Z" in text
+
+
+# ------------------------------------- identity defaults, samples, shards, impls
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_old_baseline_without_impl_matches_new_rows(tmp_path, capsys, monkeypatch, scan):
+    """Issue 22: a baseline without impl/workload matches impl=flashinfer, workload=""."""
+    old = write(tmp_path / "old.csv", V1_HEADER, v1_row(1), v1_row(2))
+    header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,workload,")
+    new_rows = [
+        ",".join([*v1_row(b).split(",")[:8], "flashinfer", "", *v1_row(b).split(",")[8:]])
+        for b in (1, 2)
+    ]
+    new = write(tmp_path / "new.csv", header, *new_rows)
+    if not scan:
+        monkeypatch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
+    code, _ = regress(tmp_path, [old], [new], gate=5, capsys=capsys)
+    text = report(tmp_path)
+    assert code == sr.EXIT_OK, text
+    assert "- Matched cases: 2" in text and "- New candidate cases: 0" in text
+    assert "impl=flashinfer" in text
+
+
+def _samples_file(path: Path, rows) -> Path:
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as stream:
+        for batch, samples in rows:
+            case = dict(
+                zip(
+                    [
+                        "batch_size",
+                        "seq_len_q",
+                        "seq_len_kv",
+                        "num_qo_heads",
+                        "num_kv_heads",
+                        "head_dim",
+                    ],
+                    [str(batch), "1", "128", "32", "8", "64"],
+                    strict=True,
+                )
+            )
+            record = {"api": "Decode", "case": case, "impl": "flashinfer", "samples_ms": samples}
+            stream.write(json.dumps(record) + "\n")
+    return path
+
+
+def test_mann_whitney_matches_the_normal_approximation():
+    from fi_attn_bench.summarizer.samples import mann_whitney_p
+
+    # scipy.stats.mannwhitneyu(range(1, 6), range(6, 11), method="asymptotic") -> 0.01219
+    assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(0.01219, abs=2e-5)
+    # ties: [1, 2, 2, 3] vs [2, 3, 3, 4]: ranks 1, 3, 3, 6 -> U1 = 13 - 10 = 3, mean 8;
+    # variance 16/12 * (9 - 2 * 24 / 56) = 10.857; z = (5 - 0.5) / 3.295 = 1.366 -> 0.1720
+    assert mann_whitney_p([1, 2, 2, 3], [2, 3, 3, 4]) == pytest.approx(0.1720, abs=2e-4)
+    assert mann_whitney_p([1, 1], [1, 1]) == 1.0
+    assert math.isnan(mann_whitney_p([], [1.0]))
+
+
+def test_rank_test_on_raw_samples_decides_significance(tmp_path, capsys):
+    """Issue 21: with samples of both sides the rank test calls the change, not the
+    medians' interval (these rows state none, so the gate alone would flag both)."""
+    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"))
+    cand = write(tmp_path / "c.csv", V1_HEADER, v1_row(1, "1.1"), v1_row(2, "1.1"))
+    rng = np.random.default_rng(1)
+    base_samples = [
+        (1, (1.0 + 0.01 * rng.standard_normal(50)).tolist()),
+        (2, (1.0 + 0.5 * rng.random(50)).tolist()),
+    ]
+    cand_samples = [
+        (1, (1.1 + 0.01 * rng.standard_normal(50)).tolist()),
+        (2, (1.0 + 0.5 * rng.random(50)).tolist()),
+    ]
+    (tmp_path / "bs").mkdir()
+    _samples_file(tmp_path / "bs" / "b.samples.jsonl.gz", base_samples)
+    cs = _samples_file(tmp_path / "c.samples.jsonl.gz", cand_samples)
+    extra = ["--baseline-samples", tmp_path / "bs", "--candidate-samples", cs]
+    code, _ = regress(tmp_path, [base], [cand], gate=5, capsys=capsys, extra=extra)
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    assert "Case states: regression=1, within noise=1" in text
+    regressions = text[text.index("## Regressions") : text.index("## Matched Cases")]
+    assert "batch\\_size=1," in regressions and "Mann–Whitney p = " in regressions
+    assert regress(tmp_path, [base], [cand], gate=5)[0] == sr.EXIT_BENCHMARK_FAILURE
+
+
+def test_a_bad_samples_file_is_one_line_exit_two(tmp_path, capsys):
+    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1))
+    bad = tmp_path / "x.samples.jsonl.gz"
+    bad.write_text("not gzip")
+    extra = ["--baseline-samples", bad, "--candidate-samples", bad]
+    code, out = regress(tmp_path, [base], [base], capsys=capsys, extra=extra)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert out.err.count("\n") == 1 and "not a readable gzip samples file" in out.err
+    assert not (tmp_path / "report.md").exists()
+    empty = _samples_file(tmp_path / "e.samples.jsonl.gz", [(1, [])])
+    extra = ["--baseline-samples", empty, "--candidate-samples", empty]
+    code, out = regress(tmp_path, [base], [base], capsys=capsys, extra=extra)
+    assert code == sr.EXIT_INPUT_ERROR and "samples_ms must be a non-empty list" in out.err
+
+
+def test_shards_merge_and_a_missing_shard_is_an_incomplete_run(tmp_path, capsys):
+    header = V1_HEADER + ",shard,num_shards"
+    shards = [
+        write(tmp_path / f"s{index}.csv", header, v1_row(index + 1) + f",{index},4")
+        for index in range(4)
+    ]
+    code, _ = summarize(tmp_path, *shards, capsys=capsys)
+    assert code == sr.EXIT_OK and "- Total rows: 4" in report(tmp_path)
+    code, out = regress(tmp_path, shards, [shards[0], *shards[2:]], capsys=capsys)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert "candidate: candidate: incomplete sharded run: shard(s) 1 of 4 missing" in out.err
+    twice = write(tmp_path / "again.csv", header, v1_row(1) + ",1,4")
+    code, out = summarize(tmp_path, *shards, twice, capsys=capsys)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert f"{twice}: duplicate case also found at {shards[0]}:2" in out.err
+
+
+def test_run_conditions_that_differ_are_named_next_to_the_case(tmp_path):
+    header = V1_HEADER + ",power_capped_pct,sm_clock_mean_MHz"
+    base = write(tmp_path / "b.csv", header, v1_row(1) + ",10,1980", v1_row(2) + ",10,1980")
+    cand = write(
+        tmp_path / "c.csv", header, v1_row(1, "1.1") + ",85,1700", v1_row(2, "1.01") + ",15,1970"
+    )
+    assert regress(tmp_path, [base], [cand], gate=5)[0] == sr.EXIT_BENCHMARK_FAILURE
+    text = report(tmp_path)
+    verdict = text.split("\n")[2]
+    assert "1 case ran under different conditions (clock or power limit)" in verdict
+    row = next(line for line in text.splitlines() if line.startswith("| Decode | batch\\_size=1"))
+    assert "power-capped 10% → 85%; SM clock 1980 → 1700 MHz" in row
+
+
+def test_head_to_head_table_for_several_implementations(tmp_path):
+    """Issue 22: one run, two impls: times side by side, speedup with its paired
+    interval, winner, geomean per API."""
+    header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,") + (
+        ",baseline_impl,paired_ratio,paired_ratio_lo,paired_ratio_hi"
+    )
+
+    def row(batch, impl, time_ms, paired=",,"):
+        cells = v1_row(batch, time_ms).split(",")
+        return ",".join([*cells[:8], impl, *cells[8:]]) + f",fa2,{paired}"
+
+    path = write(
+        tmp_path / "h.csv",
+        header,
+        row(1, "fa2", "1.0"),
+        row(1, "fa3", "0.5", "0.5,0.45,0.55"),
+        row(2, "fa2", "1.0"),
+        row(2, "fa3", "2.0"),
+    )
+    assert summarize(tmp_path, path)[0] == sr.EXIT_OK
+    text = report(tmp_path)
+    table = text[text.index("## Head to Head: Decode") :]
+    assert "| Case | fa2 ms | fa3 ms | fa3 speedup | Winner |" in table
+    assert "| 1 | 0.5 | 2.0000x [1.818, 2.222] | fa3 |" in table
+    assert "| 1 | 2 | 0.5000x | fa2 |" in table
+    assert "Geomean speedup over fa2: fa3 1.0000x" in table

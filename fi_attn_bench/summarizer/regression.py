@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -159,8 +160,8 @@ def compare_scanned(base, cand, gate: Gate, samples=None) -> RegressionModel:
     keys = ["api", *case_columns({*base.case_columns, *cand.case_columns})]
     ids_b, ids_c = case_ids((base, cand), keys)
     runs = (
-        Run("baseline", base.paths, base, ids_b, base.labels),
-        Run("candidate", cand.paths, cand, ids_c, cand.labels),
+        Run("baseline", base.paths, base, ids_b, partial(base.labels, columns=keys[1:])),
+        Run("candidate", cand.paths, cand, ids_c, partial(cand.labels, columns=keys[1:])),
     )
     return judge(runs, gate, [], keys[1:], samples)
 

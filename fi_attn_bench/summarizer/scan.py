@@ -541,12 +541,14 @@ class ScannedView:
             return [row + 2 for _, row in self._locate_rows(rows)]
         return [self.tables[t].text(row, name) for t, row in self._locate_rows(rows)]
 
-    def labels(self, rows) -> np.ndarray:
-        """describe_case of these rows: "name=value, ..." of non-empty parameters."""
+    def labels(self, rows, columns=None) -> np.ndarray:
+        """describe_case of these rows: "name=value, ..." of non-empty parameters
+        (``columns``: these case parameters, default the run's own)."""
         labels = []
         for t, row in self._locate_rows(np.asarray(rows, dtype=np.int64)):
             table = self.tables[t]
-            cells = ((name, table.text(row, name)) for name in self.case_columns)
+            names = self.case_columns if columns is None else columns
+            cells = ((name, table.text(row, name)) for name in names)
             labels.append(", ".join(f"{n}={v}" for n, v in cells if v) or "n/a")
         return _objects(labels)
 
