@@ -58,7 +58,7 @@ def report(tmp_path, monkeypatch):
 
 
 def test_report_gates_the_recorded_sweeps_and_counts_the_cases_within_3_pct(report):
-    assert "| 0 vs 1 | 0 | **Verdict: PASS** — 12 matched case(s), none failing |" in report
+    assert "| 0 vs 1 | 0 | **Verdict: PASS** — 12 matched cases, none failing |" in report
     assert "- pairs: 1; exit 0: 1" in report
     assert "## Repeatability over 2 invocations" in report
     assert "- cases: 2; within ±3%: 1; max |diff|: 4.00%" in report
