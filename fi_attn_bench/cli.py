@@ -326,6 +326,7 @@ def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactor
         flush=True,
     )
     timer = timer_factory(options.timing, device, print if options.verbose else (lambda _: None))
+    timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
     return Sweep(spec, options, timer).run()
 
 

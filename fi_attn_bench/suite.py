@@ -135,6 +135,9 @@ def main(
     except KeyboardInterrupt:
         print("\nInterrupted.", file=sys.stderr)
         return 130
+    except UsageError as exc:  # a timer's self-check failed (SelfCheckFailed)
+        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        return 2
     return max(codes, default=0)
 
 
