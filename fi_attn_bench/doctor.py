@@ -103,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"{PROG}: error: --device {args.device!r}: {exc}", file=sys.stderr)
         return 2
+    if device.type == "cuda" and torch.cuda.is_available():
+        if (device.index or 0) >= torch.cuda.device_count():
+            print(f"{PROG}: error: --device {device}: no such GPU", file=sys.stderr)
+            return 2
     report = diagnose(device)
     markdown, json_path = write_report(report, args.output_dir)
     print(render_summary(report))

@@ -204,6 +204,11 @@ def _throttle_note(measurement: Measurement, conditions: CaseConditions | None) 
             f"  note: every batch ran below {threshold} (--throttle-policy {policy}); "
             f"all {measurement.throttled_samples} samples kept"
         )
+    if conditions.throttled_batches and not measurement.throttled_samples:
+        return (
+            f"  note: {conditions.throttled_batches} batches ran below {threshold} but none was "
+            "dropped: the profiler's recording could not be split by batch (one mean sample)"
+        )
     return (
         f"  note: --throttle-policy {policy} discarded {measurement.discarded_samples} samples "
         f"({conditions.throttled_batches} batches with an SM clock below {threshold})"
