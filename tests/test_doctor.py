@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 from stand_ins import fake_flashinfer
-from test_bench_common import FakeTimer, run_main
+from test_bench_common import NO_GPU, FakeTimer, run_main
 from test_bench_gpu_paths import TimelineFlusher, timeline  # noqa: F401 - the fixture
 
 from fi_attn_bench import doctor
@@ -350,3 +350,20 @@ def test_real_probe_falls_back_to_a_matmul_and_says_why():
     assert probe.label.endswith("(FlashInfer not importable)")
     probe.run()
     assert torch.isfinite(probe.output).all()
+
+
+def test_bench_all_exits_2_when_the_shared_timer_refuses(tmp_path, capsys):
+    import fake_bench_script
+
+    from fi_attn_bench import suite
+
+    refusing = RefusingTimer()
+    code = suite.main(
+        ["--output-dir", str(tmp_path), "--preset", "smoke"],
+        probe=NO_GPU,
+        timer_factory=lambda options, device, log: refusing,
+        specs=[fake_bench_script.SPEC],
+    )
+    assert code == 2
+    assert "self-check 'cuda_graph' failed" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.csv"))
