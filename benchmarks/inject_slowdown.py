@@ -183,8 +183,16 @@ def table(detections: Sequence[Detection], gate: float) -> str:
     return "\n".join(lines)
 
 
-def measure_spin_rate() -> float:
-    """Cycles per ms of torch.cuda._sleep: median of 5 event-timed spins of 10M cycles."""
+@dataclass(frozen=True)
+class Spinner:
+    """The kernel injected after run() and its measured rate."""
+
+    spin: Callable[[int], None]
+    cycles_per_ms: float
+
+
+def gpu_spinner() -> Spinner:
+    """torch.cuda._sleep and its cycles per ms: median of 5 event-timed spins of 10M cycles."""
     import torch
 
     cycles, times = 10_000_000, []
@@ -196,7 +204,7 @@ def measure_spin_rate() -> float:
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
-    return cycles / statistics.median(times)
+    return Spinner(torch.cuda._sleep, cycles / statistics.median(times))
 
 
 def sweep(spec, out: Path, argv: Sequence[str]) -> int:
@@ -204,37 +212,44 @@ def sweep(spec, out: Path, argv: Sequence[str]) -> int:
     return bench_common.main_for(spec, ["--preset", "default", "--output", str(out), *argv])
 
 
-def run_sweeps(out_dir: Path, argv: Sequence[str]) -> None:
-    """A, then p3, p5, p8, then A2; each over the cases >= 50 us of A."""
-    import torch
-
-    modules = {name: importlib.import_module(name) for name in SUBSET}
+def baseline_sweeps(out_dir: Path, argv: Sequence[str], plans) -> dict[str, dict[tuple, float]]:
+    """Sweep A of each script's subset; keep its cases >= 50 us (their rows copied to A/)."""
     kept: dict[str, dict[tuple, float]] = {}
-    for name, module in modules.items():
-        spec = module.SPEC
-        sweep(spec, out_dir / "A_all" / f"{name}.csv", [*argv, "--filter", SUBSET[name]])
-        rows = read_rows(out_dir / "A_all" / f"{name}.csv")
-        kept[name] = long_cases(rows, spec.case_fields)
+    for name, (spec, subset) in plans.items():
+        everything = out_dir / "A_all" / f"{name}.csv"
+        sweep(spec, everything, [*argv, "--filter", subset])
+        kept[name] = long_cases(read_rows(everything), spec.case_fields)
         if not kept[name]:
             continue  # no case >= 50 us: the script takes no part in the gates
         (out_dir / "A").mkdir(parents=True, exist_ok=True)
-        fields = spec.case_fields
-        filtered_copy(
-            out_dir / "A_all" / f"{name}.csv",
-            out_dir / "A" / f"{name}.csv",
-            lambda row, keys=kept[name], fields=fields: case_key(row, fields) in keys,
-        )
-    rate = measure_spin_rate()
-    print(f"spin rate: {rate:,.0f} cycles per ms", flush=True)
+
+        def keep(row, keys=kept[name], fields=spec.case_fields) -> bool:
+            return case_key(row, fields) in keys
+
+        filtered_copy(everything, out_dir / "A" / f"{name}.csv", keep)
+    return kept
+
+
+def run_sweeps(out_dir: Path, argv: Sequence[str], plans, make_spinner=gpu_spinner) -> None:
+    """A, then p3, p5, p8, then A2; each over the cases >= 50 us of A.  ``plans``: script
+    name -> (its BenchmarkSpec, the --filter of its subset)."""
+    kept = baseline_sweeps(out_dir, argv, plans)
+    spinner = make_spinner()
+    print(f"spin rate: {spinner.cycles_per_ms:,.0f} cycles per ms", flush=True)
     for label, percent in [*((f"p{p:g}", p) for p in PERCENTS), ("A2", 0.0)]:
-        for name, module in modules.items():
+        for name, (spec, _) in plans.items():
             cycles = {
-                k: spin_cycles(percent, ms, rate) if percent else 0 for k, ms in kept[name].items()
+                key: spin_cycles(percent, ms, spinner.cycles_per_ms) if percent else 0
+                for key, ms in kept[name].items()
             }
-            if not cycles:
-                continue
-            spec = slowed_spec(module.SPEC, cycles, torch.cuda._sleep)
-            sweep(spec, out_dir / label / f"{name}.csv", argv)
+            if cycles:
+                sweep(
+                    slowed_spec(spec, cycles, spinner.spin), out_dir / label / f"{name}.csv", argv
+                )
+
+
+def default_plans():
+    return {name: (importlib.import_module(name).SPEC, subset) for name, subset in SUBSET.items()}
 
 
 def run_gate(out_dir: Path, label: str, gate: float) -> list[GateRow]:
@@ -253,7 +268,8 @@ def run_gate(out_dir: Path, label: str, gate: float) -> list[GateRow]:
     return gate_rows(json.loads(report.read_text()))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, plans=None, make_spinner=gpu_spinner) -> int:
+    """The command line; ``plans`` and ``make_spinner`` are seams for a CPU test."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--gate", type=float, default=5.0, help="--fail-on-regression (default 5)")
@@ -261,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-time-ms", default="500", help="passed to every sweep (default 500)")
     args = parser.parse_args(argv)
     if not args.gate_only:
-        run_sweeps(args.out_dir, ["--no-check", "--min-time-ms", args.min_time_ms])
+        sweep_argv = ["--no-check", "--min-time-ms", args.min_time_ms]
+        run_sweeps(args.out_dir, sweep_argv, plans or default_plans(), make_spinner)
     pairs = [*(f"p{p:g}" for p in PERCENTS), "A2"]
     detections = [
         detection(f"A vs {label}", run_gate(args.out_dir, label, args.gate)) for label in pairs

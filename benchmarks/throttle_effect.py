@@ -135,35 +135,40 @@ def table(found: Sequence[Observation]) -> str:
     return "\n".join(lines)
 
 
-def run_one(module, policy: str, out: Path, argv: Sequence[str]) -> tuple[list[dict], str]:
-    """One verbose sweep of the module's case with ``policy``; its rows and its output."""
+def run_one(spec, subset: str, policy: str, out: Path) -> tuple[list[dict], str]:
+    """One verbose sweep of ``subset`` with ``policy``; its rows and its printed output."""
     out.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.StringIO()
-    args = ["--preset", "default", "--filter", CASES[module.__name__], "--output", str(out),
-            "--throttle-policy", policy, "--verbose", "--no-check", *argv]  # fmt: skip
+    args = ["--preset", "default", "--filter", subset, "--output", str(out),
+            "--throttle-policy", policy, "--verbose", "--no-check"]  # fmt: skip
     with contextlib.redirect_stdout(buffer):
-        code = bench_common.main_for(module.SPEC, args)
+        code = bench_common.main_for(spec, args)
     log = buffer.getvalue()
     out.with_suffix(".log").write_text(log)
     if code not in (0, 1):
-        raise SystemExit(f"{module.__name__} --throttle-policy {policy}: exit {code}\n{log}")
+        raise SystemExit(f"{spec.script} --throttle-policy {policy}: exit {code}\n{log}")
     with open(out, newline="") as f:
         return list(csv.DictReader(f)), log
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def default_plans():
+    return {name: (importlib.import_module(name).SPEC, subset) for name, subset in CASES.items()}
+
+
+def main(argv: Sequence[str] | None = None, plans=None) -> int:
+    """The command line; ``plans`` (script name -> (spec, --filter)) is a seam for tests."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    modules = [importlib.import_module(name) for name in CASES]
+    plans = plans or default_plans()
     found: list[Observation] = []
     for round_index in range(1, args.rounds + 1):
         for policy in POLICIES:
-            for module in modules:
-                out = args.out_dir / f"{policy}_r{round_index}" / f"{module.__name__}.csv"
-                rows, log = run_one(module, policy, out, [])
-                found += observations(module.__name__, policy, rows, module.SPEC.case_fields, log)
+            for name, (spec, subset) in plans.items():
+                out = args.out_dir / f"{policy}_r{round_index}" / f"{name}.csv"
+                rows, log = run_one(spec, subset, policy, out)
+                found += observations(name, policy, rows, spec.case_fields, log)
             print(f"round {round_index}, --throttle-policy {policy}: done", file=sys.stderr)
     text = table(found)
     (args.out_dir / "throttle_effect.md").write_text(text + "\n")

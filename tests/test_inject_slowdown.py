@@ -107,3 +107,56 @@ def test_throttle_effect_reads_the_verbose_notes_and_tabulates(tmp_path, monkeyp
     assert te.notes_by_case(
         "[1/1] a=1: 1 ms\n  note: every batch ran below 1500 MHz (x); all 40 samples kept"
     ) == {"a=1": (0, True)}
+
+
+def test_the_whole_run_on_the_cpu_with_a_sleeping_spin(tmp_path, capsys):
+    import dataclasses
+    import time
+
+    fields = ("batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim")  # a real layout
+    cases = tuple(dict(zip(fields, (b, 8, 4, 1, 8), strict=True)) for b in (1, 2, 3))
+    spec = dataclasses.replace(
+        fake_bench_script.SPEC, case_fields=fields, presets={"default": cases}
+    )
+    plans = {"fake": (spec, "batch_size<=2")}
+    spins = []
+
+    def spinner():
+        def spin(cycles):
+            spins.append(cycles)
+            time.sleep(cycles / 1e6 / 1e3)  # 1e6 "cycles" per ms
+
+        return inj.Spinner(spin, 1e6)
+
+    assert inj.main([str(tmp_path)], plans=plans, make_spinner=spinner) == 0
+    for label in ("A_all", "A", "p3", "p5", "p8", "A2"):
+        assert (tmp_path / label / "fake.csv").exists(), label
+    assert len(inj.read_rows(tmp_path / "A" / "fake.csv")) == 2  # both cases take ~5 ms
+    baseline = {
+        r["batch_size"]: float(r["time_ms"]) for r in inj.read_rows(tmp_path / "A" / "fake.csv")
+    }
+    assert max(spins) == inj.spin_cycles(8.0, max(baseline.values()), 1e6)
+    out = capsys.readouterr().out
+    assert "| A vs p8 | 2 |" in out and "A/A false alarms:" in out
+    assert (tmp_path / "inject_slowdown.md").read_text().startswith("Gate: summarize_results.py")
+    assert inj.main([str(tmp_path), "--gate-only"], plans=plans, make_spinner=spinner) == 0
+
+
+def test_throttle_effect_end_to_end_on_the_cpu(tmp_path, monkeypatch, capsys):
+    import throttle_effect as te
+    from test_telemetry import ScriptedTelemetry
+
+    from fi_attn_bench.sweep import run as sweep_run
+
+    monkeypatch.setattr(
+        sweep_run, "open_telemetry", lambda device: ScriptedTelemetry([2000, 1000, 2000] * 500)
+    )
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.001")
+    plans = {"fake": (fake_bench_script.SPEC, "batch_size=1")}
+    assert te.main([str(tmp_path), "--rounds", "2"], plans=plans) == 0
+    text = (tmp_path / "throttle_effect.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("| fake")]
+    assert [line.split(" | ")[1] for line in lines] == ["off", "discard", "pause"]
+    assert lines[0].split(" | ")[5] == "-, -"  # policy off: no note, nothing discarded
+    assert all(n.isdigit() for n in lines[1].split(" | ")[5].split(", "))
+    assert (tmp_path / "pause_r2" / "fake.log").exists()
