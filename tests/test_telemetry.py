@@ -162,6 +162,8 @@ def test_condition_columns_from_readings():
         "throttle_reasons": "sw_power_cap;hw_slowdown",
     }
     assert tm.conditions_columns([reading(), reading()], None) == {}
+    idle = [reading(reasons=("gpu_idle",)), reading(reasons=("gpu_idle", "sw_power_cap"))]
+    assert tm.conditions_columns(idle, None) == {"throttle_reasons": "sw_power_cap"}
     assert tm.conditions_columns([reading(reasons=())], None) == {"throttle_reasons": ""}
 
 

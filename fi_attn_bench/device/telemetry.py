@@ -65,7 +65,9 @@ NVML_REASON_FUNCTIONS = (
     "nvmlDeviceGetCurrentClocksThrottleReasons",
 )
 
-FIELDS = ("sm_clock_MHz", "max_sm_clock_MHz", "temperature_C", "throttle_reasons")
+# Left out of the row: every read follows a synchronize (before a case, between batches), when
+# the GPU has just gone idle, so this reason would show in every row and tell nothing.
+IDLE_REASONS = frozenset({"gpu_idle"})
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def conditions_columns(
         columns["temp_start_C"], columns["temp_end_C"] = temperatures[0], temperatures[-1]
     reasons = [r.throttle_reasons for r in readings if r.throttle_reasons is not None]
     if reasons:
-        seen = dict.fromkeys(name for names in reasons for name in names)
+        seen = dict.fromkeys(n for names in reasons for n in names if n not in IDLE_REASONS)
         columns["throttle_reasons"] = ";".join(seen)
     return columns
 
