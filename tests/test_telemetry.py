@@ -4,6 +4,7 @@ NVML and pymxsml are stand-ins; the loop runs a fake timer."""
 from __future__ import annotations
 
 import csv
+import ctypes
 from types import SimpleNamespace
 
 import pytest
@@ -110,7 +111,7 @@ class FakeMxsml:
 
     def mxSmlGetClocks(self, index, clock):
         assert clock == self.MXSML_CLOCK_XCORE
-        return list(self.clocks)
+        return list(self.clocks) if isinstance(self.clocks, tuple) else self.clocks
 
     def mxSmlGetTemperatureInfo(self, index, sensor):
         if isinstance(self.temperature, Exception):
@@ -123,6 +124,10 @@ def test_pymxsml_reads_scaled_temperature_and_largest_clock():
     assert telemetry.read() == tm.TelemetryReading(1600.0, 47.75, None)
     assert telemetry.max_sm_clock_mhz() is None
     assert tm.mxsml_celsius(47.0) == 47.0  # already in degrees
+    as_array = FakeMxsml(clocks=(ctypes.c_uint * 2)(1500, 1550), temperature=5012)
+    assert tm.open_mxsml(0, load=lambda name: as_array).read() == tm.TelemetryReading(1550.0, 50.12)
+    scalar = FakeMxsml(clocks=1400)
+    assert tm.open_mxsml(0, load=lambda name: scalar).sm_clock_mhz() == 1400.0
 
 
 def test_pymxsml_missing_failing_or_incomplete_reads_nothing():

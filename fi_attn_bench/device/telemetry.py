@@ -171,8 +171,12 @@ def mxsml_celsius(raw: float) -> float:
 
 
 def _largest_number(value) -> float | None:
-    """The largest number in a scalar or a sequence of them (mxSmlGetClocks returns a list)."""
-    items = value if isinstance(value, (list, tuple)) else [value]
+    """The largest number in a scalar or a sequence of them (mxSmlGetClocks returns a list;
+    a ctypes array iterates the same way)."""
+    try:
+        items = [value] if isinstance(value, (str, bytes)) else list(value)
+    except TypeError:  # a scalar
+        items = [value]
     numbers = []
     for item in items:
         try:
