@@ -96,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
     if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        print(f"{PROG}: error: --output-dir {args.output_dir!r} is not a directory", file=sys.stderr)  # fmt: skip
+        message = f"--output-dir {args.output_dir!r} is not a directory"
+        print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
     try:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -108,8 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: --device {device}: no such GPU", file=sys.stderr)
             return 2
     report = diagnose(device)
-    markdown, json_path = write_report(report, args.output_dir)
     print(render_summary(report))
+    try:
+        markdown, json_path = write_report(report, args.output_dir)
+    except OSError as exc:
+        print(f"{PROG}: error: cannot write the report: {exc}", file=sys.stderr)
+        return 2
     print(f"\nReports: {markdown}, {json_path}")
     return report.exit_code
 
@@ -129,15 +134,25 @@ def diagnose(device: torch.device, load=flashinfer_api.load_flashinfer) -> Docto
     torch.cuda.set_device(device)
     probe = real_probe(device, flashinfer)
     sync = cuda_sync(device)
+    power = open_power_monitor(device) is not None
     checks = (
-        check_profiler_kernels(probe, sync),
-        check_device_l2(L2Flusher(device), device),
-        check_cuda_graph(probe, device, sync),
-        check_spin_kernel(),
-        check_telemetry(telemetry_sources(device), open_power_monitor(device) is not None),
+        _guarded("profiler_kernels", lambda: check_profiler_kernels(probe, sync)),
+        _guarded("l2_flush", lambda: check_device_l2(L2Flusher(device), device)),
+        _guarded("cuda_graph", lambda: check_cuda_graph(probe, device, sync)),
+        _guarded("spin_kernel", check_spin_kernel),
+        _guarded("telemetry", lambda: check_telemetry(telemetry_sources(device), power)),
         api,
     )
     return DoctorReport(created, environment(device, flashinfer), checks)
+
+
+def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
+    """A check that raised outside its own handling (out of memory, a device property the
+    build lacks) is reported as failed with the exception, never as a traceback."""
+    try:
+        return check()
+    except Exception as exc:  # noqa: BLE001 - the doctor's report is the place for it
+        return CheckResult(name, CheckStatus.FAIL, f"the check raised {type(exc).__name__}: {exc}")
 
 
 def _import(load: Callable[[], object]) -> tuple[object | None, str]:

@@ -367,3 +367,11 @@ def test_bench_all_exits_2_when_the_shared_timer_refuses(tmp_path, capsys):
     assert code == 2
     assert "self-check 'cuda_graph' failed" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.csv"))
+
+
+def test_a_check_that_raises_is_reported_as_failed():
+    def broken():
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    result = doctor._guarded("l2_flush", broken)
+    assert result.status is FAIL and "OutOfMemoryError: CUDA out of memory" in result.summary
