@@ -9,7 +9,7 @@ It writes ``doctor_<UTC time>.md`` and ``.json`` to ``--output-dir``, never over
 existing file, for a bug report.
 
 Exit codes: 0 no check failed (on a machine without GPU or FlashInfer every device check is
-unavailable), 1 some check failed, 2 bad arguments.
+unavailable), 1 some check failed, 2 bad arguments or a report that cannot be written.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Self-test of the timers, telemetry and FlashInfer API on this machine; "
         "writes a Markdown and a JSON report for bug reports.",
         epilog="Exit codes: 0 no check failed (unavailable checks included), 1 a check failed, "
-        "2 bad arguments.",
+        "2 bad arguments or a report that cannot be written.",
     )
     parser.add_argument("--output-dir", default=".", help="where the reports go (default .)")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
