@@ -27,6 +27,7 @@ from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.timing.options import (
     ATTRIBUTIONS,
     STOP_RULES,
+    THROTTLE_POLICIES,
     TIMER_NAMES,
     TimingOptions,
 )
@@ -194,6 +195,30 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         default=TimingOptions.warmup_min_ms,
         help=f"minimum warm-up after the first call (default {TimingOptions.warmup_min_ms:g})",
     )
+    throttle = parser.add_argument_group("throttle policy (see README, 'Run conditions')")
+    throttle.add_argument(
+        "--throttle-policy",
+        choices=THROTTLE_POLICIES,
+        default=TimingOptions.throttle_policy,
+        help="off (default); discard: drop the samples of a batch during which the SM clock "
+        "read below --throttle-threshold of its maximum; pause: drop them and let the GPU "
+        "rest --cooldown-ms before the next batch (needs NVML clocks)",
+    )
+    throttle.add_argument(
+        "--throttle-threshold",
+        type=_positive(float),
+        metavar="PCT",
+        default=TimingOptions.throttle_threshold_pct,
+        help=f"%% of the maximum SM clock below which a batch counts as throttled "
+        f"(default {TimingOptions.throttle_threshold_pct:g}, nvbench's)",
+    )
+    throttle.add_argument(
+        "--cooldown-ms",
+        type=_non_negative_float,
+        default=TimingOptions.cooldown_ms,
+        help=f"rest after a throttled batch with --throttle-policy pause "
+        f"(default {TimingOptions.cooldown_ms:g})",
+    )
     check = parser.add_argument_group("correctness")
     check.add_argument(
         "--check",
@@ -325,6 +350,7 @@ def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactor
         flush=True,
     )
     timer = timer_factory(options.timing, device, print if options.verbose else (lambda _: None))
+    timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
     return Sweep(spec, options, timer).run()
 
 

@@ -202,6 +202,9 @@ def _run_all(runs, timer) -> int:
     except KeyboardInterrupt:
         print(f"\nInterrupted; continue with:\n  {runs[0][1].resume_command}", file=sys.stderr)
         return 130
+    except UsageError as exc:  # a timer's self-check failed (SelfCheckFailed)
+        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        return 2
     return max(codes, default=0)
 
 

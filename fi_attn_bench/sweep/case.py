@@ -13,8 +13,10 @@ import torch
 from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
 from fi_attn_bench.device.power import PowerMonitor
+from fi_attn_bench.device.telemetry import Telemetry
 from fi_attn_bench.seed_api import synchronize
 from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.loop import PhaseClock, measure
 from fi_attn_bench.timing.options import (
     CPU_TIMER,
@@ -109,6 +111,8 @@ class CaseRunner:
     batch_gpu_ms: float = 0.0  # GPU time of the timed batches, L2 flushes included
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
     power: PowerMonitor | None = None  # the GPU's power-limit counters around each case
+    telemetry: Telemetry | None = None  # clocks, temperature, throttle reasons (none: empty)
+    conditions: CaseConditions | None = None  # made on the first case; keeps the max clock
 
     def __call__(self, case: Mapping[str, int]) -> CaseResult:
         """Never raises an Exception: a failure is a CaseResult with its error."""
@@ -140,19 +144,35 @@ class CaseRunner:
             if message is not None:
                 raise CorrectnessError(message)
 
+        if self.conditions is None:
+            self.conditions = CaseConditions(self.telemetry, timing)
+        conditions = self.conditions
+
         def timed() -> Measurement:
             return measure(
-                prepared.run, self.timer, timing, after_warm_up=check, phases=self.phases
+                prepared.run,
+                self.timer,
+                timing,
+                after_warm_up=check,
+                phases=self.phases,
+                watch=conditions,
             )
 
-        if self.power is None:
-            return timed()
-        measurement, power = self.power.around(timed)
-        columns.update(power)
-        return measurement
+        conditions.begin()
+        try:
+            if self.power is None:
+                return timed()
+            measurement, power = self.power.around(timed)
+            columns.update(power)
+            return measurement
+        finally:
+            conditions.end()
+            columns.update(conditions.columns())
 
     def _notes(self, measurement: Measurement) -> tuple[str, ...]:
         notes = [_describe(measurement)] if self.options.timing.verbose else []
+        if self.options.timing.verbose and self.options.timing.throttle_policy != "off":
+            notes.append(_throttle_note(measurement, self.conditions))
         if measurement.starved_fraction > STARVED_WARN_FRACTION:
             notes.append(_starved_note(measurement))
         if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
@@ -168,6 +188,30 @@ def _describe(measurement: Measurement) -> str:
     return (
         f"  {len(measurement.samples)} samples{how}, median {measurement.median:.4f} ms, "
         f"min {measurement.min:.4f} ms, noise {measurement.noise_pct:.2f}%; kernels: {kernels}"
+    )
+
+
+def _throttle_note(measurement: Measurement, conditions: CaseConditions | None) -> str:
+    policy = conditions.options.throttle_policy if conditions else "off"
+    if conditions is None or not conditions.policy_active:
+        return (
+            f"  note: --throttle-policy {policy} inactive: the SM clock or its maximum is not "
+            "readable here (see fi-attn-bench-doctor's telemetry check); every sample kept"
+        )
+    threshold = f"{conditions.threshold_mhz:.0f} MHz"
+    if measurement.throttled_samples and not measurement.discarded_samples:
+        return (
+            f"  note: every batch ran below {threshold} (--throttle-policy {policy}); "
+            f"all {measurement.throttled_samples} samples kept"
+        )
+    if conditions.throttled_batches and not measurement.throttled_samples:
+        return (
+            f"  note: {conditions.throttled_batches} batches ran below {threshold} but none was "
+            "dropped: the profiler's recording could not be split by batch (one mean sample)"
+        )
+    return (
+        f"  note: --throttle-policy {policy} discarded {measurement.discarded_samples} samples "
+        f"({conditions.throttled_batches} batches with an SM clock below {threshold})"
     )
 
 

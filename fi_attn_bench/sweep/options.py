@@ -106,7 +106,21 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         min_time_ms=0.0 if device.type == "cpu" else args.min_time_ms,
         enough_samples=args.enough_samples,
         verbose=args.verbose,
+        **_throttle_options(args),
     )
+
+
+def _throttle_options(args) -> dict[str, object]:
+    """The throttle policy's fields of TimingOptions (a threshold above 100 % is bad input)."""
+    if args.throttle_threshold > 100:
+        raise UsageError(
+            f"--throttle-threshold is a % of the maximum clock (<= 100), got {args.throttle_threshold:g}"
+        )
+    return {
+        "throttle_policy": args.throttle_policy,
+        "throttle_threshold_pct": args.throttle_threshold,
+        "cooldown_ms": args.cooldown_ms,
+    }
 
 
 def select_for_preset(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) -> tuple[dict, ...]:
@@ -217,6 +231,10 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words += ["--attribution", timing.attribution]
     if timing.stop_rule != TimingOptions.stop_rule:
         words += ["--stop-rule", timing.stop_rule]
+    if timing.throttle_policy != TimingOptions.throttle_policy:
+        words += ["--throttle-policy", timing.throttle_policy]
+        words += ["--throttle-threshold", f"{timing.throttle_threshold_pct:g}"]
+        words += ["--cooldown-ms", f"{timing.cooldown_ms:g}"]
     if options.workspace_bytes != DEFAULT_WORKSPACE_BYTES:
         words += ["--workspace-mb", str(options.workspace_bytes // 2**20)]
     if options.seed:

@@ -12,6 +12,7 @@ import torch
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.device.power import open_power_monitor
+from fi_attn_bench.device.telemetry import open_telemetry
 from fi_attn_bench.results.schema import (
     STATUS_OK,
     ResultCsvWriter,
@@ -84,7 +85,8 @@ class Sweep:
     def _loop(self, todo, store, metadata, roofline) -> int:
         spec, options = self.spec, self.options
         power = open_power_monitor(options.device)
-        runner = CaseRunner(spec, options, self.timer, self.log, power=power)
+        telemetry = open_telemetry(options.device)
+        runner = CaseRunner(spec, options, self.timer, self.log, power=power, telemetry=telemetry)
         freeze_startup_objects()
         progress = Progress.start(len(todo))
         failed, index, started = 0, 0, time.monotonic()

@@ -16,6 +16,9 @@ ATTRIBUTIONS = ("auto", "sum", "span", "stream")
 STOP_RULES = ("spread", "median_ci")
 
 
+THROTTLE_POLICIES = ("off", "discard", "pause")  # see fi_attn_bench.timing.conditions
+
+
 class TimingError(RuntimeError):
     """The timer could not produce a trustworthy sample."""
 
@@ -79,6 +82,12 @@ class TimingOptions:
     queue_ahead_min_ms: float = 0.05
     queue_ahead_max_ms: float = 20.0
     verbose: bool = False
+    # Throttle policy (nvbench's): a batch during which the SM clock read below
+    # throttle_threshold_pct of the maximum has its samples discarded ("discard"), and the
+    # GPU rests cooldown_ms before the next batch as well ("pause").
+    throttle_policy: str = "off"
+    throttle_threshold_pct: float = 75.0
+    cooldown_ms: float = 50.0
 
     @property
     def effective_attribution(self) -> str:
@@ -92,5 +101,9 @@ class TimingOptions:
             raise ValueError(f"attribution must be one of {', '.join(ATTRIBUTIONS)}")
         if self.stop_rule not in STOP_RULES:
             raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}")
+        if self.throttle_policy not in THROTTLE_POLICIES:
+            raise ValueError(f"throttle_policy must be one of {', '.join(THROTTLE_POLICIES)}")
+        if not 0 < self.throttle_threshold_pct <= 100 or self.cooldown_ms < 0:
+            raise ValueError("throttle threshold in (0, 100] % and cooldown >= 0 ms required")
         if self.min_samples < 1 or self.noise_target_pct <= 0 or self.max_time_s <= 0:
             raise ValueError("min_samples >= 1, noise target > 0 and time budget > 0 required")

@@ -54,6 +54,10 @@ class Measurement:
     # GPU time of the timed batches, L2 flushes between calls included (0: not known)
     batch_gpu_ms: float = 0.0
     starved_calls: int = 0  # "stream" samples that include a wait for the CPU (see Batch)
+    # Samples of batches the throttle policy judged throttled, and those of them dropped
+    # (none when every batch was throttled: see ``fi_attn_bench.timing.loop.kept_batches``)
+    throttled_samples: int = 0
+    discarded_samples: int = 0
 
     def __post_init__(self):
         if not self.samples:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,6 +20,16 @@ from fi_attn_bench.timing.queue import (
     elapsed_ms,
     enqueue_calls,
     queued_samples,
+)
+from fi_attn_bench.timing.selfcheck import (
+    CheckResult,
+    capture_graph,
+    check_cuda_graph,
+    check_device_l2,
+    check_profiler_kernels,
+    matmul_probe,
+    require,
+    required_checks,
 )
 from fi_attn_bench.timing.statistics import Batch, clamp
 from fi_attn_bench.timing.trace import (
@@ -52,6 +62,10 @@ class Timer(Protocol):
     def set_up(self) -> None:
         """One-time work before the first case's warm-up (buffers, calibrations)."""
 
+    def self_check(self) -> None:
+        """Before the sweep: raise ``SelfCheckFailed`` (exit 2) where a check this timer
+        depends on fails (``fi_attn_bench.timing.selfcheck``)."""
+
     def open(self, fn: Callable[[], object], estimate_ms: float) -> TimerSession: ...
 
     def sync(self) -> None: ...
@@ -65,6 +79,9 @@ class TimerDefaults:
     def set_up(self) -> None:
         return None
 
+    def self_check(self) -> None:
+        return None
+
 
 class SessionDefaults:
     """What a session that times batch by batch declares."""
@@ -74,6 +91,13 @@ class SessionDefaults:
     def record(self, loop: Callable[[], None]) -> Sequence[Batch] | None:
         loop()
         return None
+
+
+def run_required_checks(timer: Timer, checks: Mapping[str, Callable[[], CheckResult]]) -> None:
+    """Run the checks ``required_checks`` names for this timer and L2 mode, in order; raise
+    ``SelfCheckFailed`` at the first that fails."""
+    for name in required_checks(timer.name, timer.l2):
+        require(checks[name](), timer.name)
 
 
 def method_columns(timer: Timer) -> dict[str, str]:
@@ -127,6 +151,7 @@ class EventsTimer(TimerDefaults):
         self.l2 = options.l2
         self.sync = cuda_sync(device)
         self.queue = QueueAhead(options)
+        self.checked = False  # self_check passed once: a suite's scripts share the timer
 
     def cover_launch(self) -> None:
         """A GPU spin before a warm call, so its start event is not recorded while the GPU
@@ -137,6 +162,14 @@ class EventsTimer(TimerDefaults):
         """The flush buffer and its duration, once per timer (see ``measure``)."""
         if self.l2 == "cold":
             self.flusher.duration_ms()
+
+    def self_check(self) -> None:
+        """Cold L2: the flush must evict (``required_checks``)."""
+        if not self.checked:
+            run_required_checks(
+                self, {"l2_flush": lambda: check_device_l2(self.flusher, self.device)}
+            )
+        self.checked = True
 
     def open(self, fn, estimate_ms):
         flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
@@ -168,9 +201,25 @@ class CudaGraphTimer(TimerDefaults):
     name = "cuda_graph"
     l2 = "warm"
 
-    def __init__(self, options: TimingOptions, device: torch.device):
+    def __init__(
+        self,
+        options: TimingOptions,
+        device: torch.device,
+        profile: Callable[..., list[DeviceEvent]] = profile_device_events,
+    ):
         self.options, self.device = options, device
         self.sync = cuda_sync(device)
+        self.profile = profile  # counts the kernels of the self-check's eager call and replay
+        self.checked = False
+
+    def self_check(self) -> None:
+        """A replay must run every kernel of the captured call (``required_checks``)."""
+        if not self.checked:
+            graph = lambda: check_cuda_graph(  # noqa: E731
+                matmul_probe(self.device), self.device, self.sync, self.profile
+            )
+            run_required_checks(self, {"cuda_graph": graph})
+        self.checked = True
 
     def open(self, fn, estimate_ms):
         calls = clamp(
@@ -178,16 +227,8 @@ class CudaGraphTimer(TimerDefaults):
             1,
             self.options.max_graph_calls,
         )
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
-                for _ in range(calls):
-                    fn()
+            graph = capture_graph(fn, self.device, calls)
         except Exception as exc:
             raise TimingError(
                 f"CUDA graph capture of run() failed: {type(exc).__name__}: {exc}"
@@ -235,6 +276,7 @@ class ProfilerTimer(TimerDefaults):
         self.queue = QueueAhead(options)
         self._flush_events: list[DeviceEvent] | None = None
         self._lead_events: list[DeviceEvent] | None = None
+        self.checked = False
 
     def _flush_calibration(self) -> list[DeviceEvent]:
         if self.l2 != "cold":
@@ -257,6 +299,17 @@ class ProfilerTimer(TimerDefaults):
         profiler session takes seconds (see ``measure``)."""
         self._lead_calibration()
         self._flush_calibration()
+
+    def self_check(self) -> None:
+        """The profiler must record device kernels; cold L2: the flush must evict
+        (``required_checks``)."""
+        if not self.checked:
+            kernels = lambda: check_profiler_kernels(  # noqa: E731
+                matmul_probe(self.device), self.sync, self.profile
+            )
+            flush = lambda: check_device_l2(self.flusher, self.device)  # noqa: E731
+            run_required_checks(self, {"profiler_kernels": kernels, "l2_flush": flush})
+        self.checked = True
 
     def open(self, fn, estimate_ms):
         """A session for one case.  run()'s own event count comes from the case's recording
