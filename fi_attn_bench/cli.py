@@ -11,6 +11,7 @@ from dataclasses import replace
 import torch
 
 from fi_attn_bench.backends.selection import Probe, concrete_device, resolve_backend
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
 from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
@@ -20,7 +21,7 @@ from fi_attn_bench.sweep.options import (
     RunOptions,
     preset_for,
     resolve_options,
-    select_for_preset,
+    selected_cases,
 )
 from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.timing.options import (
@@ -69,7 +70,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     cases = parser.add_argument_group("cases")
     cases.add_argument(
         "--preset",
-        choices=sorted(spec.presets),
+        choices=serving.preset_names(spec),
         help="case grid (default: 'default'; 'cpu' when running on the CPU)",
     )
     cases.add_argument(
@@ -98,6 +99,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         default=DEFAULT_WORKSPACE_BYTES // 2**20,
         help="wrapper workspace size in MiB (default 128)",
     )
+    _add_serving_arguments(parser)
     where = parser.add_argument_group("backend and device")
     where.add_argument(
         "--backend",
@@ -238,6 +240,32 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """Varied-length batches (README, "Serving-shaped batches")."""
+    group = parser.add_argument_group("serving-shaped batches")
+    group.add_argument(
+        "--batch",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a varied-length batch instead of the preset, e.g. '8d@4k+2p512@2k' or "
+        "'64d@lognormal:median=1k,sigma=1,min=16,max=32k' (repeatable; lengths drawn from --seed)",
+    )
+    group.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="FILE[:LINE]",
+        help="JSON Lines file, one batch per line (ours or flashinfer-bench's); each line is a case",
+    )
+    group.add_argument(
+        "--imbalance",
+        action="store_true",
+        help="also time each varied case's uniform twin (as many requests and tokens) and "
+        "write uniform_twin_ms and imbalance_pct",
+    )
+
+
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
@@ -293,6 +321,8 @@ def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactor
     """The sweep ``plan`` resolved: exit 0, 1 when a case failed, 130 when interrupted."""
     device = concrete_device(options.device)
     options = replace(options, device=device)
+    if serving.has_workloads(options.cases):
+        spec = serving.with_workload_field(spec)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     print(
@@ -308,8 +338,10 @@ def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
     on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
     preset = preset_for(spec, args, torch.device("cpu" if on_cpu else "cuda"))
-    cases = select_for_preset(spec, preset, args.filter)
+    cases = selected_cases(spec, args, preset)
     print(f"{spec.api}: preset {preset}, {len(cases)} cases")
+    if serving.has_workloads(cases):
+        spec = serving.with_workload_field(spec)
     for case in cases:
         print(case_text(case, spec.case_fields))
     return 0

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
 from fi_attn_bench.device.power import PowerMonitor
@@ -203,12 +204,15 @@ def release_memory(device: torch.device) -> None:
 
 
 def static_columns(spec: BenchmarkSpec, case, options: RunOptions) -> dict[str, object]:
-    """io_bytes and flops known before the run, so failed rows carry them too."""
+    """io_bytes, flops and a varied batch's shape, known before the run, so failed rows
+    carry them too."""
+    shape = serving.shape_columns(case)
     try:
         element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
         return {
+            **shape,
             "io_bytes": float(spec.io_bytes(case, element_size)),
             "flops": float(spec.flops(case)),
         }
     except Exception:  # noqa: BLE001 - the run itself will report a broken formula
-        return {}
+        return shape

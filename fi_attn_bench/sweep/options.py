@@ -12,6 +12,7 @@ import torch
 
 from fi_attn_bench.backends import flashinfer_api as flashinfer_compat
 from fi_attn_bench.backends.selection import BackendChoice
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
@@ -45,6 +46,7 @@ class RunOptions:
     peak_bandwidth: float | None = None
     peak_tflops: float | None = None
     flashinfer_version: str = ""
+    imbalance: bool = False  # also time each varied case's uniform twin
 
     def settings(self, case: Mapping[str, int], fields: Sequence[str]) -> Settings:
         return Settings(
@@ -93,12 +95,35 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
     )
 
 
-def select_for_preset(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) -> tuple[dict, ...]:
+def select_for_preset(
+    spec: BenchmarkSpec, preset: str, filters: Sequence[str], seed: int = 0
+) -> tuple[dict, ...]:
+    """The preset's cases (varied-length ones drawn under ``seed``) that pass ``filters``."""
+    return _filtered(
+        spec, serving.resolve_all(spec, serving.preset_cases(spec, preset), seed), filters, preset
+    )
+
+
+def _filtered(spec, cases, filters: Sequence[str], source: str) -> tuple[dict, ...]:
     terms = [term for text in filters for term in parse_filter(text, spec.case_fields)]
-    cases = select_cases(spec.presets[preset], terms)
-    if not cases:
-        raise NoMatchingCase(f"no case of preset {preset!r} matches --filter {' '.join(filters)}")
-    return tuple(cases)
+    kept = select_cases(cases, terms)
+    if not kept:
+        raise NoMatchingCase(f"no case of {source} matches --filter {' '.join(filters)}")
+    return tuple(kept)
+
+
+COMMAND_LINE_CASES = "--batch/--workload"
+
+
+def selected_cases(spec: BenchmarkSpec, args, preset: str) -> tuple[dict, ...]:
+    """The cases of ``--batch`` / ``--workload`` when given, else of the preset; filtered."""
+    batches, files = getattr(args, "batch", None) or [], getattr(args, "workload", None) or []
+    if not (batches or files):
+        return select_for_preset(spec, preset, args.filter, args.seed)
+    if args.preset:
+        raise UsageError("--batch and --workload replace --preset; give one or the other")
+    cases = serving.command_line_cases(spec, batches, files, args.seed)
+    return _filtered(spec, cases, args.filter, COMMAND_LINE_CASES)
 
 
 def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
@@ -112,6 +137,8 @@ def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
 
 
 def preset_for(spec: BenchmarkSpec, args, device: torch.device) -> str:
+    if getattr(args, "batch", None) or getattr(args, "workload", None):
+        return COMMAND_LINE_CASES
     if args.preset:
         return args.preset
     if device.type == "cpu" and "cpu" in spec.presets:
@@ -130,7 +157,7 @@ def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOpti
     )
     return RunOptions(
         preset=preset,
-        cases=select_for_preset(spec, preset, args.filter),
+        cases=selected_cases(spec, args, preset),
         backend=choice.backend,
         device=device,
         dtype_name=args.dtype,
@@ -147,16 +174,20 @@ def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOpti
         peak_bandwidth=args.peak_bandwidth,
         peak_tflops=args.peak_tflops,
         flashinfer_version=str(version),
+        imbalance=bool(getattr(args, "imbalance", False)),
     )
 
 
 def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
     """One command line that reruns exactly this case with the same settings."""
     timing = options.timing
+    workload = serving.workload_of(case)
+    fields = [name for name in spec.case_fields if name != serving.WORKLOAD_FIELD]
+    source = list(workload.source) if workload else ["--preset", options.preset]
     words = [
         "python", spec.script,
-        "--filter", case_text(case, spec.case_fields),
-        "--preset", options.preset,
+        "--filter", case_text(case, fields),
+        *source,
         "--dtype", options.dtype_name,
         "--page-size", str(options.page_size),
         "--backend", options.backend,

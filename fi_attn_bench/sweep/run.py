@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.device.power import open_power_monitor
@@ -113,8 +114,28 @@ class Sweep:
         known = {**metadata, "repro": repro, **static_columns(self.spec, case, self.options)}
         record = execute_benchmark_case(self.spec.api, case, lambda: runner(case), known)
         record["error"] = clip_error(str(record["error"]))
+        if self.options.imbalance and record["status"] == STATUS_OK:
+            record.update(self._imbalance(runner, case, float(record["time_ms"])))
         record.update(roofline.columns(record))
         return record
+
+    def _imbalance(self, runner: CaseRunner, case, time_ms: float) -> dict[str, float]:
+        """uniform_twin_ms and imbalance_pct of a varied case: its uniform twin measured by
+        the same runner as any case; a twin that fails leaves both columns empty."""
+        if serving.workload_of(case) is None:
+            return {}
+        twin = serving.twin_case(self.spec, case)
+        details = runner.details
+        try:
+            twin_ms = float(runner(twin)[0])
+        except Exception as exc:  # noqa: BLE001 - the case itself was measured; note and go on
+            release_memory(self.options.device)
+            runner.details = "\n".join(
+                filter(None, [details, f"  uniform twin failed: {type(exc).__name__}: {exc}"])
+            )
+            return {}
+        runner.details = details
+        return {"uniform_twin_ms": twin_ms, "imbalance_pct": (time_ms / twin_ms - 1.0) * 100.0}
 
 
 def _cost_line(runner: CaseRunner, wall_s: float) -> str:
