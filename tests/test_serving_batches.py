@@ -8,8 +8,11 @@ bottom-right causal mask), independent of ``fi_attn_bench.cases.reference``.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
 import math
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -27,6 +30,8 @@ from fi_attn_bench.cases.spec import Settings
 from fi_attn_bench.cases.workloads import Batch, Workload
 from fi_attn_bench.results.schema import csv_fieldnames, read_result_rows
 from fi_attn_bench.timing.statistics import Batch as SampleBatch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 SCRIPTS = (decode, paged, ragged, mla)
 by_script = pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
@@ -341,3 +346,30 @@ def test_workload_file_cases_and_repro(tmp_path):
     assert [r["workload"] for r in rows] == ["mix", "w.jsonl:2"]
     assert f"--workload {path}:2" in rows[1]["repro"]
     assert rows[0]["total_q_tokens"] == "9" and rows[0]["uniform_twin_ms"] != ""
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def test_serving_report_lists_varied_rows_with_their_twins(tmp_path, capsys):
+    report = importlib.import_module("serving_report")
+
+    out = tmp_path / "r.csv"
+    timer = PerCaseTimer([3.0, 2.0])
+    assert _run(decode, ["--batch", "2d@10+1d@90", "--imbalance", "--output", str(out)], timer) == 0
+    uniform = tmp_path / "u.csv"
+    assert (
+        _run(decode, ["--preset", "cpu", "--filter", "batch_size=1", "--output", str(uniform)]) == 0
+    )
+    (row,) = report.imbalance_rows([str(uniform), str(out)])
+    assert (row.api, row.workload, row.num_requests, row.kv_len_max) == (
+        "decode",
+        "2d@10+1d@90",
+        3,
+        90,
+    )
+    assert (row.time_ms, row.uniform_twin_ms, row.imbalance_pct) == (3.0, 2.0, pytest.approx(50.0))
+    assert report.table_lines([row])[2].endswith("| 3.0000 | 2.0000 | +50.0% |")
+    assert report.main([str(tmp_path / "rep"), str(uniform)]) == 1  # nothing to report
+    assert report.main([str(tmp_path / "rep"), str(out)]) == 0
+    assert "2d@10+1d@90" in (tmp_path / "rep" / "imbalance.md").read_text()

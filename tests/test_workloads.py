@@ -318,3 +318,33 @@ def test_safetensors_reader_reads_int64(tmp_path):
     (tmp_path / "x.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + blob)
     assert read_safetensors_ints(str(tmp_path / "x.safetensors"), "t") == [0, 7, 1 << 40]
     assert math.isclose(1 << 40, read_safetensors_ints(str(tmp_path / "x.safetensors"), "t")[2])
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 5000), st.integers(0, 5000)).map(lambda t: (t[0], t[0] + t[1])),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_uniform_twin_invariants(pairs):
+    batch = Batch.of([q for q, _ in pairs], [kv for _, kv in pairs])
+    twin = wl.uniform_twin(batch)
+    assert len(twin.requests) == len(batch.requests)
+    assert sum(twin.q_lens) == sum(batch.q_lens) and sum(twin.kv_lens) == sum(batch.kv_lens)
+    assert max(twin.kv_lens) - min(twin.kv_lens) <= 1 and max(twin.q_lens) - min(twin.q_lens) <= 1
+    wl.check_batch(twin, "twin")
+
+
+@given(st.integers(1, 64), st.integers(1, 4000), st.integers(0, 4000), st.integers(0, 2**31))
+def test_drawn_batches_are_valid(count, lo, span, seed):
+    text = f"{count}d@uniform:lo={lo},hi={lo + span}+{count}puniform:lo={lo},hi={lo + span}@{lo}"
+    batch = wl.parse_batch_spec(text).draw(seed)
+    assert len(batch.requests) == 2 * count
+    assert all(lo <= r.kv_len <= lo + span for r in batch.requests[:count])
+    assert all(r.q_len == 1 for r in batch.requests[:count])
+    assert all(r.q_len <= r.kv_len for r in batch.requests)
