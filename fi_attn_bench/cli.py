@@ -17,6 +17,7 @@ from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
+    COMMAND_LINE_CASES,
     DEFAULT_TOLERANCE,
     RunOptions,
     preset_for,
@@ -303,6 +304,8 @@ def main_for(
 def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -> int:
     for text in args.filter:  # syntax first: no import, no device query for a typo
         parse_filter(text, spec.case_fields)
+    if args.batch or args.workload:  # a bad spec or workload line, before probing the machine
+        selected_cases(spec, args, COMMAND_LINE_CASES)
     if args.list:
         return list_cases(spec, args, probe)
     return execute(spec, plan(spec, args, probe), timer_factory)

@@ -326,7 +326,7 @@ def test_bad_specs_exit_2_before_any_gpu_work(argv, words, capsys):
     def boom():
         raise AssertionError("probed the machine")
 
-    code = cli.main_for(decode.SPEC, argv, probe=backend_selection.Probe(lambda: False, boom))
+    code = cli.main_for(decode.SPEC, argv, probe=backend_selection.Probe(boom, boom))
     assert code == 2 and words in capsys.readouterr().err
 
 
@@ -373,3 +373,10 @@ def test_serving_report_lists_varied_rows_with_their_twins(tmp_path, capsys):
     assert report.main([str(tmp_path / "rep"), str(uniform)]) == 1  # nothing to report
     assert report.main([str(tmp_path / "rep"), str(out)]) == 0
     assert "2d@10+1d@90" in (tmp_path / "rep" / "imbalance.md").read_text()
+
+
+def test_a_batch_given_twice_is_one_case(capsys):
+    argv = ["--list", "--device", "cpu", "--batch", "3d@40", "--batch", "2d@9", "--batch", "3d@40"]
+    assert cli.main_for(decode.SPEC, argv, probe=NO_GPU) == 0
+    out = capsys.readouterr().out
+    assert "2 cases" in out and out.count("workload=3d@40") == 1

@@ -76,7 +76,9 @@ def command_line_cases(
     """The cases of ``--batch SPEC`` and ``--workload FILE[:LINE]``, in command-line order."""
     workloads = [workload_from_spec(text, seed) for text in batches]
     workloads += [w for path in files for w in read_workload_file(path)]
-    return resolve_all(spec, ({WORKLOAD_FIELD: w} for w in workloads), seed)
+    unique = {w.label: w for w in reversed(workloads)}  # a batch given twice is one case
+    kept = [w for w in workloads if unique.get(w.label) is w]
+    return resolve_all(spec, ({WORKLOAD_FIELD: w} for w in kept), seed)
 
 
 def twin_case(spec: BenchmarkSpec, case: Mapping[str, object]) -> dict[str, object]:
