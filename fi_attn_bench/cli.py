@@ -72,7 +72,8 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     cases.add_argument(
         "--preset",
         choices=serving.preset_names(spec),
-        help="case grid (default: 'default'; 'cpu' when running on the CPU)",
+        help="case grid (default: 'default'; 'cpu' when running on the CPU; "
+        "'serving': varied-length batches)",
     )
     cases.add_argument(
         "--filter",

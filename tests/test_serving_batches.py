@@ -380,3 +380,23 @@ def test_a_batch_given_twice_is_one_case(capsys):
     assert cli.main_for(decode.SPEC, argv, probe=NO_GPU) == 0
     out = capsys.readouterr().out
     assert "2 cases" in out and out.count("workload=3d@40") == 1
+
+
+# ---------------------------------------------------------------------------- FlashInfer path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+fake_flashinfer = importlib.import_module("stand_ins.fake_flashinfer")
+
+
+@by_script
+@pytest.mark.parametrize("release", tuple(fake_flashinfer.RELEASES))
+def test_varied_batch_through_both_releases_plan(script, release, monkeypatch):
+    """plan() gets each request's own lengths (0.2.6 and 0.6.1 signatures): the stand-in
+    computes from what plan() received, and that matches the per-request dense result."""
+    module = fake_flashinfer.make_module(release)
+    monkeypatch.setitem(sys.modules, "flashinfer", module)
+    case = varied(script, *SHAPES[script])
+    s = dataclasses.replace(settings(), backend="flashinfer")
+    prepared = script.prepare(case, s)
+    expected = _dense(script, case, script.make_inputs(case, s))
+    torch.testing.assert_close(prepared.run().float(), expected, rtol=2e-2, atol=2e-2)
