@@ -398,10 +398,6 @@ class BatchSpec:
         dists = [d for t in self.terms for d in (t.q, t.kv) if d is not None]
         return any(d.random for d in dists)
 
-    @property
-    def decode_only(self) -> bool:
-        return all(t.q is None for t in self.terms)
-
     def draw(self, seed: int) -> Batch:
         rng = random.Random(zlib.crc32(f"{seed}|{self.text}".encode()))
         requests = [r for term in self.terms for r in term.draw(rng)]
