@@ -400,3 +400,27 @@ def test_varied_batch_through_both_releases_plan(script, release, monkeypatch):
     prepared = script.prepare(case, s)
     expected = _dense(script, case, script.make_inputs(case, s))
     torch.testing.assert_close(prepared.run().float(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_uniform_inputs_are_drawn_as_before():
+    """Uniform cases draw the same tensors as before varied batches existed (same shapes, same
+    order, same page table), so baselines keep measuring the same data."""
+    s = settings(seed=11)
+    case = decode.SPEC.presets["cpu"][0]
+    b, n = case["batch_size"], case["seq_len_kv"]
+    gen = bi.generator(s.seed, s.device)
+    table = bi.paged_table([n] * b, 16, s.device, s.seed)
+    shape = (table.num_pages, 16, case["num_kv_heads"], case["head_dim"])
+    q = bi.randn((b, case["num_qo_heads"], case["head_dim"]), s.dtype, s.device, gen)
+    k = bi.randn(shape, s.dtype, s.device, gen)
+    got = decode.make_inputs(case, s)
+    assert torch.equal(got.q, q) and torch.equal(got.k_cache, k)
+    assert torch.equal(got.table.kv_indices, table.kv_indices)
+
+    case = ragged.SPEC.presets["cpu"][-1]
+    tokens = case["batch_size"] * case["seq_len"]
+    gen = bi.generator(s.seed, s.device)
+    q = bi.randn((tokens, case["num_qo_heads"], case["head_dim_qk"]), s.dtype, s.device, gen)
+    k = bi.randn((tokens, case["num_kv_heads"], case["head_dim_qk"]), s.dtype, s.device, gen)
+    got = ragged.make_inputs(case, s)
+    assert torch.equal(got.q, q) and torch.equal(got.k, k)
