@@ -5,7 +5,8 @@
 #
 #   benchmarks/serving_sweep.sh OUT_DIR [warm] [a] [b] [report]      (default: all four steps)
 #
-#   warm    compile FlashInfer's kernels for the preset (benchmarks/jit_warm.sh serving)
+#   warm    compile FlashInfer's kernels for the preset: one short unchecked serving sweep into a
+#           temporary directory (removed after; its log is OUT_DIR/jit_warm.log)
 #   a, b    one serving sweep each: bench_all.py --preset serving --imbalance -> OUT_DIR/a, /b
 #   report  OUT_DIR/summary.md + plots/, imbalance.md + imbalance.png, aa.md + aa.json (A/A
 #           gate: summarize_results.py --fail-on-regression 5; its exit code is printed)
@@ -27,7 +28,12 @@ for step in $STEPS; do
   case "$step" in
   warm)
     stamp "warm: JIT for the serving preset"
-    benchmarks/jit_warm.sh serving "$OUT/jit_warm" >/dev/null 2>&1 || echo "warm: a script failed (see $OUT/jit_warm)"
+    warm_dir=$(mktemp -d)
+    $PY bench_all.py --preset serving --imbalance --timer events --no-check --warmup-ms 1 \
+      --sustain-ms 0 --min-time-ms 0 --enough-samples 10 --max-time-per-case 0.05 \
+      --output-dir "$warm_dir" ${SWEEP_ARGS:-} >"$OUT/jit_warm.log" 2>&1 ||
+      echo "warm: a case failed (see $OUT/jit_warm.log)"
+    rm -rf "$warm_dir"
     ;;
   a | b)
     stamp "sweep $step"
@@ -53,6 +59,6 @@ for step in $STEPS; do
     ;;
   esac
 done
-tar czf "$OUT/serving.tgz" -C "$OUT" --exclude serving.tgz --exclude jit_warm . 2>/dev/null
+tar czf "$OUT/serving.tgz" -C "$OUT" --exclude serving.tgz . 2>/dev/null
 stamp "done, exit $status"
 exit $status

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import torch
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends.selection import Probe, concrete_device, resolve_backend
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
@@ -61,13 +62,15 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
-    """The command line shared by every bench_batch_*.py script."""
+def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.ArgumentParser:
+    """The command line shared by every bench_batch_*.py script (``prog``: the program the
+    user ran, when another one parses this command line, as bench_all.py does)."""
     parser = argparse.ArgumentParser(
-        prog=spec.script,
+        prog=prog or spec.script,
         description=f"Benchmark {spec.api}; one CSV row per case (schema v1).",
         epilog="Exit codes: 0 all ok, 1 a case failed, 2 bad arguments or backend unavailable, 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     cases = parser.add_argument_group("cases")
     cases.add_argument(
         "--preset",
@@ -147,7 +150,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     )
     timing.add_argument(
         "--min-time-ms",
-        "--min-measure-ms",  # its name before harness 0.3.0, when it counted wall time
+        "--min-measure-ms",  # the former name, kept so that old command lines still run
         dest="min_time_ms",
         type=_non_negative_float,
         default=TimingOptions.min_time_ms,
@@ -225,6 +228,17 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         help="rerun only the cases not ok in CSV (or measured by another harness version), updating it in place",
     )
     out.add_argument(
+        "--force",
+        action="store_true",
+        help="move an existing --output file (or samples file) aside to <name>.bak-<timestamp> "
+        "and start afresh; without it such a file is never touched",
+    )
+    out.add_argument(
+        "--samples-dir",
+        metavar="DIR",
+        help="also write each ok case's raw samples to DIR/<csv-stem>.samples.jsonl.gz",
+    )
+    out.add_argument(
         "--peak-bandwidth",
         type=_positive(float),
         metavar="GB/s",
@@ -271,9 +285,11 @@ def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
-def parse_command_line(spec: BenchmarkSpec, argv) -> argparse.Namespace | int:
+def parse_command_line(
+    spec: BenchmarkSpec, argv, prog: str | None = None
+) -> argparse.Namespace | int:
     try:
-        return build_parser(spec).parse_args(argv)
+        return build_parser(spec, prog).parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
 
@@ -312,12 +328,20 @@ def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -
     return execute(spec, plan(spec, args, probe), timer_factory)
 
 
-def plan(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
-    """Every check of the command line, no GPU work: raises UsageError (exit 2)."""
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def plan(
+    spec: BenchmarkSpec, args, probe: Probe, announce: Callable[[str], None] = _to_stderr
+) -> RunOptions:
+    """Every check of the command line, no GPU work: raises UsageError (exit 2).
+
+    ``announce`` prints the backend's note (bench_all.py prints it once for all scripts)."""
     choice = resolve_backend(args.backend, args.device, probe)
     options = resolve_options(spec, args, choice)
     if choice.note:
-        print(choice.note, file=sys.stderr)
+        announce(choice.note)
     return options
 
 

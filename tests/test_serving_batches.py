@@ -29,6 +29,7 @@ from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.spec import Settings
 from fi_attn_bench.cases.workloads import Batch, Workload
 from fi_attn_bench.results.schema import csv_fieldnames, read_result_rows
+from fi_attn_bench.timing import timers
 from fi_attn_bench.timing.statistics import Batch as SampleBatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -200,7 +201,7 @@ def test_serving_preset_calls_stay_short_on_an_h200(script, seed):
 # ---------------------------------------------------------------------------- sweeps
 
 
-class PerCaseTimer:
+class PerCaseTimer(timers.TimerDefaults):
     """Each timed case (or twin) gets the next of ``times`` as every sample."""
 
     name = "profiler"
@@ -215,7 +216,7 @@ class PerCaseTimer:
     def open(self, fn, estimate_ms):
         value = next(self.times)
 
-        class Session:
+        class Session(timers.SessionDefaults):
             def batch(self, calls):
                 fn()
                 return SampleBatch((value,) * 4, frozenset({"k"}), starved=0)
@@ -291,6 +292,68 @@ def test_same_spec_and_seed_same_case_and_resume(tmp_path):
     # resuming finds the case already measured (the key includes the workload label)
     assert _run(decode, ["--batch", spec_text, "--seed", "4", "--resume", str(out)]) == 0
     assert len(_rows(out)[1]) == 1
+
+
+def test_a_failing_twin_leaves_its_columns_empty_and_is_noted(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    timer = PerCaseTimer([3.0])  # the twin's open() raises StopIteration: the twin fails
+    assert _run(decode, ["--batch", "2d@10+1d@90", "--imbalance", "--output", str(out)], timer) == 0
+    (row,) = _rows(out)[1]
+    assert row["status"] == "ok" and float(row["time_ms"]) == 3.0
+    assert row["uniform_twin_ms"] == "" and row["imbalance_pct"] == ""
+    assert "  uniform twin failed: StopIteration" in capsys.readouterr().out
+
+
+def test_a_serving_preset_sweep_resumes_from_its_csv_alone(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    argv = ["--preset", "serving", "--filter", "batch_size<=4", "--no-check"]
+    assert _run(decode, [*argv, "--output", str(out)]) == 0
+    header, rows = _rows(out)
+    assert {r["preset"] for r in rows} == {"serving"} and "workload" in header
+    assert _run(decode, ["--resume", str(out), "--no-check"]) == 0
+    assert f"{len(rows)} of {len(rows)} cases already ok" in capsys.readouterr().out
+    assert len(_rows(out)[1]) == len(rows)
+
+
+class InterruptAt(PerCaseTimer):
+    """Times cases at 1 ms until the ``stop``-th open(), which is Ctrl-C."""
+
+    def __init__(self, stop):
+        super().__init__(itertools.repeat(1.0))
+        self.left = stop
+
+    def open(self, fn, estimate_ms):
+        self.left -= 1
+        if not self.left:
+            raise KeyboardInterrupt
+        return super().open(fn, estimate_ms)
+
+
+def test_an_interrupted_batch_sweep_resumes_with_its_batches(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    argv = ["--batch", "2d@10+1d@90", "--batch", "3d@40", "--no-check"]
+    assert _run(decode, [*argv, "--imbalance", "--output", str(out)], InterruptAt(3)) == 130
+    hint = capsys.readouterr().out.strip().splitlines()[-1].split()
+    assert hint[:2] == ["python", "bench_batch_decode.py"] and "--imbalance" in hint
+    assert " ".join(hint).endswith("--batch 2d@10+1d@90 --batch 3d@40")
+    (row,) = _rows(out)[1]
+    assert row["preset"] == serving.COMMAND_LINE_CASES
+    assert _run(decode, ["--resume", str(out), "--no-check"]) == 2
+    assert "give the same --batch/--workload options" in capsys.readouterr().err
+    assert _run(decode, ["--preset", "serving", "--resume", str(out), "--no-check"]) == 2
+    assert _run(decode, hint[2:]) == 0
+    rows = _rows(out)[1]
+    assert [r["workload"] for r in rows] == ["2d@10+1d@90", "3d@40"]
+    assert all(r["uniform_twin_ms"] != "" for r in rows)
+
+
+def test_samples_of_a_varied_case_name_its_workload(tmp_path):
+    samples = importlib.import_module("fi_attn_bench.sweep.samples")
+    out = tmp_path / "r.csv"
+    argv = ["--batch", "3d@40", "--samples-dir", str(tmp_path), "--output", str(out)]
+    assert _run(decode, argv) == 0
+    (line,) = samples.read_samples(str(tmp_path / "r.samples.jsonl.gz"))
+    assert line["case"]["workload"] == "3d@40" and line["case"]["batch_size"] == "3"
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ from fi_attn_bench.cases.workloads import (
 )
 
 WORKLOAD_FIELD = "workload"
+# The ``preset`` a sweep of --batch/--workload cases records (they come from no preset).
+COMMAND_LINE_CASES = "--batch/--workload"
 
 
 def workload_of(case: Mapping[str, object]) -> Workload | None:

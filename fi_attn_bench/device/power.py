@@ -1,8 +1,7 @@
 """Was the GPU at its power limit while a case was measured? (NVML, read through ctypes.)
 
 A compute-bound case can hold a GPU at its board power limit; the limiter then lowers the SM
-clock, and the case's time follows the limiter and the temperature (H200, v10: 1260-1965 MHz
-under the 700 W cap, +2-3 % over ten seconds as the GPU warmed). Two counters NVML keeps
+clock, and the case's time follows the limiter and the temperature. Two counters NVML keeps
 tell this per case without sampling anything: the time the device spent clocked down for
 power (``nvmlDeviceGetViolationStatus``, cumulative ns) and its energy counter
 (``nvmlDeviceGetTotalEnergyConsumption``, mJ, Volta and later). Read before and after a

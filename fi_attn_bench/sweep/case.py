@@ -6,7 +6,7 @@ import gc
 import importlib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -30,11 +30,7 @@ from fi_attn_bench.timing.timers import Timer
 
 
 class CorrectnessError(RuntimeError):
-    """run()'s output disagrees with the reference; carries the check's columns."""
-
-    def __init__(self, message: str, result_columns: Mapping[str, object]):
-        super().__init__(message)
-        self.result_columns = dict(result_columns)
+    """run()'s output disagrees with the reference."""
 
 
 class NonFiniteOutput(RuntimeError):
@@ -59,36 +55,47 @@ def _require_finite(tensor) -> None:
 
 
 def verify_output(prepared: Prepared, options: RunOptions) -> dict[str, object]:
-    """One checked call: poison the output, run, compare with the float32 reference."""
-    skipped = {"check": "skipped"}
+    """One checked call: poison the output, run, compare with the float32 reference.
+
+    Returns the check's columns; a failed check puts ``check=fail`` among them and raises
+    ``CorrectnessError`` from ``require_passed``."""
     wanted = options.check and options.backend != "torch" and prepared.reference is not None
     if not wanted:
         result = prepared.run()
         synchronize(options.device)
         _require_finite(_output_of(prepared, result))
-        return skipped
-    reference_module = importlib.import_module("fi_attn_bench.cases.reference")
+        return {"check": "skipped"}
+    checking = importlib.import_module("fi_attn_bench.cases.checking")
     if prepared.output is not None:
-        reference_module.poison_(prepared.output)
+        checking.poison_(prepared.output)
     result = prepared.run()
     synchronize(options.device)
     actual = _output_of(prepared, result)
     if not isinstance(actual, torch.Tensor):
         raise TypeError("nothing to check: Prepared.output is None and run() returned no tensor")
     expected = prepared.reference()
-    tolerance = reference_module.Tolerance(rtol=options.rtol, atol=options.atol)
-    outcome = reference_module.check_output(actual, expected, tolerance)
+    tolerance = checking.Tolerance(rtol=options.rtol, atol=options.atol)
+    outcome = checking.check_output(actual, expected, tolerance)
     del expected, actual, result
-    columns = {
+    return {
         "check": "pass" if outcome.passed else "fail",
         "max_abs_err": float(outcome.max_abs_err),
         "mismatch_frac": float(outcome.mismatch_frac),
         "check_rtol": options.rtol,
         "check_atol": options.atol,
+        **({} if outcome.passed else {"_message": outcome.message}),
     }
-    if not outcome.passed:
-        raise CorrectnessError(outcome.message, columns)
-    return columns
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What one case gave: its measurement or the error that stopped it, the optional
+    columns measured on the way (plan time, check, power), and notes for the log."""
+
+    measurement: Measurement | None
+    columns: Mapping[str, object]
+    notes: tuple[str, ...] = ()
+    error: Exception | None = None
 
 
 @dataclass
@@ -102,52 +109,56 @@ class CaseRunner:
     timed_ms: float = 0.0  # time inside timed runs over all cases (for the cost ratio)
     batch_gpu_ms: float = 0.0  # GPU time of the timed batches, L2 flushes included
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
-    details: str = ""  # printed under the case's line: --verbose details, warnings
     power: PowerMonitor | None = None  # the GPU's power-limit counters around each case
 
-    def __call__(self, case: Mapping[str, int]):
-        partial: dict[str, object] = {}
+    def __call__(self, case: Mapping[str, int]) -> CaseResult:
+        """Never raises an Exception: a failure is a CaseResult with its error."""
+        columns: dict[str, object] = {}  # filled as the case goes, kept when it fails
         try:
-            return self._measure(case, partial)
-        except Exception as exc:
-            if getattr(exc, "result_columns", None) is None:
-                exc.result_columns = partial
-            raise
+            measurement = self._measure(case, columns)
+        except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
+            return CaseResult(None, columns, error=exc)
+        self.timed_ms += measurement.timed_ms
+        self.batch_gpu_ms += measurement.batch_gpu_ms
+        columns.update(measurement.columns())
+        return CaseResult(measurement, columns, self._notes(measurement))
 
-    def _measure(self, case, partial):
+    def _measure(self, case, columns: dict[str, object]) -> Measurement:
         options, timing = self.options, self.options.timing
         torch.manual_seed(case_seed(options.seed, case, self.spec.case_fields))
         settings = options.settings(case, self.spec.case_fields)
         prepared = self.phases.run("prepare", lambda: self.spec.prepare(case, settings))
-        partial["plan_ms"] = prepared.plan_ms
+        columns["plan_ms"] = prepared.plan_ms
         if prepared.kernel_pattern and not timing.kernel_pattern and timing.verbose:
             self.log(
                 f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
             )
 
+        def check() -> None:
+            found = verify_output(prepared, options)
+            message = found.pop("_message", None)
+            columns.update(found)
+            if message is not None:
+                raise CorrectnessError(message)
+
         def timed() -> Measurement:
             return measure(
-                prepared.run,
-                self.timer,
-                timing,
-                after_warm_up=lambda: partial.update(verify_output(prepared, options)),
-                phases=self.phases,
+                prepared.run, self.timer, timing, after_warm_up=check, phases=self.phases
             )
 
-        measurement, power = self.power.around(timed) if self.power else (timed(), {})
-        self.timed_ms += measurement.timed_ms
-        self.batch_gpu_ms += measurement.batch_gpu_ms
-        element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
-        io_bytes = self.spec.io_bytes(case, element_size)
-        flops = self.spec.flops(case)
-        extra = {**partial, **measurement.columns(), **power, "io_bytes": io_bytes, "flops": flops}
-        notes = [_describe(measurement)] if timing.verbose else []
+        if self.power is None:
+            return timed()
+        measurement, power = self.power.around(timed)
+        columns.update(power)
+        return measurement
+
+    def _notes(self, measurement: Measurement) -> tuple[str, ...]:
+        notes = [_describe(measurement)] if self.options.timing.verbose else []
         if measurement.starved_fraction > STARVED_WARN_FRACTION:
             notes.append(_starved_note(measurement))
         if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
             notes.append(_wide_spread_note(measurement))
-        self.details = "\n".join(notes)
-        return measurement.median, io_bytes, flops, extra
+        return tuple(notes)
 
 
 def _describe(measurement: Measurement) -> str:
@@ -203,16 +214,35 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def static_columns(spec: BenchmarkSpec, case, options: RunOptions) -> dict[str, object]:
-    """io_bytes, flops and a varied batch's shape, known before the run, so failed rows
-    carry them too."""
-    shape = serving.shape_columns(case)
-    try:
-        element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
-        return {
-            **shape,
-            "io_bytes": float(spec.io_bytes(case, element_size)),
-            "flops": float(spec.flops(case)),
-        }
-    except Exception:  # noqa: BLE001 - the run itself will report a broken formula
-        return shape
+def case_work(spec: BenchmarkSpec, case, options: RunOptions) -> tuple[float, float]:
+    """(io_bytes, flops) of one run(), from the script's formulas, known before the run."""
+    element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
+    return float(spec.io_bytes(case, element_size)), float(spec.flops(case))
+
+
+def with_uniform_twin(runner: CaseRunner, case, result: CaseResult) -> CaseResult:
+    """A measured varied case with its uniform twin's time (``uniform_twin_ms``,
+    ``imbalance_pct``), the twin measured by the same runner as any case; a twin that fails
+    leaves both columns out and adds a note."""
+    if result.error is not None or serving.workload_of(case) is None:
+        return result
+    if not _positive(result.measurement.median):  # the row fails on its own time
+        return result
+    twin = runner(serving.twin_case(runner.spec, case))
+    error = twin.error
+    if error is None and not _positive(twin.measurement.median):
+        error = ValueError(f"time_ms {twin.measurement.median!r} is not positive")
+    if error is not None:
+        release_memory(runner.options.device)
+        note = f"  uniform twin failed: {type(error).__name__}: {error}"
+        return replace(result, notes=(*result.notes, note))
+    twin_ms = twin.measurement.median
+    imbalance = {
+        "uniform_twin_ms": twin_ms,
+        "imbalance_pct": (result.measurement.median / twin_ms - 1.0) * 100.0,
+    }
+    return replace(result, columns={**result.columns, **imbalance})
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0

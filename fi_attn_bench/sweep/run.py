@@ -17,24 +17,33 @@ from fi_attn_bench.results.schema import (
     STATUS_OK,
     ResultCsvWriter,
     csv_fieldnames,
-    execute_benchmark_case,
+    result_record,
 )
 from fi_attn_bench.sweep.case import (
+    CaseResult,
     CaseRunner,
+    case_work,
     freeze_startup_objects,
     release_memory,
-    static_columns,
+    with_uniform_twin,
 )
-from fi_attn_bench.sweep.environment import environment_columns, load_roofline
-from fi_attn_bench.sweep.options import RunOptions, repro_command
+from fi_attn_bench.sweep.environment import (
+    code_directory,
+    environment_columns,
+    load_roofline,
+    timestamp_utc,
+)
+from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
+from fi_attn_bench.sweep.outputs import move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
+from fi_attn_bench.sweep.samples import append_samples, samples_line
 from fi_attn_bench.sweep.storage import (
     ResultStore,
     load_resume_rows,
     remove_stale_temporaries,
     resume_todo,
 )
-from fi_attn_bench.timing.timers import Timer
+from fi_attn_bench.timing.timers import Timer, method_columns
 
 
 @dataclass
@@ -63,10 +72,14 @@ class Sweep:
             )
             if not todo:
                 return 0
-        elif os.path.exists(options.output):
-            self.log(f"Overwriting {options.output}")
-            os.remove(options.output)
-        metadata = environment_columns(options)
+        else:
+            for path in (options.output, options.samples):
+                if path and os.path.lexists(path):  # plan allowed it: --force
+                    self.log(f"Moved the existing {path} aside to {move_aside(path)}")
+        metadata = {
+            **environment_columns(options, code_directory(spec.prepare)),
+            **method_columns(self.timer),
+        }
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)
 
@@ -79,13 +92,13 @@ class Sweep:
         failed, index, started = 0, 0, time.monotonic()
         try:
             for index, case in enumerate(todo, 1):
-                runner.details = ""
-                record = self._one(runner, case, metadata, roofline)
+                record, result = self._one(runner, case, metadata)
+                record.update(roofline.columns(record))
                 store.put(record)
                 text = case_text(case, spec.case_fields)
                 progress.finished(summary_line(index, len(todo), text, record))
-                if runner.details:
-                    progress.line(runner.details)
+                if result.notes:
+                    progress.line("\n".join(result.notes))
                 if record["status"] != STATUS_OK:
                     failed += 1
                     progress.line(f"  repro: {record['repro']}")
@@ -100,7 +113,8 @@ class Sweep:
             self.log(
                 f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
             )
-            self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
+            self.log(f"Results saved to {options.output}; continue with:")
+            self.log(f"  {resume_command(spec, options)}")
             return 130
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
@@ -109,33 +123,36 @@ class Sweep:
             self.log(f"{failed} of {len(todo)} cases failed")
         return 1 if failed else 0
 
-    def _one(self, runner, case, metadata, roofline) -> dict:
-        repro = repro_command(self.spec, self.options, case)
-        known = {**metadata, "repro": repro, **static_columns(self.spec, case, self.options)}
-        record = execute_benchmark_case(self.spec.api, case, lambda: runner(case), known)
-        record["error"] = clip_error(str(record["error"]))
-        if self.options.imbalance and record["status"] == STATUS_OK:
-            record.update(self._imbalance(runner, case, float(record["time_ms"])))
-        record.update(roofline.columns(record))
-        return record
-
-    def _imbalance(self, runner: CaseRunner, case, time_ms: float) -> dict[str, float]:
-        """uniform_twin_ms and imbalance_pct of a varied case: its uniform twin measured by
-        the same runner as any case; a twin that fails leaves both columns empty."""
-        if serving.workload_of(case) is None:
-            return {}
-        twin = serving.twin_case(self.spec, case)
-        details = runner.details
+    def _one(self, runner: CaseRunner, case, metadata) -> tuple[dict, CaseResult]:
+        known = {
+            **metadata,
+            "repro": repro_command(self.spec, self.options, case),
+            **serving.shape_columns(case),  # known before the run: failed rows carry them too
+        }
         try:
-            twin_ms = float(runner(twin)[0])
-        except Exception as exc:  # noqa: BLE001 - the case itself was measured; note and go on
-            release_memory(self.options.device)
-            runner.details = "\n".join(
-                filter(None, [details, f"  uniform twin failed: {type(exc).__name__}: {exc}"])
-            )
-            return {}
-        runner.details = details
-        return {"uniform_twin_ms": twin_ms, "imbalance_pct": (time_ms / twin_ms - 1.0) * 100.0}
+            io_bytes, flops = case_work(self.spec, case, self.options)
+        except Exception as exc:  # noqa: BLE001 - a broken formula fails its case only
+            result = CaseResult(None, {}, error=exc)
+        else:
+            known.update(io_bytes=io_bytes, flops=flops)
+            result = runner(case)
+            if self.options.imbalance:
+                result = with_uniform_twin(runner, case, result)
+        metrics = None if result.error else (result.measurement.median, io_bytes, flops)
+        record = result_record(
+            self.spec.api,
+            case,
+            metrics=metrics,
+            columns=result.columns,
+            metadata=known,
+            error=result.error,
+        )
+        record["error"] = clip_error(str(record["error"]))
+        record["timestamp_utc"] = timestamp_utc()
+        if self.options.samples and record["status"] == STATUS_OK:
+            line = samples_line(record, self.spec.case_fields, result.measurement.samples)
+            append_samples(self.options.samples, line)
+        return record, result
 
 
 def _cost_line(runner: CaseRunner, wall_s: float) -> str:

@@ -66,11 +66,9 @@ def should_stop(
     ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or (calls
     shorter than ``enough_samples_below_ms``) number ``enough_samples``, whichever first.
 
-    The blocks' interval (``drift_ci_pct``) does not decide: sampling on while the blocks
-    disagreed followed the GPU into its slower clock state (H200 v9, harness 0.5.0: five
-    decode and ragged cases that sampled on read 2-4 % slower than in the invocations where
-    they stopped at the usual window, and 6 of 61 cases >= 50 us had a CV above 1 %).  It is
-    reported instead (``Measurement.drift_pct``: the row, and the wide-spread note)."""
+    The blocks' interval (``drift_ci_pct``) does not decide, because sampling on while the
+    blocks disagree follows the GPU into its slower clock state; it is reported instead
+    (``Measurement.drift_pct``: the row, and the wide-spread note)."""
     if not samples:
         return False
     if elapsed_s >= options.max_time_s:
@@ -115,7 +113,7 @@ class MeasureLoop:
     def run(self, session: TimerSession, estimate_ms: float, timer: Timer) -> Measurement:
         samples: list[float] = []  # what the stop hook sees
         start = self.clock()
-        runs = getattr(session, "runs_per_sample", 1)  # a CUDA-graph sample replays several runs
+        runs = session.runs_per_sample
         batches: list[Batch] = []
         looped = [start, start]  # when the loop body began and ended
 
@@ -140,11 +138,9 @@ class MeasureLoop:
                 per_call = max(quantile(sorted(samples), 0.5), 1e-6)
 
         with gc_paused():
-            if hasattr(session, "record"):  # a timer that records the whole loop
-                session.record(loop)
-                batches = session.result()
-            else:
-                loop()
+            recorded = session.record(loop)
+            if recorded is not None:  # a timer that records the whole loop reads it after
+                batches = list(recorded)
         body = looped[1] - looped[0]
         self.phases.add("timing", body)
         self.phases.add("readout", self.clock() - start - body)
@@ -199,7 +195,7 @@ def sustain(
     the number of chunks run."""
     if timer.name == CPU_TIMER or options.sustain_ms <= 0:
         return 0
-    flusher = getattr(timer, "flusher", None) if timer.l2 == "cold" else None
+    flusher = timer.flusher if timer.l2 == "cold" else None
     chunk = clamp(math.ceil(SUSTAIN_CHUNK_MS / max(estimate_ms, 1e-3)), 1, 1000)
     started = clock()
     chunk_ms: list[float] = []
@@ -254,7 +250,7 @@ def measure(
     profiler session's seconds of host work would leave the first case's GPU idle, fresh
     from idle when its timing starts."""
     phases = phases or PhaseClock(clock=clock)
-    phases.run("set-up", getattr(timer, "set_up", lambda: None))
+    phases.run("set-up", timer.set_up)
     estimate = phases.run("warm-up", lambda: warm_up(fn, timer.sync, options, clock))
     phases.run("check", after_warm_up)
     phases.run("sustain", lambda: sustain(fn, timer, options, estimate, clock))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,21 +31,57 @@ from fi_attn_bench.timing.trace import (
 
 
 class TimerSession(Protocol):
+    """One case's timing: the loop asks it for batches; nothing else is called on it."""
+
+    runs_per_sample: int  # run() calls behind one sample (a CUDA-graph replay holds several)
+
     def batch(self, calls: int) -> Batch: ...
+
+    def record(self, loop: Callable[[], None]) -> Sequence[Batch] | None:
+        """Run the whole sampling ``loop``; return the batches read from a recording of it,
+        or None when the loop's own batches stand."""
 
 
 class Timer(Protocol):
-    """A timing method; tests inject fakes through this seam."""
+    """A timing method; tests inject fakes through this seam (``TimerDefaults`` helps)."""
 
     name: str
     l2: str
+    flusher: L2Flusher | None  # the flush before each cold-L2 call; sustain uses it too
+
+    def set_up(self) -> None:
+        """One-time work before the first case's warm-up (buffers, calibrations)."""
 
     def open(self, fn: Callable[[], object], estimate_ms: float) -> TimerSession: ...
 
     def sync(self) -> None: ...
 
 
-class WallTimer:
+class TimerDefaults:
+    """What a timer without a flush or set-up work declares."""
+
+    flusher: L2Flusher | None = None
+
+    def set_up(self) -> None:
+        return None
+
+
+class SessionDefaults:
+    """What a session that times batch by batch declares."""
+
+    runs_per_sample = 1
+
+    def record(self, loop: Callable[[], None]) -> Sequence[Batch] | None:
+        loop()
+        return None
+
+
+def method_columns(timer: Timer) -> dict[str, str]:
+    """The row's ``timer`` and ``l2`` columns: how the timer in use measures (its one writer)."""
+    return {"timer": timer.name, "l2": timer.l2}
+
+
+class WallTimer(TimerDefaults):
     """CPU device: perf_counter around each call (no kernels, no L2 control)."""
 
     name = CPU_TIMER
@@ -62,7 +98,7 @@ class WallTimer:
 
 
 @dataclass
-class _WallSession:
+class _WallSession(SessionDefaults):
     fn: Callable[[], object]
     clock: Callable[[], float]
 
@@ -75,12 +111,12 @@ class _WallSession:
         return Batch(tuple(samples))
 
 
-class EventsTimer:
+class EventsTimer(TimerDefaults):
     """A CUDA event pair around each call.
 
     Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end]; each
-    sample includes the start event's record (1.4-4 us on the H200, see ``enqueue_chain``),
-    which the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
+    sample includes the start event's record (microseconds, see ``enqueue_chain``), which
+    the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
     that the start event is not recorded while the GPU waits for the CPU to launch run().
     """
 
@@ -92,7 +128,9 @@ class EventsTimer:
         self.sync = cuda_sync(device)
         self.queue = QueueAhead(options)
 
-    def _cover_launch(self) -> None:
+    def cover_launch(self) -> None:
+        """A GPU spin before a warm call, so its start event is not recorded while the GPU
+        waits for the CPU to launch run()."""
         self.queue.spin(self.options.launch_cover_cycles)
 
     def set_up(self) -> None:
@@ -106,7 +144,7 @@ class EventsTimer:
 
 
 @dataclass
-class _EventsSession:
+class _EventsSession(SessionDefaults):
     timer: EventsTimer
     fn: Callable[[], object]
     estimate_ms: float
@@ -118,13 +156,13 @@ class _EventsSession:
         if timer.l2 == "cold":
             samples = queued_samples(self, calls, timer.flusher.flush)
         else:
-            pairs = enqueue_calls(self.fn, calls, timer._cover_launch, timer.queue.events)
+            pairs = enqueue_calls(self.fn, calls, timer.cover_launch, timer.queue.events)
             timer.sync()
             samples = elapsed_ms(pairs)
         return Batch(samples, gpu_ms=sum(samples) + calls * self.flush_ms)
 
 
-class CudaGraphTimer:
+class CudaGraphTimer(TimerDefaults):
     """Replays a CUDA graph of K run() calls; sample = replay time / K (warm L2 only)."""
 
     name = "cuda_graph"
@@ -160,7 +198,7 @@ class CudaGraphTimer:
 
 
 @dataclass
-class _GraphSession:
+class _GraphSession(SessionDefaults):
     timer: CudaGraphTimer
     graph: object
     calls_per_replay: int
@@ -177,7 +215,7 @@ class _GraphSession:
         return Batch(tuple(r / self.calls_per_replay for r in replays), gpu_ms=sum(replays))
 
 
-class ProfilerTimer:
+class ProfilerTimer(TimerDefaults):
     """torch.profiler around a batch of calls; every kernel/memset/memcpy of run() counted."""
 
     name = "profiler"
@@ -192,8 +230,8 @@ class ProfilerTimer:
         self.options, self.device, self.flusher = options, device, flusher
         self.l2 = options.l2
         self.sync = cuda_sync(device)
-        self._profile = profile
-        self._pattern = re.compile(options.kernel_pattern) if options.kernel_pattern else None
+        self.profile = profile
+        self.pattern = re.compile(options.kernel_pattern) if options.kernel_pattern else None
         self.queue = QueueAhead(options)
         self._flush_events: list[DeviceEvent] | None = None
         self._lead_events: list[DeviceEvent] | None = None
@@ -203,7 +241,7 @@ class ProfilerTimer:
             return []
         if self._flush_events is None:  # the same buffer every case: calibrate once
             self.flusher.flush()
-            self._flush_events = self._profile(self.flusher.flush, self.sync)
+            self._flush_events = self.profile(self.flusher.flush, self.sync)
         return self._flush_events
 
     def _lead_calibration(self) -> list[DeviceEvent]:
@@ -211,12 +249,12 @@ class ProfilerTimer:
         if self._lead_events is None:
             self._lead_events = []
             if self.queue.prepare():
-                self._lead_events = self._profile(lambda: self.queue.hold(1, 0.0, 0.0), self.sync)
+                self._lead_events = self.profile(lambda: self.queue.hold(1, 0.0, 0.0), self.sync)
         return self._lead_events
 
     def set_up(self) -> None:
-        """The spin's and the flush's calibration profiles, once per timer: the first profiler
-        session of a process took about 5 s on the H200 (see ``measure``)."""
+        """The spin's and the flush's calibration profiles, once per timer: a process's first
+        profiler session takes seconds (see ``measure``)."""
         self._lead_calibration()
         self._flush_calibration()
 
@@ -244,7 +282,7 @@ class ProfilerTimer:
 
 
 @dataclass
-class _ProfilerSession:
+class _ProfilerSession(SessionDefaults):
     """One profiler recording around the whole measurement loop of a case.
 
     Every batch runs a chain of calls with an event after each (``enqueue_chain``), so the
@@ -265,9 +303,10 @@ class _ProfilerSession:
     calls: list[int] = field(default_factory=list)
     events: list[DeviceEvent] = field(default_factory=list)
 
-    def record(self, loop: Callable[[], None]) -> None:
-        """Run the measurement loop under the profiler."""
-        self.events = self.timer._profile(loop, self.timer.sync)
+    def record(self, loop: Callable[[], None]) -> list[Batch]:
+        """Run the measurement loop under one profiler recording; its per-call samples."""
+        self.events = self.timer.profile(loop, self.timer.sync)
+        return self.result()
 
     def batch(self, calls: int) -> Batch:
         """[queue-ahead spin] + event + calls x ([flush] run() event): provisional samples."""
@@ -283,7 +322,7 @@ class _ProfilerSession:
             self.events,
             self.calls,
             self.calibration,
-            pattern=self.timer._pattern,
+            pattern=self.timer.pattern,
             attribution=self.timer.options.effective_attribution,
         )
 
