@@ -12,16 +12,18 @@ import torch
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends.selection import Probe, concrete_device, resolve_backend
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
 from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
+    COMMAND_LINE_CASES,
     DEFAULT_TOLERANCE,
     RunOptions,
     preset_for,
     resolve_options,
-    select_for_preset,
+    selected_cases,
 )
 from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.timing.options import (
@@ -73,8 +75,9 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     cases = parser.add_argument_group("cases")
     cases.add_argument(
         "--preset",
-        choices=sorted(spec.presets),
-        help="case grid (default: 'default'; 'cpu' when running on the CPU)",
+        choices=serving.preset_names(spec),
+        help="case grid (default: 'default'; 'cpu' when running on the CPU; "
+        "'serving': varied-length batches)",
     )
     cases.add_argument(
         "--filter",
@@ -102,6 +105,7 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         default=DEFAULT_WORKSPACE_BYTES // 2**20,
         help="wrapper workspace size in MiB (default 128)",
     )
+    _add_serving_arguments(parser)
     where = parser.add_argument_group("backend and device")
     where.add_argument(
         "--backend",
@@ -277,6 +281,32 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     return parser
 
 
+def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """Varied-length batches (README, "Serving-shaped batches")."""
+    group = parser.add_argument_group("serving-shaped batches")
+    group.add_argument(
+        "--batch",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a varied-length batch instead of the preset, e.g. '8d@4k+2p512@2k' or "
+        "'64d@lognormal:median=1k,sigma=1,min=16,max=32k' (repeatable; lengths drawn from --seed)",
+    )
+    group.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="FILE[:LINE]",
+        help="JSON Lines file, one batch per line (ours or flashinfer-bench's); each line is a case",
+    )
+    group.add_argument(
+        "--imbalance",
+        action="store_true",
+        help="also time each varied case's uniform twin (as many requests and tokens) and "
+        "write uniform_twin_ms and imbalance_pct",
+    )
+
+
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
@@ -316,6 +346,8 @@ def main_for(
 def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -> int:
     for text in args.filter:  # syntax first: no import, no device query for a typo
         parse_filter(text, spec.case_fields)
+    if args.batch or args.workload:  # a bad spec or workload line, before probing the machine
+        selected_cases(spec, args, COMMAND_LINE_CASES)
     if args.list:
         return list_cases(spec, args, probe)
     return execute(spec, plan(spec, args, probe), timer_factory)
@@ -342,6 +374,8 @@ def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactor
     """The sweep ``plan`` resolved: exit 0, 1 when a case failed, 130 when interrupted."""
     device = concrete_device(options.device)
     options = replace(options, device=device)
+    if serving.has_workloads(options.cases):
+        spec = serving.with_workload_field(spec)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     print(
@@ -358,8 +392,10 @@ def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
     on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
     preset = preset_for(spec, args, torch.device("cpu" if on_cpu else "cuda"))
-    cases = select_for_preset(spec, preset, args.filter)
+    cases = selected_cases(spec, args, preset)
     print(f"{spec.api}: preset {preset}, {len(cases)} cases")
+    if serving.has_workloads(cases):
+        spec = serving.with_workload_field(spec)
     for case in cases:
         print(case_text(case, spec.case_fields))
     return 0

@@ -111,6 +111,20 @@ def test_panels_are_capped_and_counted():
     assert panels[0][0] == "num_qo_heads=32"
 
 
+def test_panel_titles_leave_out_a_uniform_batchs_empty_workload():
+    rows = decode_grid(head_configs=2)
+    rows["workload"] = ["3d@40" if i % 2 else "" for i in range(len(rows))]
+    facets = report_plots._facet_columns(rows, ("seq_len_kv", "batch_size"))
+    assert facets == ["num_qo_heads", "workload"]
+    titles = sorted(title.replace("\n", " ") for title, _ in report_plots._panels(rows, facets)[0])
+    assert titles == [
+        "num_qo_heads=32",
+        "num_qo_heads=32, workload=3d@40",
+        "num_qo_heads=64",
+        "num_qo_heads=64, workload=3d@40",
+    ]
+
+
 def test_rows_without_sequence_length_get_only_a_roofline(tmp_path):
     rows = decode_grid().drop(columns=["seq_len_kv"])
     names = [p.name for p in report_plots.render_summary_plots(rows, tmp_path)]

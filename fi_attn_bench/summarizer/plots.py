@@ -89,6 +89,10 @@ def _format_value(value) -> str:
     return str(value)
 
 
+def _empty(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
 def _format_tokens(value: float, _position=None) -> str:
     if value >= 1024 and value % 1024 == 0:
         return f"{int(value) // 1024}k"
@@ -145,7 +149,9 @@ def _panels(frame, facets: Sequence[str]) -> tuple[list[tuple[str, object]], int
     for index in kept:
         key, rows = groups[index]
         key = key if isinstance(key, tuple) else (key,)
-        label = ", ".join(f"{c}={_format_value(v)}" for c, v in zip(facets, key, strict=True))
+        terms = zip(facets, key, strict=True)
+        # an empty cell (a uniform batch's workload) names no parameter, as in case labels
+        label = ", ".join(f"{c}={_format_value(v)}" for c, v in terms if not _empty(v)) or "n/a"
         panels.append(("\n".join(textwrap.wrap(label, 44)), rows))
     return panels, len(groups) - len(kept)
 

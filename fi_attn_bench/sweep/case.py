@@ -6,10 +6,11 @@ import gc
 import importlib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
 from fi_attn_bench.device.power import PowerMonitor
@@ -261,3 +262,31 @@ def case_work(spec: BenchmarkSpec, case, options: RunOptions) -> tuple[float, fl
     """(io_bytes, flops) of one run(), from the script's formulas, known before the run."""
     element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
     return float(spec.io_bytes(case, element_size)), float(spec.flops(case))
+
+
+def with_uniform_twin(runner: CaseRunner, case, result: CaseResult) -> CaseResult:
+    """A measured varied case with its uniform twin's time (``uniform_twin_ms``,
+    ``imbalance_pct``), the twin measured by the same runner as any case; a twin that fails
+    leaves both columns out and adds a note."""
+    if result.error is not None or serving.workload_of(case) is None:
+        return result
+    if not _positive(result.measurement.median):  # the row fails on its own time
+        return result
+    twin = runner(serving.twin_case(runner.spec, case))
+    error = twin.error
+    if error is None and not _positive(twin.measurement.median):
+        error = ValueError(f"time_ms {twin.measurement.median!r} is not positive")
+    if error is not None:
+        release_memory(runner.options.device)
+        note = f"  uniform twin failed: {type(error).__name__}: {error}"
+        return replace(result, notes=(*result.notes, note))
+    twin_ms = twin.measurement.median
+    imbalance = {
+        "uniform_twin_ms": twin_ms,
+        "imbalance_pct": (result.measurement.median / twin_ms - 1.0) * 100.0,
+    }
+    return replace(result, columns={**result.columns, **imbalance})
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0

@@ -12,7 +12,9 @@ import torch
 
 from fi_attn_bench.backends import flashinfer_api as flashinfer_compat
 from fi_attn_bench.backends.selection import BackendChoice
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
+from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
@@ -61,6 +63,7 @@ class RunOptions:
     samples: str = ""  # gzip JSON Lines of each ok case's raw samples; "" = not written
     filters: tuple[str, ...] = ()  # the --filter texts behind ``cases``
     resume_command: str = ""  # printed after Ctrl-C; "" = this script's own --resume command
+    imbalance: bool = False  # also time each varied case's uniform twin
 
     def settings(self, case: Mapping[str, int], fields: Sequence[str]) -> Settings:
         return Settings(
@@ -123,12 +126,36 @@ def _throttle_options(args) -> dict[str, object]:
     }
 
 
-def select_for_preset(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) -> tuple[dict, ...]:
+def select_for_preset(
+    spec: BenchmarkSpec, preset: str, filters: Sequence[str], seed: int = 0
+) -> tuple[dict, ...]:
+    """The preset's cases (varied-length ones drawn under ``seed``) that pass ``filters``."""
+    return _filtered(
+        spec, serving.resolve_all(spec, serving.preset_cases(spec, preset), seed), filters, preset
+    )
+
+
+def _filtered(spec, cases, filters: Sequence[str], source: str) -> tuple[dict, ...]:
     terms = [term for text in filters for term in parse_filter(text, spec.case_fields)]
-    cases = select_cases(spec.presets[preset], terms)
-    if not cases:
-        raise NoMatchingCase(f"no case of preset {preset!r} matches --filter {' '.join(filters)}")
-    return tuple(cases)
+    kept = select_cases(cases, terms)
+    if not kept:
+        raise NoMatchingCase(f"no case of {source} matches --filter {' '.join(filters)}")
+    return tuple(kept)
+
+
+def selected_cases(
+    spec: BenchmarkSpec, args, preset: str, filters: Sequence[str] | None = None
+) -> tuple[dict, ...]:
+    """The cases of ``--batch`` / ``--workload`` when given, else of the preset; filtered by
+    ``filters`` (default: ``--filter``)."""
+    filters = args.filter if filters is None else filters
+    batches, files = getattr(args, "batch", None) or [], getattr(args, "workload", None) or []
+    if not (batches or files):
+        return select_for_preset(spec, preset, filters, args.seed)
+    if args.preset:
+        raise UsageError("--batch and --workload replace --preset; give one or the other")
+    cases = serving.command_line_cases(spec, batches, files, args.seed)
+    return _filtered(spec, cases, filters, COMMAND_LINE_CASES)
 
 
 def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
@@ -159,6 +186,8 @@ def _samples_path(args, output: str, resume: bool) -> str:
 
 
 def preset_for(spec: BenchmarkSpec, args, device: torch.device) -> str:
+    if getattr(args, "batch", None) or getattr(args, "workload", None):
+        return COMMAND_LINE_CASES
     if args.preset:
         return args.preset
     if device.type == "cpu" and "cpu" in spec.presets:
@@ -171,13 +200,30 @@ def _selection(spec: BenchmarkSpec, args, device, output: str, resume: bool):
     default_preset = preset_for(spec, args, device)
     if not resume:
         selection = Selection(default_preset, tuple(args.filter))
-        return selection, select_for_preset(spec, selection.preset, selection.filters)
+        return selection, selected_cases(spec, args, selection.preset)
     recorded = recorded_selection(output, spec)
+    _check_resumed_source(args, recorded, output)
     selection = resume_selection(spec, args, recorded, output, default_preset)
-    cases = select_for_preset(spec, selection.preset, selection.filters)
+    cases = selected_cases(spec, args, selection.preset, selection.filters)
     if recorded is None:
         check_unrecorded_cases(output, spec, selection, cases)
     return selection, cases
+
+
+def _check_resumed_source(args, recorded: Selection | None, output: str) -> None:
+    """A sweep of --batch/--workload cases is resumed with them, a preset's without them."""
+    given = bool(getattr(args, "batch", None) or getattr(args, "workload", None))
+    if recorded is None or given == (recorded.preset == COMMAND_LINE_CASES):
+        return
+    if given:
+        raise UsageError(
+            f"--resume {output}: the interrupted sweep selected {recorded.options_text()}; "
+            "give no --batch/--workload to finish it"
+        )
+    raise UsageError(
+        f"--resume {output}: the interrupted sweep measured --batch/--workload cases; "
+        "give the same --batch/--workload options to finish it"
+    )
 
 
 def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOptions:
@@ -211,6 +257,7 @@ def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOpti
         force=args.force,
         samples=_samples_path(args, output, resume),
         filters=selection.filters,
+        imbalance=bool(getattr(args, "imbalance", False)),
     )
 
 
@@ -239,6 +286,8 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words += ["--workspace-mb", str(options.workspace_bytes // 2**20)]
     if options.seed:
         words += ["--seed", str(options.seed)]
+    if options.imbalance:
+        words.append("--imbalance")
     if not options.check:
         words.append("--no-check")
     elif (options.rtol, options.atol) != (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE):
@@ -248,8 +297,11 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
 
 def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
     """One command line that reruns exactly this case with the same settings."""
-    words = ["python", spec.script, "--filter", case_text(case, spec.case_fields)]
-    words += ["--preset", options.preset, *_setting_words(spec, options)]
+    workload = serving.workload_of(case)
+    fields = [name for name in spec.case_fields if name != serving.WORKLOAD_FIELD]
+    source = list(workload.source) if workload else ["--preset", options.preset]
+    words = ["python", spec.script, "--filter", case_text(case, fields), *source]
+    words += _setting_words(spec, options)
     return " ".join(shlex.quote(word) for word in words)
 
 
@@ -258,6 +310,8 @@ def resume_command(spec: BenchmarkSpec, options: RunOptions) -> str:
     if options.resume_command:
         return options.resume_command
     words = ["python", spec.script, "--resume", options.output, *_setting_words(spec, options)]
+    if options.preset == COMMAND_LINE_CASES:  # the CSV cannot rebuild these cases
+        words += [word for case in options.cases for word in serving.workload_of(case).source]
     if options.samples:
         words += ["--samples-dir", os.path.dirname(options.samples) or "."]
     return " ".join(shlex.quote(word) for word in words)

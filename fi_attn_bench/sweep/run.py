@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.device.power import open_power_monitor
@@ -25,6 +26,7 @@ from fi_attn_bench.sweep.case import (
     case_work,
     freeze_startup_objects,
     release_memory,
+    with_uniform_twin,
 )
 from fi_attn_bench.sweep.environment import (
     code_directory,
@@ -124,7 +126,11 @@ class Sweep:
         return 1 if failed else 0
 
     def _one(self, runner: CaseRunner, case, metadata) -> tuple[dict, CaseResult]:
-        known = {**metadata, "repro": repro_command(self.spec, self.options, case)}
+        known = {
+            **metadata,
+            "repro": repro_command(self.spec, self.options, case),
+            **serving.shape_columns(case),  # known before the run: failed rows carry them too
+        }
         try:
             io_bytes, flops = case_work(self.spec, case, self.options)
         except Exception as exc:  # noqa: BLE001 - a broken formula fails its case only
@@ -132,6 +138,8 @@ class Sweep:
         else:
             known.update(io_bytes=io_bytes, flops=flops)
             result = runner(case)
+            if self.options.imbalance:
+                result = with_uniform_twin(runner, case, result)
         metrics = None if result.error else (result.measurement.median, io_bytes, flops)
         record = result_record(
             self.spec.api,

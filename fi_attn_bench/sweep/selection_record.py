@@ -7,6 +7,7 @@ import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_key, parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.errors import UsageError
@@ -46,7 +47,7 @@ def recorded_selection(path: str, spec: BenchmarkSpec) -> Selection | None:
             f"(presets {', '.join(sorted(presets))}); resume each sweep's own CSV"
         )
     (preset,), (text,) = presets, filters
-    if preset not in spec.presets:
+    if preset not in (*serving.preset_names(spec), serving.COMMAND_LINE_CASES):
         raise UsageError(f"--resume {path}: records preset {preset!r}, which {spec.script} lacks")
     return Selection(preset, (text,) if text else ())
 
