@@ -955,6 +955,18 @@ SCAN_CASES = {
         [OPT_HEADER, opt_row(1, extra="0,2.5,stopwatch,NVIDIA H200,50,40")],
         False,
     ),
+    "quoted cells as the harness writes them": (
+        [
+            V1_HEADER + ",repro,kernels",
+            v1_row(1) + ',"bench.py --filter a=1,b=2","k<1, 2>;k2"',
+            v1_row(2, "", "", "", "failed", '"x, ""y"""') + ',"r,1",""',
+            '1,"Decode",3,1,128,32,8,64,ok,1.0,100,1,,,"a ""b"", c",k',
+        ],
+        True,
+    ),
+    "quoted number": ([V1_HEADER, v1_row(1, '"1.5"')], False),
+    "stray quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", 'x"y')], False),
+    "text after a closing quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", '"x"y')], False),
     "quoted commas and newlines": (
         [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", '"multi\nline, error"')],
         False,
@@ -1013,7 +1025,7 @@ def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypa
     assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
     fast, slow = both_paths(tmp_path, capsys, monkeypatch, [*paths, v1])
     assert fast == slow and fast[0] == sr.EXIT_INPUT_ERROR  # v1's cases twice
-    quoted = write(tmp_path / "q.csv", V1_HEADER, v1_row(3, "", "", "", "failed", '"a, b"'))
+    quoted = write(tmp_path / "q.csv", V1_HEADER, v1_row(3, "", "", "", "failed", '"a\nb"'))
     assert sr.scan_inputs([*paths, quoted]) is None
     assert (
         both_paths(tmp_path, capsys, monkeypatch, [*paths, quoted])[0] == slow[:1] + slow[1:]
@@ -1198,7 +1210,17 @@ REGRESSION_SCAN_CASES = {
     "a quoted baseline file": (
         [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a, b"')]],
         [[V1_HEADER, v1_row(1)]],
+        True,
+    ),
+    "a quoted line break": (
+        [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a\nb"')]],
+        [[V1_HEADER, v1_row(1)]],
         False,
+    ),
+    "quoted case cells": (
+        [[V1_HEADER, '1,Decode,"1",1,128,32,8,64,ok,1.0,100,1,,']],
+        [[V1_HEADER, v1_row(1, "1.2")]],
+        True,
     ),
 }
 

@@ -1,8 +1,9 @@
 """Reader without pandas: CSV bytes to validated columns with numpy.
 
 Importing pandas costs more than summarizing 200k rows, so a plain (Markdown-only)
-summary or comparison reads the common file here: ASCII, no quotes, no NUL or lone
-CR, every line exactly as wide as the header.  The file is mapped, not copied (a file
+summary or comparison reads the common file here: ASCII, no NUL or lone CR, every line
+exactly as wide as the header; quoted cells (the harness quotes ``repro`` and
+``kernels``) as csv.reader reads them, except a quoted line break or number.  The file is mapped, not copied (a file
 truncated while it is read would end the process: benchmark CSVs are appended to or
 replaced, never cut).  One pass finds every separator; after that only the cells a
 report needs are read, numbers as 8-byte words, and text is compared as distinct
@@ -37,6 +38,7 @@ from fi_attn_bench.results.schema import (
 from fi_attn_bench.summarizer.identity import identity_filled, natural_codes
 from fi_attn_bench.summarizer.loading import (
     ERROR_COLUMNS,
+    NUMERIC_OPTIONAL_KINDS,
     bad_metrics,
     bad_optional,
     float_or_nan,
@@ -84,6 +86,7 @@ class ScannedTable:
         self._codes: dict[str, tuple[np.ndarray, list[str]]] = {}
         self._floats: dict[str, np.ndarray] = {}
         self._lines: dict[int, list[str]] = {}
+        self.quoted = False  # some cell is quoted: cells are read by span, then unquoted
 
     @property
     def rows(self) -> int:
@@ -104,6 +107,11 @@ class ScannedTable:
         """One stripped cell ("" where the pandas path blanks legacy error columns)."""
         if not self.has(name) or (self.legacy and name in ERROR_COLUMNS):
             return IDENTITY_DEFAULTS.get(name, "")
+        if self.quoted:
+            starts, lengths = self.span(name)
+            start = int(starts[row])
+            raw = self.buffer[start : start + int(lengths[row])].decode("ascii")
+            return unquote(raw).strip()
         if row not in self._lines:
             start = int(self.line_starts[row])
             end = int(self.column_ends[len(self.header) - 1][row])
@@ -123,7 +131,11 @@ class ScannedTable:
         """A numeric column as float64: Python's float() of each cell, NaN when empty,
         unparsable or not finite (what the exact reader stores)."""
         if name not in self._floats:
-            self._floats[name] = self._numbers(*self.span(name))
+            starts, lengths = self.span(name)
+            if not lengths.any():  # an empty column (many optional ones are): nothing to parse
+                self._floats[name] = np.full(len(starts), np.nan)
+            else:
+                self._floats[name] = self._numbers(starts, lengths)
         return self._floats[name]
 
     def key_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
@@ -137,7 +149,7 @@ class ScannedTable:
         texts = [
             word.to_bytes(8, "big").rstrip(b"\0").decode("ascii") for word in distinct.tolist()
         ]
-        return codes.reshape(-1), texts
+        return _stripped(codes.reshape(-1), texts)
 
     def _words(self, starts, lengths) -> np.ndarray | None:
         """Each cell as a big-endian word, left-aligned and zero-padded (no cell holds
@@ -226,8 +238,10 @@ class ScannedTable:
         """(rows, 16) bytes: each cell's last 16 bytes, zeros before its start.
 
         Every cell ends after the header, which is longer than 16 bytes."""
-        windows = self._windows(NUMBER_WIDTH)[ends - NUMBER_WIDTH]
-        words = windows.view("<u8").reshape(len(ends), 2)
+        windows = np.ndarray((len(self.buffer) - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
+        words = np.empty((len(ends), 2), dtype="<u8")  # two word gathers: faster than 16-byte voids
+        words[:, 0] = windows[ends - NUMBER_WIDTH]
+        words[:, 1] = windows[ends - 8]
         words[:, 0] &= _HIGH_BYTES[np.clip(lengths - 8, 0, 8)]
         words[:, 1] &= _HIGH_BYTES[np.clip(lengths, 0, 8)]
         cells = words.view(np.uint8)
@@ -235,10 +249,19 @@ class ScannedTable:
         return cells
 
 
+def unquote(text: str) -> str:
+    """A cell's value: a quoted cell (validated by _outside_quotes) without its quotes."""
+    if text.startswith('"'):
+        return text[1:-1].replace('""', '"')
+    return text
+
+
 def _stripped(codes: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Codes of stripped texts: raw values that strip alike share a code."""
+    """Codes of unquoted, stripped texts: raw values that read alike share a code."""
     index: dict[str, int] = {}
-    mapping = np.array([index.setdefault(text.strip(), len(index)) for text in texts], np.int64)
+    mapping = np.array(
+        [index.setdefault(unquote(text).strip(), len(index)) for text in texts], np.int64
+    )
     return (codes if len(index) == len(texts) else mapping[codes]), list(index)
 
 
@@ -303,14 +326,24 @@ def scan_table(path, cases: bool = False) -> ScannedTable | None:
     except UnicodeDecodeError:
         return None
     schema, error = header_error(header)
-    if error:
+    if error or any('"' in name for name in header):
         return None
-    wanted = list(range(len(header))) if cases else _read_columns(header)
+    quoted = buffer.find(b'"', newline) >= 0
+    wanted = list(range(len(header))) if cases or quoted else _read_columns(header)
     located = _locate(buffer, newline + 1, len(header), wanted)
     if located is None:
         return None
-    table = ScannedTable(str(path), header, schema == "legacy", buffer, *located)
+    starts, ends, quoted_columns = located
+    table = ScannedTable(str(path), header, schema == "legacy", buffer, starts, ends)
+    table.quoted = quoted
+    if any(_is_numeric(header[column]) for column in quoted_columns):
+        return None  # pandas reads "1.5" as a number; this reader would not
     return table if _all_rows_valid(table) else None
+
+
+def _is_numeric(name: str) -> bool:
+    column = OPTIONAL_COLUMN_BY_NAME.get(name)
+    return name in NUMERIC_COLUMNS or (column is not None and column.kind in NUMERIC_OPTIONAL_KINDS)
 
 
 def _read_columns(header: list[str]) -> list[int]:
@@ -322,7 +355,7 @@ def _read_columns(header: list[str]) -> list[int]:
 
 def _plain_bytes(path):
     """The file's bytes (mapped, not copied), CRLF as LF; None for an irregular or
-    empty file, quotes, NUL or a lone CR."""
+    empty file, NUL or a lone CR."""
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -331,7 +364,7 @@ def _plain_bytes(path):
             buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):
         return None
-    if buffer.find(b'"') >= 0 or buffer.find(b"\0") >= 0:
+    if buffer.find(b"\0") >= 0:
         return None
     if buffer.find(b"\r") >= 0:
         data = buffer[:]
@@ -355,7 +388,7 @@ def _locate(buffer, start: int, columns: int, wanted: list[int]):
         return None
     position = np.int32 if len(buffer) < 2**31 else np.int64
     starts = np.empty(sum(counts), dtype=position)
-    ends = {column: np.empty(len(starts), dtype=position) for column in wanted}
+    every = np.empty((columns, len(starts)), dtype=position)  # a row per column: contiguous
     row = 0
     for (low, high), lines in zip(blocks, counts, strict=True):
         cells = scratch.cell_ends(data[low:high], lines, columns)
@@ -363,10 +396,10 @@ def _locate(buffer, start: int, columns: int, wanted: list[int]):
             return None
         starts[row] = low
         np.add(cells[:-1, -1], low + 1, out=starts[row + 1 : row + lines], casting="unsafe")
-        for column in wanted:
-            np.add(cells[:, column], low, out=ends[column][row : row + lines], casting="unsafe")
+        np.add(cells.T, low, out=every[:, row : row + lines], casting="unsafe")
         row += lines
-    return starts, ends
+    ends = {column: every[column] for column in wanted}
+    return starts, ends, frozenset(scratch.quoted_columns)
 
 
 def _line_blocks(buffer, start: int) -> list[tuple[int, int]]:
@@ -388,6 +421,7 @@ class _Scratch:
     def __init__(self, size: int):
         self.breaks = np.empty(size, dtype=bool)
         self.commas = np.empty(size, dtype=bool)
+        self.quoted_columns: set[int] = set()  # columns with a quoted cell
 
     def lines(self, block: np.ndarray) -> int | None:
         """Lines in a block of whole lines (the file's last may lack its newline);
@@ -402,18 +436,57 @@ class _Scratch:
         """(lines, columns) separator offsets in a block, or None when a line has
         another number of cells."""
         breaks, commas = self.breaks[: len(block)], self.commas[: len(block)]
+        np.equal(block, 34, out=commas)
+        quotes = np.flatnonzero(commas)
         np.equal(block, 10, out=breaks)
         np.equal(block, 44, out=commas)
         commas |= breaks
         found = np.flatnonzero(commas)
+        if len(quotes):
+            found = _outside_quotes(block, found, quotes)
+            if found is None:
+                return None  # misplaced quotes, or a quoted line break
         if block[-1] != 10:  # end the file's last line at the end
             found = np.append(found, len(block))
         if len(found) != lines * columns:
             return None
+        if len(quotes):  # the column of each opening quote: separators before it, per line
+            column = np.searchsorted(found, quotes[0::2]) % columns
+            self.quoted_columns.update(np.unique(column).tolist())
         cells = found.reshape(lines, columns)
         if not (block[cells[:-1, -1]] == 10).all():
             return None
         return cells
+
+
+def _outside_quotes(block: np.ndarray, found: np.ndarray, quotes: np.ndarray):
+    """The separators in ``found`` outside quoted cells, or None unless every quote is
+    where csv.reader reads it as a quote (a cell's first or last byte, or doubled inside
+    a quoted cell) and no line break is quoted (blocks are split at line breaks)."""
+    if len(quotes) % 2:
+        return None
+    opening = np.zeros(len(quotes), dtype=bool)
+    opening[0::2] = True
+    before = np.where(quotes > 0, block[np.maximum(quotes - 1, 0)], 10)
+    after = np.where(quotes + 1 < len(block), block[np.minimum(quotes + 1, len(block) - 1)], 10)
+    doubled_before = np.zeros(len(quotes), dtype=bool)
+    doubled_before[1:] = quotes[1:] == quotes[:-1] + 1
+    doubled_after = np.zeros(len(quotes), dtype=bool)
+    doubled_after[:-1] = doubled_before[1:]
+    starts = (before == 44) | (before == 10) | doubled_before
+    ends = (after == 44) | (after == 10) | doubled_after
+    if not (np.where(opening, starts, ends)).all():
+        return None
+    # Separators between an opening and its closing quote: index ranges into ``found``,
+    # marked +1/-1 at their ends and summed (over separators, not bytes: cheaper).
+    first = np.searchsorted(found, quotes[0::2])
+    last = np.searchsorted(found, quotes[1::2])
+    size = len(found) + 1
+    marks = np.bincount(first, minlength=size) - np.bincount(last, minlength=size)
+    inside = np.cumsum(marks[:-1]) > 0
+    if (block[found[inside]] == 10).any():
+        return None
+    return found[~inside]
 
 
 # ------------------------------------------------------------------ validation
@@ -464,10 +537,13 @@ def _maybe_text(table: ScannedTable, name: str) -> np.ndarray:
 def _certainly_text(table: ScannedTable, rows: np.ndarray, *names: str) -> np.ndarray:
     """Whether one of these cells starts with a non-space byte (so is not empty)."""
     found = np.zeros(len(rows), dtype=bool)
+    last = len(table.bytes) - 1
     for name in names:
         starts, lengths = table.span(name)
-        first = table.bytes[np.minimum(starts[rows], len(table.bytes) - 1)]
-        found |= (lengths[rows] > 0) & ~_SPACE[first]
+        first = table.bytes[np.minimum(starts[rows], last)]
+        second = table.bytes[np.minimum(starts[rows] + 1, last)]
+        quoted_text = (first == 34) & (lengths[rows] > 2) & ~_SPACE[second] & (second != 34)
+        found |= (lengths[rows] > 0) & ((~_SPACE[first] & (first != 34)) | quoted_text)
     return found
 
 
