@@ -1621,3 +1621,34 @@ def test_head_to_head_table_for_several_implementations(tmp_path):
     assert "| 1 | 0.5 | 2.0000x [1.818, 2.222] | fa3 |" in table
     assert "| 1 | 2 | 0.5000x | fa2 |" in table
     assert "Geomean speedup over fa2: fa3 1.0000x" in table
+
+
+def test_harness_shaped_csvs_take_the_numpy_path_and_agree_with_pandas(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 21: the harness quotes repro and kernels, so the pandas-free reader never
+    ran on its CSVs; now it does (several blocks, two threads) with the same report."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gen_csvs
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    base, cand = tmp_path / "b.csv", tmp_path / "c.csv"
+    gen_csvs.main(["--rows", "3000", "--out", str(base), "--failed-every", "700"])
+    gen_csvs.main(["--rows", "3000", "--out", str(cand), "--failed-every", "700", "--candidate"])
+    capsys.readouterr()
+    assert (
+        base.stat().st_size > 16 * (1 << 17)
+        and b'"python bench_batch_decode.py' in base.read_bytes()
+    )
+    assert sr.scan_inputs([base]) is not None and sr.scan_runs([base], [cand]) is not None
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [base])
+    assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
+    outcomes = []
+    for scan in (True, False):
+        with monkeypatch.context() as patch:
+            if not scan:
+                patch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
+            code, captured = regress(tmp_path, [base], [cand], gate=5, capsys=capsys)
+        outcomes.append((code, captured.out, captured.err, report(tmp_path)))
+    assert outcomes[0] == outcomes[1]

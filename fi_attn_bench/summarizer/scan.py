@@ -95,13 +95,17 @@ class ScannedTable:
     def has(self, name: str) -> bool:
         return name in self.position
 
-    def span(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(start, length) of every cell of a column (kept: most are read twice)."""
-        if name not in self._spans:
-            column = self.position[name]
-            starts = self.line_starts if column == 0 else self.column_ends[column - 1] + 1
-            self._spans[name] = starts, self.column_ends[column] - starts
-        return self._spans[name]
+    def span(self, name: str, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(start, length) of every cell of a column; ``keep``: cached, for columns
+        read again (text columns; a number column is parsed once and its values kept)."""
+        if name in self._spans:
+            return self._spans[name]
+        column = self.position[name]
+        starts = self.line_starts if column == 0 else self.column_ends[column - 1] + 1
+        found = starts, self.column_ends[column] - starts
+        if keep:
+            self._spans[name] = found
+        return found
 
     def text(self, row: int, name: str) -> str:
         """One stripped cell ("" where the pandas path blanks legacy error columns)."""
@@ -131,12 +135,18 @@ class ScannedTable:
         """A numeric column as float64: Python's float() of each cell, NaN when empty,
         unparsable or not finite (what the exact reader stores)."""
         if name not in self._floats:
-            starts, lengths = self.span(name)
-            if not lengths.any():  # an empty column (many optional ones are): nothing to parse
-                self._floats[name] = np.full(len(starts), np.nan)
-            else:
-                self._floats[name] = self._numbers(starts, lengths)
+            self._floats[name] = self.parsed(name)
         return self._floats[name]
+
+    def parsed(self, name: str) -> np.ndarray:
+        """floats() of a column, parsed now (thread-safe: reads only)."""
+        starts, lengths = self.span(name, keep=False)
+        if not lengths.any():  # an empty column (many optional ones are): nothing to parse
+            return np.broadcast_to(np.nan, len(starts))  # read-only, no memory
+        return self._numbers(starts, lengths)
+
+    def store_floats(self, name: str, values: np.ndarray) -> None:
+        self._floats[name] = values
 
     def key_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
         """(code per row, distinct stripped texts) of a case column.  Short cells are
@@ -382,24 +392,42 @@ def _locate(buffer, start: int, columns: int, wanted: list[int]):
     exactly that size.  Fresh memory is slow to touch; block temporaries are reused."""
     data = np.frombuffer(buffer, dtype=np.uint8)
     blocks = _line_blocks(buffer, start)
-    scratch = _Scratch(max(high - low for low, high in blocks))
+    size = max(high - low for low, high in blocks)
+    scratch = _Scratch(size)
     counts = [scratch.lines(data[low:high]) for low, high in blocks]
     if None in counts:
         return None
     position = np.int32 if len(buffer) < 2**31 else np.int64
     starts = np.empty(sum(counts), dtype=position)
     every = np.empty((columns, len(starts)), dtype=position)  # a row per column: contiguous
-    row = 0
-    for (low, high), lines in zip(blocks, counts, strict=True):
-        cells = scratch.cell_ends(data[low:high], lines, columns)
-        if cells is None:
-            return None
-        starts[row] = low
-        np.add(cells[:-1, -1], low + 1, out=starts[row + 1 : row + lines], casting="unsafe")
-        np.add(cells.T, low, out=every[:, row : row + lines], casting="unsafe")
-        row += lines
+    first_rows = np.cumsum([0, *counts]).tolist()
+    halves = [range(0, len(blocks) // 2), range(len(blocks) // 2, len(blocks))]
+
+    def fill(indices: range, scratch: _Scratch) -> bool:
+        for index in indices:
+            low, high = blocks[index]
+            row, lines = first_rows[index], counts[index]
+            cells = scratch.cell_ends(data[low:high], lines, columns)
+            if cells is None:
+                return False
+            starts[row] = low
+            np.add(cells[:-1, -1], low + 1, out=starts[row + 1 : row + lines], casting="unsafe")
+            np.add(cells.T, low, out=every[:, row : row + lines], casting="unsafe")
+        return True
+
+    scratches = [scratch, _Scratch(size)]
+    if len(blocks) < 8:
+        done = [fill(range(len(blocks)), scratch)]
+    else:  # numpy releases the GIL: two halves of the file side by side
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            done = list(pool.map(fill, halves, scratches))
+    if not all(done):
+        return None
     ends = {column: every[column] for column in wanted}
-    return starts, ends, frozenset(scratch.quoted_columns)
+    quoted = scratches[0].quoted_columns | scratches[1].quoted_columns
+    return starts, ends, frozenset(quoted)
 
 
 def _line_blocks(buffer, start: int) -> list[tuple[int, int]]:
@@ -492,9 +520,26 @@ def _outside_quotes(block: np.ndarray, found: np.ndarray, quotes: np.ndarray):
 # ------------------------------------------------------------------ validation
 
 
+PARSE_THREADS = 2  # numpy's gathers release the GIL: number columns parse side by side
+
+
+def _parse_numbers(table: ScannedTable) -> None:
+    """Parse every number column (validation reads them all), on PARSE_THREADS threads
+    when the table is large enough to gain from it."""
+    names = [name for name in table.header if _is_numeric(name)]
+    if table.rows < 4 * CHUNK_ROWS or PARSE_THREADS < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(PARSE_THREADS) as pool:
+        for name, values in zip(names, pool.map(table.parsed, names), strict=True):
+            table.store_floats(name, values)
+
+
 def _all_rows_valid(table: ScannedTable) -> bool:
     """True when no row breaks a rule: vectorized checks flag rows that might, and
     ``row_error`` (the exact rules) decides each flagged row."""
+    _parse_numbers(table)
     suspect = _rows_with(table, "api", lambda text: text == "")
     if table.legacy:
         success = np.ones(table.rows, dtype=bool)
@@ -531,7 +576,7 @@ def _v1_suspects(table: ScannedTable, suspect: np.ndarray) -> np.ndarray:
 
 
 def _maybe_text(table: ScannedTable, name: str) -> np.ndarray:
-    return table.span(name)[1] > 0
+    return table.span(name, keep=False)[1] > 0
 
 
 def _certainly_text(table: ScannedTable, rows: np.ndarray, *names: str) -> np.ndarray:
@@ -720,10 +765,10 @@ def scan_runs(baseline, candidate) -> tuple[ScannedView, ScannedView] | None:
     """Both runs of a comparison, case cells located; None when a file needs the
     pandas path.  Any header name is fine: the comparison adds no columns to a run,
     and ``_source``/``_line`` are answered from the file, whatever a header says."""
-    runs = []
-    for paths in (baseline, candidate):
-        view = scan_inputs(paths, cases=True)
-        if view is None:
-            return None
-        runs.append(view)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:  # numpy releases the GIL: both runs side by side
+        runs = list(pool.map(lambda paths: scan_inputs(paths, cases=True), (baseline, candidate)))
+    if None in runs:
+        return None
     return runs[0], runs[1]
