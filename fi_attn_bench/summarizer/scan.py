@@ -82,7 +82,6 @@ class ScannedTable:
         self.line_starts = line_starts
         self.column_ends = column_ends  # column index -> position of each cell's separator
         self.position = {name: index for index, name in enumerate(header)}
-        self._spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._codes: dict[str, tuple[np.ndarray, list[str]]] = {}
         self._floats: dict[str, np.ndarray] = {}
         self._lines: dict[int, list[str]] = {}
@@ -95,27 +94,25 @@ class ScannedTable:
     def has(self, name: str) -> bool:
         return name in self.position
 
-    def span(self, name: str, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """(start, length) of every cell of a column; ``keep``: cached, for columns
-        read again (text columns; a number column is parsed once and its values kept)."""
-        if name in self._spans:
-            return self._spans[name]
+    def span(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(start, length) of every cell of a column, made when asked (not kept: what is
+        read from them, codes and numbers, is kept instead)."""
         column = self.position[name]
         starts = self.line_starts if column == 0 else self.column_ends[column - 1] + 1
-        found = starts, self.column_ends[column] - starts
-        if keep:
-            self._spans[name] = found
-        return found
+        return starts, self.column_ends[column] - starts
+
+    def cell(self, row: int, name: str) -> bytes:
+        """One cell's raw bytes."""
+        column = self.position[name]
+        start = int(self.line_starts[row] if column == 0 else self.column_ends[column - 1][row] + 1)
+        return self.buffer[start : int(self.column_ends[column][row])]
 
     def text(self, row: int, name: str) -> str:
         """One stripped cell ("" where the pandas path blanks legacy error columns)."""
         if not self.has(name) or (self.legacy and name in ERROR_COLUMNS):
             return IDENTITY_DEFAULTS.get(name, "")
         if self.quoted:
-            starts, lengths = self.span(name)
-            start = int(starts[row])
-            raw = self.buffer[start : start + int(lengths[row])].decode("ascii")
-            return unquote(raw).strip()
+            return unquote(self.cell(row, name).decode("ascii")).strip()
         if row not in self._lines:
             start = int(self.line_starts[row])
             end = int(self.column_ends[len(self.header) - 1][row])
@@ -140,13 +137,18 @@ class ScannedTable:
 
     def parsed(self, name: str) -> np.ndarray:
         """floats() of a column, parsed now (thread-safe: reads only)."""
-        starts, lengths = self.span(name, keep=False)
+        starts, lengths = self.span(name)
         if not lengths.any():  # an empty column (many optional ones are): nothing to parse
             return np.broadcast_to(np.nan, len(starts))  # read-only, no memory
         return self._numbers(starts, lengths)
 
     def store_floats(self, name: str, values: np.ndarray) -> None:
         self._floats[name] = values
+
+    def forget_floats(self, kept) -> None:
+        """Drop parsed columns other than ``kept`` (read only to validate them; parsed
+        again if someone asks)."""
+        self._floats = {name: values for name, values in self._floats.items() if name in kept}
 
     def key_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
         """(code per row, distinct stripped texts) of a case column.  Short cells are
@@ -270,7 +272,7 @@ def _stripped(codes: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list[str
     """Codes of unquoted, stripped texts: raw values that read alike share a code."""
     index: dict[str, int] = {}
     mapping = np.array(
-        [index.setdefault(unquote(text).strip(), len(index)) for text in texts], np.int64
+        [index.setdefault(unquote(text).strip(), len(index)) for text in texts], np.int32
     )
     return (codes if len(index) == len(texts) else mapping[codes]), list(index)
 
@@ -520,6 +522,25 @@ def _outside_quotes(block: np.ndarray, found: np.ndarray, quotes: np.ndarray):
 # ------------------------------------------------------------------ validation
 
 
+# Number columns the reports read (the others are parsed to validate them, then dropped).
+REPORTED_NUMBERS = frozenset(
+    (
+        *NUMERIC_COLUMNS,
+        "samples",
+        "noise_pct",
+        "drift_pct",
+        "time_q1_ms",
+        "time_q3_ms",
+        "power_capped_pct",
+        "sm_clock_mean_MHz",
+        "pct_peak_bw",
+        "pct_peak_tflops",
+        "shard",
+        "num_shards",
+        "paired_ratio_lo",
+        "paired_ratio_hi",
+    )
+)
 PARSE_THREADS = 2  # numpy's gathers release the GIL: number columns parse side by side
 
 
@@ -555,7 +576,9 @@ def _all_rows_valid(table: ScannedTable) -> bool:
     if len(rows) > MAX_RECHECKS:
         return False
     schema = "legacy" if table.legacy else "v1"
-    return all(row_error(_record(table, int(row)), schema) is None for row in rows)
+    valid = all(row_error(_record(table, int(row)), schema) is None for row in rows)
+    table.forget_floats(REPORTED_NUMBERS)
+    return valid
 
 
 def _rows_with(table: ScannedTable, name: str, predicate) -> np.ndarray:
@@ -576,7 +599,7 @@ def _v1_suspects(table: ScannedTable, suspect: np.ndarray) -> np.ndarray:
 
 
 def _maybe_text(table: ScannedTable, name: str) -> np.ndarray:
-    return table.span(name, keep=False)[1] > 0
+    return table.span(name)[1] > 0
 
 
 def _certainly_text(table: ScannedTable, rows: np.ndarray, *names: str) -> np.ndarray:
