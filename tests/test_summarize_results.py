@@ -73,12 +73,16 @@ def test_valid_summary_reports_counts_and_bests(tmp_path, capsys):
     lines = out.out.strip().splitlines()
     assert lines[0] == "Verdict: PASS — all 2 case(s) ok"  # stdout: verdict and the cases
     assert lines[1].split() == ["API", "Case", "Status", "Time", "ms", "GB/s", "TFLOPS"]
-    assert lines[2].startswith("Decode  batch_size=1, ") and lines[2].split()[-4:] == [
+    assert lines[2].startswith("Decode  batch_size=1 ") and lines[2].split()[-4:] == [
         "ok",
         "2",
         "50",
         "0.5",
     ]
+    assert lines[4] == (
+        "(every case listed: seq_len_q=1, seq_len_kv=128, num_qo_heads=32, num_kv_heads=8, "
+        "head_dim=64)"
+    )
     assert lines[-1] == f"Summary saved to {tmp_path / 'report.md'}"
     assert text.startswith("# FlashInfer Benchmark Summary\n")
     assert "**Verdict: PASS**" in text
