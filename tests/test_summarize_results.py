@@ -1623,6 +1623,7 @@ def test_head_to_head_table_for_several_implementations(tmp_path):
     table = text[text.index("## Head to Head: Decode") :]
     assert "| Case | fa2 ms | fa3 ms | fa3 speedup | Winner |" in table
     assert "| 1 | 0.5 | 2.0000x [1.818, 2.222] | fa3 |" in table
+    assert "impl=" not in table.split("## Case Results")[0]  # cases named without impl
     assert "| 1 | 2 | 0.5000x | fa2 |" in table
     assert "Geomean speedup over fa2: fa3 1.0000x" in table
 
