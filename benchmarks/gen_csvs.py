@@ -119,7 +119,9 @@ def build_rows(rows: int, seed: int, candidate: bool, failed_every: int):
     frame["check_rtol"] = frame["check_atol"] = 0.016
     frame["pct_peak_bw"] = ok_only(io_bytes / time_ms / 1e6 / 4800 * 100)
     frame["pct_peak_tflops"] = ok_only(flops / time_ms / 1e9 / 989 * 100)
-    frame["timestamp_utc"] = "2026-12-04T12:00:00Z"
+    seconds = np.cumsum(rng.uniform(0.2, 0.4, rows))  # one case after another, as a sweep runs
+    stamps = np.datetime64("2026-12-04T12:00:00", "us") + (seconds * 1e6).astype("timedelta64[us]")
+    frame["timestamp_utc"] = [f"{stamp}+00:00" for stamp in stamps.astype(str).tolist()]
     frame["sm_clock_mean_MHz"] = ok_only(rng.uniform(1500, 1980, rows))
     frame["sm_clock_min_MHz"] = ok_only(rng.uniform(1200, 1500, rows))
     frame["sm_clock_max_MHz"] = 1980

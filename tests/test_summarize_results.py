@@ -1458,14 +1458,20 @@ def test_directory_arguments_and_version(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("summarize_results.py 0.")
 
 
-def test_environment_shows_run_metadata(tmp_path):
+@pytest.mark.parametrize("scan", [True, False])
+def test_environment_shows_run_metadata(tmp_path, monkeypatch, scan):
+    """Run metadata in the environment section; a timestamp per row shows as its range."""
     header = V1_HEADER + ",host,git_commit,git_dirty,timestamp_utc"
-    path = write(tmp_path / "a.csv", header, v1_row(1) + ",node7,abc123,no,2026-12-04T10:00:00Z")
+    stamps = ["2026-12-04T10:00:07.5+00:00", "2026-12-04T10:00:00Z", "2026-12-04T09:59:59+00:00"]
+    rows = [v1_row(b) + f",node7,abc123,no,{stamp}" for b, stamp in enumerate(stamps, 1)]
+    path = write(tmp_path / "a.csv", header, *rows)
+    if not scan:
+        monkeypatch.setattr(sr, "scan_inputs", lambda paths, cases=False: None)
     summarize(tmp_path, path)
-    text = report(tmp_path)
-    for line in ("| host | node7 |", "| git\\_commit | abc123 |", "| git\\_dirty | no |"):
-        assert line.replace("\\_", "_") in text.replace("\\_", "_")
-    assert "2026-12-04T10:00:00Z" in text
+    text = report(tmp_path).replace("\\_", "_")
+    for line in ("| host | node7 |", "| git_commit | abc123 |", "| git_dirty | no |"):
+        assert line in text
+    assert "| timestamp_utc | 2026-12-04T09:59:59+00:00 … 2026-12-04T10:00:07.5+00:00 |" in text
 
 
 # ------------------------------------- identity defaults, samples, shards, impls

@@ -49,6 +49,7 @@ from fi_attn_bench.summarizer.loading import (
 BOM = b"\xef\xbb\xbf"
 CHUNK_BYTES = 1 << 17  # bytes per separator scan block: its temporaries are reused, not refaulted
 CHUNK_ROWS = 8192  # rows per vectorized step: temporaries stay in cache
+MAX_RANGE_WORDS = 6  # text_range compares cells of up to 48 bytes as words
 MAX_PEELED = 32  # distinct values found by comparison passes; more are hashed in Python
 MAX_RECHECKS = 256  # more suspect rows than this: the file is surely invalid
 NUMBER_WIDTH = 16  # cells up to 16 bytes may take the vectorized number parser
@@ -162,6 +163,37 @@ class ScannedTable:
             word.to_bytes(8, "big").rstrip(b"\0").decode("ascii") for word in distinct.tolist()
         ]
         return _stripped(codes.reshape(-1), texts)
+
+    def text_range(self, name: str) -> list[str] | None:
+        """[smallest, largest] non-empty stripped text of a column, compared as up to
+        MAX_RANGE_WORDS big-endian words (no hashing of 200k distinct timestamps)."""
+        starts, lengths = self.span(name)
+        rows = np.flatnonzero(lengths > 0)
+        if not len(rows):
+            return None
+        words = self._prefix_words(starts[rows], lengths[rows])
+        if words is None:
+            texts = [text for text in self.codes(name)[1] if text]
+            return [min(texts), max(texts)] if texts else None
+        order = np.lexsort(words[::-1])
+        low, high = (self.text(int(rows[order[i]]), name) for i in (0, -1))
+        return [low] if low == high else [low, high]
+
+    def _prefix_words(self, starts, lengths) -> list[np.ndarray] | None:
+        """Each cell as big-endian words, zero-padded (they sort like the text); None
+        when a cell is too long, starts or ends with a space or quote, or ends the file."""
+        count = -(-int(lengths.max()) // 8)
+        last = len(self.buffer) - 8
+        if count > MAX_RANGE_WORDS or int((starts + 8 * (count - 1)).max()) > last:
+            return None
+        edges = np.concatenate([self.bytes[starts], self.bytes[starts + lengths - 1]])
+        if (_SPACE[edges] | (edges == 34)).any():
+            return None
+        windows = np.ndarray((last + 1,), dtype="<u8", buffer=self.buffer, strides=(1,))
+        return [
+            windows[starts + 8 * k].byteswap() & _HIGH_BYTES[np.clip(lengths - 8 * k, 0, 8)]
+            for k in range(count)
+        ]
 
     def _words(self, starts, lengths) -> np.ndarray | None:
         """Each cell as a big-endian word, left-aligned and zero-padded (no cell holds
@@ -695,6 +727,17 @@ class ScannedView:
             cells = ((name, table.text(row, name)) for name in names)
             labels.append(", ".join(f"{n}={v}" for n, v in cells if v) or "n/a")
         return _objects(labels)
+
+    def text_range(self, name: str) -> list[str] | None:
+        """[smallest, largest] non-empty text of a column (one item when equal); None
+        when no file has a non-empty cell.  For columns of distinct values (timestamps)."""
+        ends = [
+            found for table in self.tables if table.has(name) and (found := table.text_range(name))
+        ]
+        if not ends:
+            return None
+        low, high = min(end[0] for end in ends), max(end[-1] for end in ends)
+        return [low] if low == high else [low, high]
 
     def distinct(self, name: str) -> list[str] | None:
         """Sorted distinct non-empty texts of a column; None when no file has it."""
