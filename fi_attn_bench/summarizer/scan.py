@@ -32,6 +32,7 @@ from fi_attn_bench.results.schema import (
     STATUS_LEGACY_OK,
     STATUS_OK,
     Kind,
+    Role,
     case_columns,
     is_case_column,
 )
@@ -152,8 +153,11 @@ class ScannedTable:
         self._floats = {name: values for name, values in self._floats.items() if name in kept}
 
     def key_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
-        """(code per row, distinct stripped texts) of a case column.  Short cells are
-        compared as 8-byte words (np.unique), faster than hashing many distinct texts."""
+        """(code per row, distinct stripped texts) of a case column (kept: labels read
+        them).  Short cells are compared as 8-byte words (np.unique), faster than hashing
+        many distinct texts."""
+        if name in self._codes:
+            return self._codes[name]
         starts, lengths = self.span(name)
         words = self._words(starts, lengths)
         if words is None:
@@ -162,7 +166,8 @@ class ScannedTable:
         texts = [
             word.to_bytes(8, "big").rstrip(b"\0").decode("ascii") for word in distinct.tolist()
         ]
-        return _stripped(codes.reshape(-1), texts)
+        self._codes[name] = _stripped(codes.reshape(-1).astype(np.int32), texts)
+        return self._codes[name]
 
     def text_range(self, name: str) -> list[str] | None:
         """[smallest, largest] non-empty stripped text of a column, compared as up to
@@ -573,20 +578,38 @@ REPORTED_NUMBERS = frozenset(
         "paired_ratio_hi",
     )
 )
-PARSE_THREADS = 2  # numpy's gathers release the GIL: number columns parse side by side
+PARSE_THREADS = 2
+RANGE_TEXT_COLUMNS = (
+    "timestamp_utc",
+)  # read as a range (text_range), never factorized  # numpy's gathers release the GIL: number columns parse side by side
 
 
 def _parse_numbers(table: ScannedTable) -> None:
-    """Parse every number column (validation reads them all), on PARSE_THREADS threads
-    when the table is large enough to gain from it."""
-    names = [name for name in table.header if _is_numeric(name)]
+    """Parse every number column (validation reads them all) and factorize the text
+    columns validation and the environment read, on PARSE_THREADS threads when the
+    table is large enough to gain from it."""
     if table.rows < 4 * CHUNK_ROWS or PARSE_THREADS < 2:
         return
     from concurrent.futures import ThreadPoolExecutor
 
+    names = [name for name in table.header if _is_numeric(name)]
+    texts = [name for name in table.header if _factorized(name)]
     with ThreadPoolExecutor(PARSE_THREADS) as pool:
+        coded = [pool.submit(table.codes, name) for name in texts]
         for name, values in zip(names, pool.map(table.parsed, names), strict=True):
             table.store_floats(name, values)
+        for future in coded:
+            future.result()
+
+
+def _factorized(name: str) -> bool:
+    """Text columns whose codes validation or the environment section reads."""
+    if name in ("api", "status", "schema_version"):
+        return True
+    column = OPTIONAL_COLUMN_BY_NAME.get(name)
+    if column is None or column.kind in NUMERIC_OPTIONAL_KINDS or name in RANGE_TEXT_COLUMNS:
+        return False
+    return column.kind is Kind.CHOICE or column.role is Role.ENVIRONMENT
 
 
 def _all_rows_valid(table: ScannedTable) -> bool:
@@ -720,12 +743,15 @@ class ScannedView:
     def labels(self, rows, columns=None) -> np.ndarray:
         """describe_case of these rows: "name=value, ..." of non-empty parameters
         (``columns``: these case parameters, default the run's own)."""
-        labels = []
-        for t, row in self._locate_rows(np.asarray(rows, dtype=np.int64)):
-            table = self.tables[t]
-            names = self.case_columns if columns is None else columns
-            cells = ((name, table.text(row, name)) for name in names)
-            labels.append(", ".join(f"{n}={v}" for n, v in cells if v) or "n/a")
+        rows = np.asarray(rows, dtype=np.int64)
+        names = self.case_columns if columns is None else columns
+        pieces = []
+        for name in names:  # "name=value" made once per distinct value, looked up by code
+            codes, texts = self._joined(lambda table, name=name: _piece_codes(table, name))
+            pieces.append(_objects(texts)[codes[rows]])
+        if not pieces:
+            return np.full(len(rows), "n/a", dtype=object)
+        labels = [", ".join(filter(None, parts)) or "n/a" for parts in zip(*pieces, strict=True)]
         return _objects(labels)
 
     def text_range(self, name: str) -> list[str] | None:
@@ -767,6 +793,15 @@ class ScannedView:
     @staticmethod
     def concat(tables: list):
         return ColumnTable.concat(tables)
+
+
+def _piece_codes(table: ScannedTable, name: str) -> tuple[np.ndarray, list[str]]:
+    """(code per row, "name=value" or "" per distinct value) of one case column."""
+    if not table.has(name):
+        default = IDENTITY_DEFAULTS.get(name, "")
+        return np.zeros(table.rows, dtype=np.int8), [f"{name}={default}" if default else ""]
+    codes, texts = table.key_codes(name)
+    return codes, [f"{name}={text}" if text else "" for text in texts]
 
 
 def _objects(values: list) -> np.ndarray:
