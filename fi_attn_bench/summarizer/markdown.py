@@ -16,7 +16,7 @@ import numpy as np
 
 from fi_attn_bench.results.schema import NUMERIC_COLUMNS
 from fi_attn_bench.summarizer.model import PEAK_PCT_LIMIT, SummaryModel
-from fi_attn_bench.summarizer.regression import condition_text
+from fi_attn_bench.summarizer.regression import Selection, condition_text
 
 DEFAULT_MAX_REPORT_BYTES = 1 << 20
 MAX_CELL_CHARS = 500  # a longer CSV cell (a 50 MB error text) is clipped, its row kept
@@ -520,7 +520,7 @@ def _condition_rows(model) -> list[Table]:
         "| API | Case | Time Δ | Run conditions |",
         "|---|---|---:|---|",
     ]
-    lines = _condition_lines(model, model.matched.iloc[rows])
+    lines = _condition_lines(model, Selection(model.matched, rows))
     return [Table(head, lines, len(rows), "cases run under other conditions")]
 
 
@@ -588,7 +588,8 @@ def _matched_table(model, only_changed: bool = False) -> Table:
     table = model.matched
     title = "## Matched Cases"
     if only_changed:
-        table = model.matched.iloc[np.flatnonzero(np.asarray(model.matched["changed"], bool))]
+        changed = np.flatnonzero(np.asarray(model.matched["changed"], dtype=bool))
+        table = Selection(model.matched, changed)
         title = "## Changed Cases (--only-changed)"
     head = [
         title,

@@ -115,7 +115,7 @@ class RegressionModel:
         failing = np.isin(states, [state.value for state in FAILING_STATES])
         delta = np.asarray(self.matched["time_ms_delta_pct"], dtype=np.float64)[rows]
         order = np.lexsort((np.nan_to_num(-delta, nan=np.inf), ~failing))
-        return self.matched.iloc[rows[order]]
+        return Selection(self.matched, rows[order])
 
     @property
     def condition_cases(self) -> int:
@@ -246,6 +246,29 @@ def judge(
 
 
 _FAILING = FAILING_STATES
+
+
+class Selection:
+    """Some rows of a table, in an order; rows are copied only for the part read
+    (``len``, ``iloc[positions]``), not for a 200k-row table at once."""
+
+    def __init__(self, table, rows: np.ndarray):
+        self.table, self.rows = table, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def iloc(self) -> _SelectedRows:
+        return _SelectedRows(self)
+
+
+class _SelectedRows:
+    def __init__(self, selection: Selection):
+        self.selection = selection
+
+    def __getitem__(self, positions):
+        return self.selection.table.iloc[self.selection.rows[positions]]
 
 
 class CaseRows:

@@ -170,35 +170,38 @@ class ScannedTable:
         return self._codes[name]
 
     def text_range(self, name: str) -> list[str] | None:
-        """[smallest, largest] non-empty stripped text of a column, compared as up to
-        MAX_RANGE_WORDS big-endian words (no hashing of 200k distinct timestamps)."""
+        """[smallest, largest] non-empty stripped text of a column, comparing cells as
+        big-endian words, each word read only for the rows still tied (no hashing of
+        200k distinct timestamps, no sort)."""
         starts, lengths = self.span(name)
         rows = np.flatnonzero(lengths > 0)
         if not len(rows):
             return None
-        words = self._prefix_words(starts[rows], lengths[rows])
-        if words is None:
+        starts, lengths = starts[rows], lengths[rows]
+        edges = np.concatenate([self.bytes[starts], self.bytes[starts + lengths - 1]])
+        count = -(-int(lengths.max()) // 8)
+        if (
+            count > MAX_RANGE_WORDS
+            or int((starts + 8 * (count - 1)).max()) > len(self.buffer) - 8
+            or (_SPACE[edges] | (edges == 34)).any()
+        ):
             texts = [text for text in self.codes(name)[1] if text]
             return [min(texts), max(texts)] if texts else None
-        order = np.lexsort(words[::-1])
-        low, high = (self.text(int(rows[order[i]]), name) for i in (0, -1))
+        ends = [self._extreme(starts, lengths, count, pick) for pick in (np.min, np.max)]
+        low, high = (self.text(int(rows[index]), name) for index in ends)
         return [low] if low == high else [low, high]
 
-    def _prefix_words(self, starts, lengths) -> list[np.ndarray] | None:
-        """Each cell as big-endian words, zero-padded (they sort like the text); None
-        when a cell is too long, starts or ends with a space or quote, or ends the file."""
-        count = -(-int(lengths.max()) // 8)
-        last = len(self.buffer) - 8
-        if count > MAX_RANGE_WORDS or int((starts + 8 * (count - 1)).max()) > last:
-            return None
-        edges = np.concatenate([self.bytes[starts], self.bytes[starts + lengths - 1]])
-        if (_SPACE[edges] | (edges == 34)).any():
-            return None
-        windows = np.ndarray((last + 1,), dtype="<u8", buffer=self.buffer, strides=(1,))
-        return [
-            windows[starts + 8 * k].byteswap() & _HIGH_BYTES[np.clip(lengths - 8 * k, 0, 8)]
-            for k in range(count)
-        ]
+    def _extreme(self, starts, lengths, count: int, pick) -> int:
+        """Index of the smallest (``pick=np.min``) or largest cell, word by word."""
+        windows = np.ndarray((len(self.buffer) - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
+        tied = np.arange(len(starts))
+        for k in range(count):
+            shown = np.clip(lengths[tied] - 8 * k, 0, 8)
+            words = windows[starts[tied] + 8 * k].byteswap() & _HIGH_BYTES[shown]
+            tied = tied[words == pick(words)]
+            if len(tied) == 1:
+                break
+        return int(tied[0])
 
     def _words(self, starts, lengths) -> np.ndarray | None:
         """Each cell as a big-endian word, left-aligned and zero-padded (no cell holds
