@@ -73,12 +73,16 @@ def test_valid_summary_reports_counts_and_bests(tmp_path, capsys):
     lines = out.out.strip().splitlines()
     assert lines[0] == "Verdict: PASS — all 2 case(s) ok"  # stdout: verdict and the cases
     assert lines[1].split() == ["API", "Case", "Status", "Time", "ms", "GB/s", "TFLOPS"]
-    assert lines[2].startswith("Decode  batch_size=1, ") and lines[2].split()[-4:] == [
+    assert lines[2].startswith("Decode  batch_size=1 ") and lines[2].split()[-4:] == [
         "ok",
         "2",
         "50",
         "0.5",
     ]
+    assert lines[4] == (
+        "(every case listed: seq_len_q=1, seq_len_kv=128, num_qo_heads=32, num_kv_heads=8, "
+        "head_dim=64)"
+    )
     assert lines[-1] == f"Summary saved to {tmp_path / 'report.md'}"
     assert text.startswith("# FlashInfer Benchmark Summary\n")
     assert "**Verdict: PASS**" in text
@@ -955,6 +959,18 @@ SCAN_CASES = {
         [OPT_HEADER, opt_row(1, extra="0,2.5,stopwatch,NVIDIA H200,50,40")],
         False,
     ),
+    "quoted cells as the harness writes them": (
+        [
+            V1_HEADER + ",repro,kernels",
+            v1_row(1) + ',"bench.py --filter a=1,b=2","k<1, 2>;k2"',
+            v1_row(2, "", "", "", "failed", '"x, ""y"""') + ',"r,1",""',
+            '1,"Decode",3,1,128,32,8,64,ok,1.0,100,1,,,"a ""b"", c",k',
+        ],
+        True,
+    ),
+    "quoted number": ([V1_HEADER, v1_row(1, '"1.5"')], False),
+    "stray quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", 'x"y')], False),
+    "text after a closing quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", '"x"y')], False),
     "quoted commas and newlines": (
         [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", '"multi\nline, error"')],
         False,
@@ -1013,7 +1029,7 @@ def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypa
     assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
     fast, slow = both_paths(tmp_path, capsys, monkeypatch, [*paths, v1])
     assert fast == slow and fast[0] == sr.EXIT_INPUT_ERROR  # v1's cases twice
-    quoted = write(tmp_path / "q.csv", V1_HEADER, v1_row(3, "", "", "", "failed", '"a, b"'))
+    quoted = write(tmp_path / "q.csv", V1_HEADER, v1_row(3, "", "", "", "failed", '"a\nb"'))
     assert sr.scan_inputs([*paths, quoted]) is None
     assert (
         both_paths(tmp_path, capsys, monkeypatch, [*paths, quoted])[0] == slow[:1] + slow[1:]
@@ -1198,7 +1214,17 @@ REGRESSION_SCAN_CASES = {
     "a quoted baseline file": (
         [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a, b"')]],
         [[V1_HEADER, v1_row(1)]],
+        True,
+    ),
+    "a quoted line break": (
+        [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a\nb"')]],
+        [[V1_HEADER, v1_row(1)]],
         False,
+    ),
+    "quoted case cells": (
+        [[V1_HEADER, '1,Decode,"1",1,128,32,8,64,ok,1.0,100,1,,']],
+        [[V1_HEADER, v1_row(1, "1.2")]],
+        True,
     ),
 }
 
@@ -1432,14 +1458,20 @@ def test_directory_arguments_and_version(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("summarize_results.py 0.")
 
 
-def test_environment_shows_run_metadata(tmp_path):
+@pytest.mark.parametrize("scan", [True, False])
+def test_environment_shows_run_metadata(tmp_path, monkeypatch, scan):
+    """Run metadata in the environment section; a timestamp per row shows as its range."""
     header = V1_HEADER + ",host,git_commit,git_dirty,timestamp_utc"
-    path = write(tmp_path / "a.csv", header, v1_row(1) + ",node7,abc123,no,2026-12-04T10:00:00Z")
+    stamps = ["2026-12-04T10:00:07.5+00:00", "2026-12-04T10:00:00Z", "2026-12-04T09:59:59+00:00"]
+    rows = [v1_row(b) + f",node7,abc123,no,{stamp}" for b, stamp in enumerate(stamps, 1)]
+    path = write(tmp_path / "a.csv", header, *rows)
+    if not scan:
+        monkeypatch.setattr(sr, "scan_inputs", lambda paths, cases=False: None)
     summarize(tmp_path, path)
-    text = report(tmp_path)
-    for line in ("| host | node7 |", "| git\\_commit | abc123 |", "| git\\_dirty | no |"):
-        assert line.replace("\\_", "_") in text.replace("\\_", "_")
-    assert "2026-12-04T10:00:00Z" in text
+    text = report(tmp_path).replace("\\_", "_")
+    for line in ("| host | node7 |", "| git_commit | abc123 |", "| git_dirty | no |"):
+        assert line in text
+    assert "| timestamp_utc | 2026-12-04T09:59:59+00:00 … 2026-12-04T10:00:07.5+00:00 |" in text
 
 
 # ------------------------------------- identity defaults, samples, shards, impls
@@ -1597,5 +1629,37 @@ def test_head_to_head_table_for_several_implementations(tmp_path):
     table = text[text.index("## Head to Head: Decode") :]
     assert "| Case | fa2 ms | fa3 ms | fa3 speedup | Winner |" in table
     assert "| 1 | 0.5 | 2.0000x [1.818, 2.222] | fa3 |" in table
+    assert "impl=" not in table.split("## Case Results")[0]  # cases named without impl
     assert "| 1 | 2 | 0.5000x | fa2 |" in table
     assert "Geomean speedup over fa2: fa3 1.0000x" in table
+
+
+def test_harness_shaped_csvs_take_the_numpy_path_and_agree_with_pandas(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 21: the harness quotes repro and kernels, so the pandas-free reader never
+    ran on its CSVs; now it does (several blocks, two threads) with the same report."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gen_csvs
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    base, cand = tmp_path / "b.csv", tmp_path / "c.csv"
+    gen_csvs.main(["--rows", "3000", "--out", str(base), "--failed-every", "700"])
+    gen_csvs.main(["--rows", "3000", "--out", str(cand), "--failed-every", "700", "--candidate"])
+    capsys.readouterr()
+    assert (
+        base.stat().st_size > 16 * (1 << 17)
+        and b'"python bench_batch_decode.py' in base.read_bytes()
+    )
+    assert sr.scan_inputs([base]) is not None and sr.scan_runs([base], [cand]) is not None
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [base])
+    assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
+    outcomes = []
+    for scan in (True, False):
+        with monkeypatch.context() as patch:
+            if not scan:
+                patch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
+            code, captured = regress(tmp_path, [base], [cand], gate=5, capsys=capsys)
+        outcomes.append((code, captured.out, captured.err, report(tmp_path)))
+    assert outcomes[0] == outcomes[1]

@@ -120,6 +120,10 @@ def _optional_value(column):
         return st.sampled_from(["", "1", "100"])
     if kind in ("positive", "non_negative"):
         return st.sampled_from(["", "0.5", "12"])
+    if kind == "non_negative_int":
+        return st.sampled_from(["", "0", "3"])
+    if kind == "finite":
+        return st.sampled_from(["", "-2.5", "0", "44"])
     if kind == "choice":
         return st.sampled_from(["", *column.choices])
     return st.sampled_from(["", "NVIDIA H200", "a, b", 'say "hi"'])

@@ -158,8 +158,16 @@ class FrameView:
     def objects(self, name: str) -> np.ndarray:
         return self.frame[name].to_numpy(dtype=object)
 
-    def labels(self, rows) -> np.ndarray:
-        return case_labels(self.frame.iloc[np.asarray(rows, dtype=np.int64)], self.case_columns)
+    def labels(self, rows, columns=None) -> np.ndarray:
+        names = self.case_columns if columns is None else columns
+        return case_labels(self.frame.iloc[np.asarray(rows, dtype=np.int64)], names)
+
+    def text_range(self, name: str) -> list[str] | None:
+        """[smallest, largest] non-empty value of a column (one item when equal)."""
+        values = self.distinct(name)
+        if not values:
+            return None
+        return [values[0]] if len(values) == 1 else [values[0], values[-1]]
 
     def distinct(self, name: str) -> list[str] | None:
         """Sorted distinct non-empty values of a column; None when the frame lacks it."""

@@ -52,20 +52,24 @@ def head_to_head(view, ids) -> list[ApiComparison]:
     impl_codes, impls = view_codes(view, "impl")
     if len(set(impl_codes.tolist())) < 2:
         return []
-    groups = case_ids([view], ["api", *(c for c in view.case_columns if c != "impl")])[0]
+    parameters = [name for name in view.case_columns if name != "impl"]
+    groups = case_ids([view], ["api", *parameters])[0]
     ok = success_mask(view.objects("status"))
     apis = view.objects("api")
     found = []
     for api in sorted(set(apis.tolist())):
         rows = np.flatnonzero((apis == api) & ok)
         rows = rows[np.argsort(groups[rows], kind="stable")]
-        comparison = _api_comparison(view, str(api), rows, groups, impl_codes, impls)
+        labels = view.labels(rows, parameters)
+        comparison = _api_comparison(view, str(api), rows, groups, (impl_codes, impls), labels)
         if comparison is not None:
             found.append(comparison)
     return found
 
 
-def _api_comparison(view, api, rows, groups, impl_codes, impls) -> ApiComparison | None:
+def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | None:
+    """``impl``: (code per row, texts) of the impl column; ``labels``: of ``rows``."""
+    impl_codes, impls = impl
     order = list(dict.fromkeys(impls[code] for code in impl_codes[rows].tolist()))
     if len(order) < 2:
         return None
@@ -75,7 +79,6 @@ def _api_comparison(view, api, rows, groups, impl_codes, impls) -> ApiComparison
     order.insert(0, baseline)
     time_ms = view.floats("time_ms")
     lo, hi = view.floats("paired_ratio_lo"), view.floats("paired_ratio_hi")
-    labels = view.labels(rows)
     cases, ratios = [], {impl: [] for impl in order}
     bounds = np.flatnonzero(np.diff(groups[rows])) + 1
     for part in np.split(np.arange(len(rows)), bounds):

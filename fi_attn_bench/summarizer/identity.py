@@ -131,3 +131,20 @@ def duplicate_issues(view, ids, rows: np.ndarray, labels, group: str) -> list[In
             )
         )
     return issues
+
+
+def short_labels(labels, limit: int) -> tuple[list[str], str]:
+    """(short labels, common text): parameters equal in every label ("name=value, ...")
+    move to the common text, the rest stay (cut to ``limit`` characters with "…")."""
+    parsed = [[part.partition("=") for part in str(label).split(", ")] for label in labels]
+    shared = set.intersection(*(set(parts) for parts in parsed)) if parsed else set()
+    if len(parsed) < 2:
+        shared = set()
+    short = []
+    for parts in parsed:
+        kept = ", ".join(f"{n}={v}" for n, sep, v in parts if (n, sep, v) not in shared and sep)
+        kept = kept or "(same parameters)"
+        short.append(kept if len(kept) <= limit else kept[: limit - 1] + "…")
+    first = parsed[0] if parsed else []
+    common = ", ".join(f"{n}={v}" for n, sep, v in first if (n, sep, v) in shared and sep)
+    return short, common

@@ -16,6 +16,7 @@ import numpy as np
 
 from fi_attn_bench.results.schema import NUMERIC_COLUMNS
 from fi_attn_bench.summarizer.model import PEAK_PCT_LIMIT, SummaryModel
+from fi_attn_bench.summarizer.regression import Selection, condition_text
 
 DEFAULT_MAX_REPORT_BYTES = 1 << 20
 MAX_CELL_CHARS = 500  # a longer CSV cell (a 50 MB error text) is clipped, its row kept
@@ -495,11 +496,18 @@ def _large_change_rows(model) -> list[Table]:
     return [Table(head, _regression_lines(model, rows), len(rows), "large changes")]
 
 
+CONDITION_NAMES = (
+    "power_capped_pct_baseline",
+    "power_capped_pct_candidate",
+    "sm_clock_mean_MHz_baseline",
+    "sm_clock_mean_MHz_candidate",
+)
+
+
 def _condition_rows(model) -> list[Table]:
     """Cases whose baseline and candidate ran under clearly different conditions."""
-    conditions = [str(text) for text in model.matched["conditions"]]
-    rows = [index for index, text in enumerate(conditions) if text]
-    if not rows:
+    rows = np.flatnonzero(np.asarray(model.matched["conditions_differ"], dtype=bool))
+    if not len(rows):
         return []
     rules = model.gate.rules
     head = [
@@ -512,19 +520,22 @@ def _condition_rows(model) -> list[Table]:
         "| API | Case | Time Δ | Run conditions |",
         "|---|---|---:|---|",
     ]
-    table = model.matched.iloc[rows]
-    labels = model.case_labels(table["case_id"]).tolist()
-    lines = (
-        f"| {cell(api)} | {cell(label)} | {_delta_text(delta)} | {cell(text)} |"
-        for api, label, delta, text in zip(
-            table["api"].tolist(),
-            labels,
-            table["time_ms_delta_pct"].tolist(),
-            table["conditions"].tolist(),
-            strict=True,
-        )
-    )
+    lines = _condition_lines(model, Selection(model.matched, rows))
     return [Table(head, lines, len(rows), "cases run under other conditions")]
+
+
+def _condition_lines(model, table) -> Iterator[str]:
+    for chunk, labels in _labelled_chunks(model, table):
+        texts = _condition_texts(model, chunk)
+        for api, label, delta, text in zip(
+            chunk["api"].tolist(), labels, chunk["time_ms_delta_pct"].tolist(), texts, strict=True
+        ):
+            yield f"| {cell(api)} | {cell(label)} | {_delta_text(delta)} | {cell(text)} |"
+
+
+def _condition_texts(model, chunk) -> list[str]:
+    columns = [chunk[name].tolist() for name in CONDITION_NAMES]
+    return [condition_text(*values, model.gate.rules) for values in zip(*columns, strict=True)]
 
 
 def _delta_text(value: float) -> str:
@@ -532,12 +543,14 @@ def _delta_text(value: float) -> str:
 
 
 def _regression_lines(model, rows) -> Iterator[str]:
-    names = ("api", "speedup", "reason_metric", "uncertainty_pct", "p_value", "conditions")
+    names = ("api", "speedup", "reason_metric", "uncertainty_pct", "p_value")
     for chunk, labels in _labelled_chunks(model, rows):
         deltas = {metric: chunk[f"{metric}_delta_pct"].tolist() for metric in NUMERIC_COLUMNS}
-        for index, (api, speedup, metric, uncertainty, p_value, conditions) in enumerate(
+        notes = _condition_texts(model, chunk)
+        for index, (api, speedup, metric, uncertainty, p_value) in enumerate(
             zip(*(chunk[name].tolist() for name in names), strict=True)
         ):
+            conditions = notes[index]
             why = reason_text(metric or "time_ms", deltas, index, uncertainty, p_value, model.gate)
             yield (
                 f"| {cell(api)} | {cell(labels[index])} | {_ratio(speedup)} | {cell(why)} | "
@@ -575,7 +588,8 @@ def _matched_table(model, only_changed: bool = False) -> Table:
     table = model.matched
     title = "## Matched Cases"
     if only_changed:
-        table = model.matched.iloc[np.flatnonzero(np.asarray(model.matched["changed"], bool))]
+        changed = np.flatnonzero(np.asarray(model.matched["changed"], dtype=bool))
+        table = Selection(model.matched, changed)
         title = "## Changed Cases (--only-changed)"
     head = [
         title,

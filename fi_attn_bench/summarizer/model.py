@@ -42,6 +42,8 @@ ENVIRONMENT_COLUMNS = tuple(
     for column in OPTIONAL_COLUMNS
     if column.role is Role.ENVIRONMENT or column.name in ("timer", "l2", "dtype")
 )
+# Environment columns that differ row by row: shown as their range, first … last.
+RANGE_COLUMNS = ("timestamp_utc",)
 # A difference in these means the two runs are not measuring the same hardware/software.
 MISMATCH_COLUMNS = (
     "device",
@@ -429,6 +431,11 @@ def environment_of(view) -> dict[str, list[str]]:
     which measured differently: said as such, so a comparison with a newer run warns."""
     found = {}
     for name in ENVIRONMENT_COLUMNS:
+        if name in RANGE_COLUMNS:  # one value per row: the first and last are what matter
+            texts = view.text_range(name)
+            if texts:
+                found[name] = [" … ".join(texts)]
+            continue
         texts = view.distinct(name)
         if texts:
             found[name] = texts

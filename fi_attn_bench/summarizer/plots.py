@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fi_attn_bench.results.schema import STATUS_LEGACY_OK, STATUS_OK, case_columns
+from fi_attn_bench.summarizer.identity import short_labels
 
 PLOTTED_STATUSES = (STATUS_OK, STATUS_LEGACY_OK)
 SEQ_LEN_COLUMNS = ("seq_len_kv", "seq_len", "seq_len_q")  # first present one is the x axis
@@ -29,6 +30,7 @@ MODEL_COLUMNS = frozenset({"case_label", "arithmetic_intensity", "state", "speed
 MAX_PANELS = 6
 PANEL_COLUMNS = 3
 MAX_CASE_TICKS = 40
+MAX_TICK_CHARS = 48
 MAX_BARS = 80  # more cases than this are drawn as dots
 LOG_SPEEDUP_RATIO = 4.0  # a speedup axis spanning more than this ratio is logarithmic
 DPI = 100
@@ -359,24 +361,6 @@ def render_summary_plots(rows, out_dir: Path) -> list[Path]:
 # --------------------------------------------------------------------------- regression
 
 
-MAX_TICK_CHARS = 48
-
-
-def short_labels(labels: Sequence[str]) -> tuple[list[str], str]:
-    """(tick labels, common text): parameters equal in every case move to the axis
-    title, the rest stay (cut to MAX_TICK_CHARS), so labels do not fill the figure."""
-    parsed = [[part.partition("=") for part in label.split(", ")] for label in labels]
-    shared = set.intersection(*(set(map(tuple, parts)) for parts in parsed)) if parsed else set()
-    ticks = []
-    for parts in parsed:
-        kept = ", ".join(f"{n}={v}" for n, sep, v in parts if (n, sep, v) not in shared and sep)
-        kept = kept or "(same parameters)"
-        ticks.append(kept if len(kept) <= MAX_TICK_CHARS else kept[: MAX_TICK_CHARS - 1] + "…")
-    first = parsed[0] if parsed else []
-    common = ", ".join(f"{n}={v}" for n, sep, v in first if (n, sep, v) in shared and sep)
-    return ticks, common
-
-
 def _state_colors(states: Sequence[str]) -> dict[str, str]:
     others = iter(OTHER_STATE_COLORS * (len(states) // len(OTHER_STATE_COLORS) + 1))
     return {s: STATE_COLORS.get(s) or next(others) for s in sorted(states)}
@@ -446,7 +430,9 @@ def speedup_figure(api: str, rows, gate_pct: float | None):
     count = len(ranked)
     labelled = count <= MAX_CASE_TICKS and "case_label" in ranked
     ticks, common = (
-        short_labels(ranked["case_label"].astype(str).tolist()) if labelled else ([], "")
+        short_labels(ranked["case_label"].astype(str).tolist(), MAX_TICK_CHARS)
+        if labelled
+        else ([], "")
     )
     figure = _figure(max(7.0, 0.3 * count + 2.5) if labelled else 10.0, 6.0 if labelled else 5.0)
     ax = figure.subplots()

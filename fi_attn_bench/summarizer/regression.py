@@ -115,12 +115,12 @@ class RegressionModel:
         failing = np.isin(states, [state.value for state in FAILING_STATES])
         delta = np.asarray(self.matched["time_ms_delta_pct"], dtype=np.float64)[rows]
         order = np.lexsort((np.nan_to_num(-delta, nan=np.inf), ~failing))
-        return self.matched.iloc[rows[order]]
+        return Selection(self.matched, rows[order])
 
     @property
     def condition_cases(self) -> int:
         """Matched cases whose two sides ran under clearly different conditions."""
-        return int((np.asarray(self.matched["conditions"], dtype=object) != "").sum())
+        return int(np.asarray(self.matched["conditions_differ"], dtype=bool).sum())
 
     def case_labels(self, case_ids) -> np.ndarray:
         """describe_case of these cases; labels are made only for rows someone reads."""
@@ -246,6 +246,29 @@ def judge(
 
 
 _FAILING = FAILING_STATES
+
+
+class Selection:
+    """Some rows of a table, in an order; rows are copied only for the part read
+    (``len``, ``iloc[positions]``), not for a 200k-row table at once."""
+
+    def __init__(self, table, rows: np.ndarray):
+        self.table, self.rows = table, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def iloc(self) -> _SelectedRows:
+        return _SelectedRows(self)
+
+
+class _SelectedRows:
+    def __init__(self, selection: Selection):
+        self.selection = selection
+
+    def __getitem__(self, positions):
+        return self.selection.table.iloc[self.selection.rows[positions]]
 
 
 class CaseRows:
@@ -380,7 +403,9 @@ def _matched_table(make_table, ids, base: dict, cand: dict, gate: Gate, p_value)
             both_ok, table["time_ms_baseline"] / table["time_ms_candidate"], np.nan
         )
     _mark_changes(table, gate, significant)
-    table["conditions"] = condition_notes(base, cand, gate.rules)
+    for name in CONDITION_COLUMNS:
+        table[f"{name}_baseline"], table[f"{name}_candidate"] = base[name], cand[name]
+    table["conditions_differ"] = conditions_differ(table, gate.rules)
     table["source_baseline"] = base["_source"]
     table["source_candidate"] = cand["_source"]
     return make_table(table)
@@ -409,23 +434,25 @@ def _mark_changes(table, gate: Gate, significant: np.ndarray) -> None:
     table["changed"] = moved | (table["state"] != CaseState.COMPARED.value)
 
 
-def condition_notes(base: dict, cand: dict, rules) -> np.ndarray:
-    """Per case, how the two sides' run conditions differed beyond the rules ("" when
-    they did not, or were not recorded)."""
-    notes = np.full(len(base["status"]), "", dtype=object)
-    capped_b, capped_c = base["power_capped_pct"], cand["power_capped_pct"]
-    clock_b, clock_c = base["sm_clock_mean_MHz"], cand["sm_clock_mean_MHz"]
+def conditions_differ(table, rules) -> np.ndarray:
+    """Whether each case's two sides ran under clearly different conditions: the
+    power-capped share or the mean SM clock apart by more than the rules allow."""
+    capped_b, capped_c = table["power_capped_pct_baseline"], table["power_capped_pct_candidate"]
+    clock_b, clock_c = table["sm_clock_mean_MHz_baseline"], table["sm_clock_mean_MHz_candidate"]
     with np.errstate(invalid="ignore", divide="ignore"):
         capped = np.abs(capped_c - capped_b) > rules.power_capped_diff_pp
         clocked = np.abs(clock_c / clock_b - 1.0) * 100.0 > rules.sm_clock_diff_pct
-    for row in np.flatnonzero(capped | clocked).tolist():
-        parts = []
-        if capped[row]:
-            parts.append(f"power-capped {capped_b[row]:.0f}% → {capped_c[row]:.0f}%")
-        if clocked[row]:
-            parts.append(f"SM clock {clock_b[row]:.0f} → {clock_c[row]:.0f} MHz")
-        notes[row] = "; ".join(parts)
-    return notes
+    return capped | clocked
+
+
+def condition_text(capped_b, capped_c, clock_b, clock_c, rules) -> str:
+    """How one case's run conditions differed beyond the rules ("" when they did not)."""
+    parts = []
+    if abs(capped_c - capped_b) > rules.power_capped_diff_pp:
+        parts.append(f"power-capped {capped_b:.0f}% → {capped_c:.0f}%")
+    if clock_b and abs(clock_c / clock_b - 1.0) * 100.0 > rules.sm_clock_diff_pct:
+        parts.append(f"SM clock {clock_b:.0f} → {clock_c:.0f} MHz")
+    return "; ".join(parts)
 
 
 def _gate_masks(table, gate: Gate, significant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -532,7 +559,7 @@ def _verdict_notes(matched, gate) -> str:
             f"{plural(large, 'case')} {gate.rules.large_change_pct:g}% or more slower "
             "(not gated: no --fail-on-regression)"
         )
-    conditions = int((np.asarray(matched["conditions"], dtype=object) != "").sum())
+    conditions = int(np.asarray(matched["conditions_differ"], dtype=bool).sum())
     if conditions:
         notes.append(
             f"{plural(conditions, 'case')} ran under different conditions (clock or power "

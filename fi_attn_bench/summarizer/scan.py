@@ -1,8 +1,9 @@
 """Reader without pandas: CSV bytes to validated columns with numpy.
 
 Importing pandas costs more than summarizing 200k rows, so a plain (Markdown-only)
-summary or comparison reads the common file here: ASCII, no quotes, no NUL or lone
-CR, every line exactly as wide as the header.  The file is mapped, not copied (a file
+summary or comparison reads the common file here: ASCII, no NUL or lone CR, every line
+exactly as wide as the header; quoted cells (the harness quotes ``repro`` and
+``kernels``) as csv.reader reads them, except a quoted line break or number.  The file is mapped, not copied (a file
 truncated while it is read would end the process: benchmark CSVs are appended to or
 replaced, never cut).  One pass finds every separator; after that only the cells a
 report needs are read, numbers as 8-byte words, and text is compared as distinct
@@ -31,12 +32,14 @@ from fi_attn_bench.results.schema import (
     STATUS_LEGACY_OK,
     STATUS_OK,
     Kind,
+    Role,
     case_columns,
     is_case_column,
 )
 from fi_attn_bench.summarizer.identity import identity_filled, natural_codes
 from fi_attn_bench.summarizer.loading import (
     ERROR_COLUMNS,
+    NUMERIC_OPTIONAL_KINDS,
     bad_metrics,
     bad_optional,
     float_or_nan,
@@ -47,6 +50,7 @@ from fi_attn_bench.summarizer.loading import (
 BOM = b"\xef\xbb\xbf"
 CHUNK_BYTES = 1 << 17  # bytes per separator scan block: its temporaries are reused, not refaulted
 CHUNK_ROWS = 8192  # rows per vectorized step: temporaries stay in cache
+MAX_RANGE_WORDS = 6  # text_range compares cells of up to 48 bytes as words
 MAX_PEELED = 32  # distinct values found by comparison passes; more are hashed in Python
 MAX_RECHECKS = 256  # more suspect rows than this: the file is surely invalid
 NUMBER_WIDTH = 16  # cells up to 16 bytes may take the vectorized number parser
@@ -80,10 +84,10 @@ class ScannedTable:
         self.line_starts = line_starts
         self.column_ends = column_ends  # column index -> position of each cell's separator
         self.position = {name: index for index, name in enumerate(header)}
-        self._spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._codes: dict[str, tuple[np.ndarray, list[str]]] = {}
         self._floats: dict[str, np.ndarray] = {}
         self._lines: dict[int, list[str]] = {}
+        self.quoted = False  # some cell is quoted: cells are read by span, then unquoted
 
     @property
     def rows(self) -> int:
@@ -93,17 +97,24 @@ class ScannedTable:
         return name in self.position
 
     def span(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(start, length) of every cell of a column (kept: most are read twice)."""
-        if name not in self._spans:
-            column = self.position[name]
-            starts = self.line_starts if column == 0 else self.column_ends[column - 1] + 1
-            self._spans[name] = starts, self.column_ends[column] - starts
-        return self._spans[name]
+        """(start, length) of every cell of a column, made when asked (not kept: what is
+        read from them, codes and numbers, is kept instead)."""
+        column = self.position[name]
+        starts = self.line_starts if column == 0 else self.column_ends[column - 1] + 1
+        return starts, self.column_ends[column] - starts
+
+    def cell(self, row: int, name: str) -> bytes:
+        """One cell's raw bytes."""
+        column = self.position[name]
+        start = int(self.line_starts[row] if column == 0 else self.column_ends[column - 1][row] + 1)
+        return self.buffer[start : int(self.column_ends[column][row])]
 
     def text(self, row: int, name: str) -> str:
         """One stripped cell ("" where the pandas path blanks legacy error columns)."""
         if not self.has(name) or (self.legacy and name in ERROR_COLUMNS):
             return IDENTITY_DEFAULTS.get(name, "")
+        if self.quoted:
+            return unquote(self.cell(row, name).decode("ascii")).strip()
         if row not in self._lines:
             start = int(self.line_starts[row])
             end = int(self.column_ends[len(self.header) - 1][row])
@@ -123,12 +134,30 @@ class ScannedTable:
         """A numeric column as float64: Python's float() of each cell, NaN when empty,
         unparsable or not finite (what the exact reader stores)."""
         if name not in self._floats:
-            self._floats[name] = self._numbers(*self.span(name))
+            self._floats[name] = self.parsed(name)
         return self._floats[name]
 
+    def parsed(self, name: str) -> np.ndarray:
+        """floats() of a column, parsed now (thread-safe: reads only)."""
+        starts, lengths = self.span(name)
+        if not lengths.any():  # an empty column (many optional ones are): nothing to parse
+            return np.broadcast_to(np.nan, len(starts))  # read-only, no memory
+        return self._numbers(starts, lengths)
+
+    def store_floats(self, name: str, values: np.ndarray) -> None:
+        self._floats[name] = values
+
+    def forget_floats(self, kept) -> None:
+        """Drop parsed columns other than ``kept`` (read only to validate them; parsed
+        again if someone asks)."""
+        self._floats = {name: values for name, values in self._floats.items() if name in kept}
+
     def key_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
-        """(code per row, distinct stripped texts) of a case column.  Short cells are
-        compared as 8-byte words (np.unique), faster than hashing many distinct texts."""
+        """(code per row, distinct stripped texts) of a case column (kept: labels read
+        them).  Short cells are compared as 8-byte words (np.unique), faster than hashing
+        many distinct texts."""
+        if name in self._codes:
+            return self._codes[name]
         starts, lengths = self.span(name)
         words = self._words(starts, lengths)
         if words is None:
@@ -137,7 +166,42 @@ class ScannedTable:
         texts = [
             word.to_bytes(8, "big").rstrip(b"\0").decode("ascii") for word in distinct.tolist()
         ]
-        return codes.reshape(-1), texts
+        self._codes[name] = _stripped(codes.reshape(-1).astype(np.int32), texts)
+        return self._codes[name]
+
+    def text_range(self, name: str) -> list[str] | None:
+        """[smallest, largest] non-empty stripped text of a column, comparing cells as
+        big-endian words, each word read only for the rows still tied (no hashing of
+        200k distinct timestamps, no sort)."""
+        starts, lengths = self.span(name)
+        rows = np.flatnonzero(lengths > 0)
+        if not len(rows):
+            return None
+        starts, lengths = starts[rows], lengths[rows]
+        edges = np.concatenate([self.bytes[starts], self.bytes[starts + lengths - 1]])
+        count = -(-int(lengths.max()) // 8)
+        if (
+            count > MAX_RANGE_WORDS
+            or int((starts + 8 * (count - 1)).max()) > len(self.buffer) - 8
+            or (_SPACE[edges] | (edges == 34)).any()
+        ):
+            texts = [text for text in self.codes(name)[1] if text]
+            return [min(texts), max(texts)] if texts else None
+        ends = [self._extreme(starts, lengths, count, pick) for pick in (np.min, np.max)]
+        low, high = (self.text(int(rows[index]), name) for index in ends)
+        return [low] if low == high else [low, high]
+
+    def _extreme(self, starts, lengths, count: int, pick) -> int:
+        """Index of the smallest (``pick=np.min``) or largest cell, word by word."""
+        windows = np.ndarray((len(self.buffer) - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
+        tied = np.arange(len(starts))
+        for k in range(count):
+            shown = np.clip(lengths[tied] - 8 * k, 0, 8)
+            words = windows[starts[tied] + 8 * k].byteswap() & _HIGH_BYTES[shown]
+            tied = tied[words == pick(words)]
+            if len(tied) == 1:
+                break
+        return int(tied[0])
 
     def _words(self, starts, lengths) -> np.ndarray | None:
         """Each cell as a big-endian word, left-aligned and zero-padded (no cell holds
@@ -226,8 +290,10 @@ class ScannedTable:
         """(rows, 16) bytes: each cell's last 16 bytes, zeros before its start.
 
         Every cell ends after the header, which is longer than 16 bytes."""
-        windows = self._windows(NUMBER_WIDTH)[ends - NUMBER_WIDTH]
-        words = windows.view("<u8").reshape(len(ends), 2)
+        windows = np.ndarray((len(self.buffer) - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
+        words = np.empty((len(ends), 2), dtype="<u8")  # two word gathers: faster than 16-byte voids
+        words[:, 0] = windows[ends - NUMBER_WIDTH]
+        words[:, 1] = windows[ends - 8]
         words[:, 0] &= _HIGH_BYTES[np.clip(lengths - 8, 0, 8)]
         words[:, 1] &= _HIGH_BYTES[np.clip(lengths, 0, 8)]
         cells = words.view(np.uint8)
@@ -235,10 +301,19 @@ class ScannedTable:
         return cells
 
 
+def unquote(text: str) -> str:
+    """A cell's value: a quoted cell (validated by _outside_quotes) without its quotes."""
+    if text.startswith('"'):
+        return text[1:-1].replace('""', '"')
+    return text
+
+
 def _stripped(codes: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Codes of stripped texts: raw values that strip alike share a code."""
+    """Codes of unquoted, stripped texts: raw values that read alike share a code."""
     index: dict[str, int] = {}
-    mapping = np.array([index.setdefault(text.strip(), len(index)) for text in texts], np.int64)
+    mapping = np.array(
+        [index.setdefault(unquote(text).strip(), len(index)) for text in texts], np.int32
+    )
     return (codes if len(index) == len(texts) else mapping[codes]), list(index)
 
 
@@ -303,14 +378,24 @@ def scan_table(path, cases: bool = False) -> ScannedTable | None:
     except UnicodeDecodeError:
         return None
     schema, error = header_error(header)
-    if error:
+    if error or any('"' in name for name in header):
         return None
-    wanted = list(range(len(header))) if cases else _read_columns(header)
+    quoted = buffer.find(b'"', newline) >= 0
+    wanted = list(range(len(header))) if cases or quoted else _read_columns(header)
     located = _locate(buffer, newline + 1, len(header), wanted)
     if located is None:
         return None
-    table = ScannedTable(str(path), header, schema == "legacy", buffer, *located)
+    starts, ends, quoted_columns = located
+    table = ScannedTable(str(path), header, schema == "legacy", buffer, starts, ends)
+    table.quoted = quoted
+    if any(_is_numeric(header[column]) for column in quoted_columns):
+        return None  # pandas reads "1.5" as a number; this reader would not
     return table if _all_rows_valid(table) else None
+
+
+def _is_numeric(name: str) -> bool:
+    column = OPTIONAL_COLUMN_BY_NAME.get(name)
+    return name in NUMERIC_COLUMNS or (column is not None and column.kind in NUMERIC_OPTIONAL_KINDS)
 
 
 def _read_columns(header: list[str]) -> list[int]:
@@ -322,7 +407,7 @@ def _read_columns(header: list[str]) -> list[int]:
 
 def _plain_bytes(path):
     """The file's bytes (mapped, not copied), CRLF as LF; None for an irregular or
-    empty file, quotes, NUL or a lone CR."""
+    empty file, NUL or a lone CR."""
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -331,7 +416,7 @@ def _plain_bytes(path):
             buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):
         return None
-    if buffer.find(b'"') >= 0 or buffer.find(b"\0") >= 0:
+    if buffer.find(b"\0") >= 0:
         return None
     if buffer.find(b"\r") >= 0:
         data = buffer[:]
@@ -349,24 +434,42 @@ def _locate(buffer, start: int, columns: int, wanted: list[int]):
     exactly that size.  Fresh memory is slow to touch; block temporaries are reused."""
     data = np.frombuffer(buffer, dtype=np.uint8)
     blocks = _line_blocks(buffer, start)
-    scratch = _Scratch(max(high - low for low, high in blocks))
+    size = max(high - low for low, high in blocks)
+    scratch = _Scratch(size)
     counts = [scratch.lines(data[low:high]) for low, high in blocks]
     if None in counts:
         return None
     position = np.int32 if len(buffer) < 2**31 else np.int64
     starts = np.empty(sum(counts), dtype=position)
-    ends = {column: np.empty(len(starts), dtype=position) for column in wanted}
-    row = 0
-    for (low, high), lines in zip(blocks, counts, strict=True):
-        cells = scratch.cell_ends(data[low:high], lines, columns)
-        if cells is None:
-            return None
-        starts[row] = low
-        np.add(cells[:-1, -1], low + 1, out=starts[row + 1 : row + lines], casting="unsafe")
-        for column in wanted:
-            np.add(cells[:, column], low, out=ends[column][row : row + lines], casting="unsafe")
-        row += lines
-    return starts, ends
+    every = np.empty((columns, len(starts)), dtype=position)  # a row per column: contiguous
+    first_rows = np.cumsum([0, *counts]).tolist()
+    halves = [range(0, len(blocks) // 2), range(len(blocks) // 2, len(blocks))]
+
+    def fill(indices: range, scratch: _Scratch) -> bool:
+        for index in indices:
+            low, high = blocks[index]
+            row, lines = first_rows[index], counts[index]
+            cells = scratch.cell_ends(data[low:high], lines, columns)
+            if cells is None:
+                return False
+            starts[row] = low
+            np.add(cells[:-1, -1], low + 1, out=starts[row + 1 : row + lines], casting="unsafe")
+            np.add(cells.T, low, out=every[:, row : row + lines], casting="unsafe")
+        return True
+
+    scratches = [scratch, _Scratch(size)]
+    if len(blocks) < 8:
+        done = [fill(range(len(blocks)), scratch)]
+    else:  # numpy releases the GIL: two halves of the file side by side
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            done = list(pool.map(fill, halves, scratches))
+    if not all(done):
+        return None
+    ends = {column: every[column] for column in wanted}
+    quoted = scratches[0].quoted_columns | scratches[1].quoted_columns
+    return starts, ends, frozenset(quoted)
 
 
 def _line_blocks(buffer, start: int) -> list[tuple[int, int]]:
@@ -388,6 +491,7 @@ class _Scratch:
     def __init__(self, size: int):
         self.breaks = np.empty(size, dtype=bool)
         self.commas = np.empty(size, dtype=bool)
+        self.quoted_columns: set[int] = set()  # columns with a quoted cell
 
     def lines(self, block: np.ndarray) -> int | None:
         """Lines in a block of whole lines (the file's last may lack its newline);
@@ -402,26 +506,119 @@ class _Scratch:
         """(lines, columns) separator offsets in a block, or None when a line has
         another number of cells."""
         breaks, commas = self.breaks[: len(block)], self.commas[: len(block)]
+        np.equal(block, 34, out=commas)
+        quotes = np.flatnonzero(commas)
         np.equal(block, 10, out=breaks)
         np.equal(block, 44, out=commas)
         commas |= breaks
         found = np.flatnonzero(commas)
+        if len(quotes):
+            found = _outside_quotes(block, found, quotes)
+            if found is None:
+                return None  # misplaced quotes, or a quoted line break
         if block[-1] != 10:  # end the file's last line at the end
             found = np.append(found, len(block))
         if len(found) != lines * columns:
             return None
+        if len(quotes):  # the column of each opening quote: separators before it, per line
+            column = np.searchsorted(found, quotes[0::2]) % columns
+            self.quoted_columns.update(np.unique(column).tolist())
         cells = found.reshape(lines, columns)
         if not (block[cells[:-1, -1]] == 10).all():
             return None
         return cells
 
 
+def _outside_quotes(block: np.ndarray, found: np.ndarray, quotes: np.ndarray):
+    """The separators in ``found`` outside quoted cells, or None unless every quote is
+    where csv.reader reads it as a quote (a cell's first or last byte, or doubled inside
+    a quoted cell) and no line break is quoted (blocks are split at line breaks)."""
+    if len(quotes) % 2:
+        return None
+    opening = np.zeros(len(quotes), dtype=bool)
+    opening[0::2] = True
+    before = np.where(quotes > 0, block[np.maximum(quotes - 1, 0)], 10)
+    after = np.where(quotes + 1 < len(block), block[np.minimum(quotes + 1, len(block) - 1)], 10)
+    doubled_before = np.zeros(len(quotes), dtype=bool)
+    doubled_before[1:] = quotes[1:] == quotes[:-1] + 1
+    doubled_after = np.zeros(len(quotes), dtype=bool)
+    doubled_after[:-1] = doubled_before[1:]
+    starts = (before == 44) | (before == 10) | doubled_before
+    ends = (after == 44) | (after == 10) | doubled_after
+    if not (np.where(opening, starts, ends)).all():
+        return None
+    # Separators between an opening and its closing quote: index ranges into ``found``,
+    # marked +1/-1 at their ends and summed (over separators, not bytes: cheaper).
+    first = np.searchsorted(found, quotes[0::2])
+    last = np.searchsorted(found, quotes[1::2])
+    size = len(found) + 1
+    marks = np.bincount(first, minlength=size) - np.bincount(last, minlength=size)
+    inside = np.cumsum(marks[:-1]) > 0
+    if (block[found[inside]] == 10).any():
+        return None
+    return found[~inside]
+
+
 # ------------------------------------------------------------------ validation
+
+
+# Number columns the reports read (the others are parsed to validate them, then dropped).
+REPORTED_NUMBERS = frozenset(
+    (
+        *NUMERIC_COLUMNS,
+        "samples",
+        "noise_pct",
+        "drift_pct",
+        "time_q1_ms",
+        "time_q3_ms",
+        "power_capped_pct",
+        "sm_clock_mean_MHz",
+        "pct_peak_bw",
+        "pct_peak_tflops",
+        "shard",
+        "num_shards",
+        "paired_ratio_lo",
+        "paired_ratio_hi",
+    )
+)
+PARSE_THREADS = 2
+RANGE_TEXT_COLUMNS = (
+    "timestamp_utc",
+)  # read as a range (text_range), never factorized  # numpy's gathers release the GIL: number columns parse side by side
+
+
+def _parse_numbers(table: ScannedTable) -> None:
+    """Parse every number column (validation reads them all) and factorize the text
+    columns validation and the environment read, on PARSE_THREADS threads when the
+    table is large enough to gain from it."""
+    if table.rows < 4 * CHUNK_ROWS or PARSE_THREADS < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [name for name in table.header if _is_numeric(name)]
+    texts = [name for name in table.header if _factorized(name)]
+    with ThreadPoolExecutor(PARSE_THREADS) as pool:
+        coded = [pool.submit(table.codes, name) for name in texts]
+        for name, values in zip(names, pool.map(table.parsed, names), strict=True):
+            table.store_floats(name, values)
+        for future in coded:
+            future.result()
+
+
+def _factorized(name: str) -> bool:
+    """Text columns whose codes validation or the environment section reads."""
+    if name in ("api", "status", "schema_version"):
+        return True
+    column = OPTIONAL_COLUMN_BY_NAME.get(name)
+    if column is None or column.kind in NUMERIC_OPTIONAL_KINDS or name in RANGE_TEXT_COLUMNS:
+        return False
+    return column.kind is Kind.CHOICE or column.role is Role.ENVIRONMENT
 
 
 def _all_rows_valid(table: ScannedTable) -> bool:
     """True when no row breaks a rule: vectorized checks flag rows that might, and
     ``row_error`` (the exact rules) decides each flagged row."""
+    _parse_numbers(table)
     suspect = _rows_with(table, "api", lambda text: text == "")
     if table.legacy:
         success = np.ones(table.rows, dtype=bool)
@@ -437,7 +634,9 @@ def _all_rows_valid(table: ScannedTable) -> bool:
     if len(rows) > MAX_RECHECKS:
         return False
     schema = "legacy" if table.legacy else "v1"
-    return all(row_error(_record(table, int(row)), schema) is None for row in rows)
+    valid = all(row_error(_record(table, int(row)), schema) is None for row in rows)
+    table.forget_floats(REPORTED_NUMBERS)
+    return valid
 
 
 def _rows_with(table: ScannedTable, name: str, predicate) -> np.ndarray:
@@ -464,10 +663,13 @@ def _maybe_text(table: ScannedTable, name: str) -> np.ndarray:
 def _certainly_text(table: ScannedTable, rows: np.ndarray, *names: str) -> np.ndarray:
     """Whether one of these cells starts with a non-space byte (so is not empty)."""
     found = np.zeros(len(rows), dtype=bool)
+    last = len(table.bytes) - 1
     for name in names:
         starts, lengths = table.span(name)
-        first = table.bytes[np.minimum(starts[rows], len(table.bytes) - 1)]
-        found |= (lengths[rows] > 0) & ~_SPACE[first]
+        first = table.bytes[np.minimum(starts[rows], last)]
+        second = table.bytes[np.minimum(starts[rows] + 1, last)]
+        quoted_text = (first == 34) & (lengths[rows] > 2) & ~_SPACE[second] & (second != 34)
+        found |= (lengths[rows] > 0) & ((~_SPACE[first] & (first != 34)) | quoted_text)
     return found
 
 
@@ -544,13 +746,27 @@ class ScannedView:
     def labels(self, rows, columns=None) -> np.ndarray:
         """describe_case of these rows: "name=value, ..." of non-empty parameters
         (``columns``: these case parameters, default the run's own)."""
-        labels = []
-        for t, row in self._locate_rows(np.asarray(rows, dtype=np.int64)):
-            table = self.tables[t]
-            names = self.case_columns if columns is None else columns
-            cells = ((name, table.text(row, name)) for name in names)
-            labels.append(", ".join(f"{n}={v}" for n, v in cells if v) or "n/a")
+        rows = np.asarray(rows, dtype=np.int64)
+        names = self.case_columns if columns is None else columns
+        pieces = []
+        for name in names:  # "name=value" made once per distinct value, looked up by code
+            codes, texts = self._joined(lambda table, name=name: _piece_codes(table, name))
+            pieces.append(_objects(texts)[codes[rows]])
+        if not pieces:
+            return np.full(len(rows), "n/a", dtype=object)
+        labels = [", ".join(filter(None, parts)) or "n/a" for parts in zip(*pieces, strict=True)]
         return _objects(labels)
+
+    def text_range(self, name: str) -> list[str] | None:
+        """[smallest, largest] non-empty text of a column (one item when equal); None
+        when no file has a non-empty cell.  For columns of distinct values (timestamps)."""
+        ends = [
+            found for table in self.tables if table.has(name) and (found := table.text_range(name))
+        ]
+        if not ends:
+            return None
+        low, high = min(end[0] for end in ends), max(end[-1] for end in ends)
+        return [low] if low == high else [low, high]
 
     def distinct(self, name: str) -> list[str] | None:
         """Sorted distinct non-empty texts of a column; None when no file has it."""
@@ -580,6 +796,15 @@ class ScannedView:
     @staticmethod
     def concat(tables: list):
         return ColumnTable.concat(tables)
+
+
+def _piece_codes(table: ScannedTable, name: str) -> tuple[np.ndarray, list[str]]:
+    """(code per row, "name=value" or "" per distinct value) of one case column."""
+    if not table.has(name):
+        default = IDENTITY_DEFAULTS.get(name, "")
+        return np.zeros(table.rows, dtype=np.int8), [f"{name}={default}" if default else ""]
+    codes, texts = table.key_codes(name)
+    return codes, [f"{name}={text}" if text else "" for text in texts]
 
 
 def _objects(values: list) -> np.ndarray:
@@ -644,10 +869,10 @@ def scan_runs(baseline, candidate) -> tuple[ScannedView, ScannedView] | None:
     """Both runs of a comparison, case cells located; None when a file needs the
     pandas path.  Any header name is fine: the comparison adds no columns to a run,
     and ``_source``/``_line`` are answered from the file, whatever a header says."""
-    runs = []
-    for paths in (baseline, candidate):
-        view = scan_inputs(paths, cases=True)
-        if view is None:
-            return None
-        runs.append(view)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:  # numpy releases the GIL: both runs side by side
+        runs = list(pool.map(lambda paths: scan_inputs(paths, cases=True), (baseline, candidate)))
+    if None in runs:
+        return None
     return runs[0], runs[1]

@@ -11,6 +11,8 @@ import shutil
 
 import numpy as np
 
+from fi_attn_bench.summarizer.identity import short_labels
+
 MAX_CONSOLE_ROWS = 20
 MIN_CASE_WIDTH = 16
 FALLBACK_COLUMNS = 100
@@ -69,12 +71,15 @@ def summary_console(model, width: int, only_changed: bool = False) -> str:
         return "\n".join(lines)
     shown = cases.rows(0, min(len(cases), 4 * MAX_CONSOLE_ROWS))
     shown = sorted(shown, key=lambda row: row.status != "failed")[:MAX_CONSOLE_ROWS]
+    labels, common = short_labels([r.case for r in shown], width)
     rows = [
-        [r.api, r.case, r.status, _number(r.time_ms), _number(r.bandwidth_GB_s), _number(r.tflops)]
-        for r in shown
+        [r.api, label, r.status, _number(r.time_ms), _number(r.bandwidth_GB_s), _number(r.tflops)]
+        for r, label in zip(shown, labels, strict=True)
     ]
     headers = ["API", "Case", "Status", "Time ms", "GB/s", "TFLOPS"]
     lines += _table(headers, rows, width, 1)
+    if common:
+        lines.append(f"(every case listed: {common})")
     if len(cases) > len(rows):
         lines.append(f"… {len(cases) - len(rows)} more case(s) in the report")
     return "\n".join(lines)
@@ -88,7 +93,7 @@ def regression_console(model, width: int, only_changed: bool = False) -> str:
         lines.append(f"No changed case among {len(model.matched)} matched case(s).")
         return "\n".join(lines)
     top = changes.iloc[np.arange(min(len(changes), MAX_CONSOLE_ROWS))]
-    labels = model.case_labels(top["case_id"]).tolist()
+    labels, common = short_labels(model.case_labels(top["case_id"]).tolist(), width)
     columns = ("api", "state", "time_ms_baseline", "time_ms_candidate", "time_ms_delta_pct")
     rows = []
     for label, (api, state, base, cand, delta) in zip(
@@ -97,6 +102,8 @@ def regression_console(model, width: int, only_changed: bool = False) -> str:
         rows.append([str(api), str(label), str(state), _number(base), _number(cand), _delta(delta)])
     headers = ["API", "Case", "State", "Base ms", "Cand ms", "Δ time"]
     lines += _table(headers, rows, width, 1)
+    if common:
+        lines.append(f"(every case listed: {common})")
     if len(changes) > len(rows):
         lines.append(f"… {len(changes) - len(rows)} more changed case(s) in the report")
     return "\n".join(lines)
