@@ -1041,7 +1041,7 @@ def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypa
 
 def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypatch):
     """More bytes and rows than one scan block, the last row without its newline."""
-    from fi_attn_bench.summarizer import scan
+    from fi_attn_bench.summarizer import scan_file as scan
 
     rows = [
         v1_row(i % 7 + 1, f"{0.001 * (1 + i % 997):.6g}", f"{i * 0.37:.6g}", kv=str(i))
