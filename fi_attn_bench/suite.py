@@ -15,15 +15,31 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from fi_attn_bench.backends.selection import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
-from fi_attn_bench.cli import TimerFactory, execute, list_cases, parse_command_line, plan
+from fi_attn_bench.cli import (
+    TimerFactory,
+    execute,
+    list_cases,
+    list_shard,
+    listing_options,
+    parse_command_line,
+    plan,
+)
 from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.sweep.shard_plan import (
+    ShardRequest,
+    describe_shard,
+    shard_request,
+    split_runs,
+)
 from fi_attn_bench.timing.timers import make_timer
 
 SCRIPTS = (
@@ -123,11 +139,13 @@ def main(
         return 2
     if runs is None:  # --list
         return 0
+    runs, preamble = runs
     timer = shared_timers(timer_factory)
     codes = []
     try:
         for spec, options in runs:
-            code = execute(spec, options, timer)
+            code = execute(spec, options, timer, preamble)
+            preamble = ""
             codes.append(code)
             print(flush=True)
             if code == 130:
@@ -138,23 +156,35 @@ def main(
     return max(codes, default=0)
 
 
-def _resolve(chosen, probe) -> list[tuple[BenchmarkSpec, RunOptions]] | None:
-    """Each chosen script's options (``plan``), or None after listing the cases (--list)."""
-    if chosen and chosen[0][1].list:
+def _resolve(chosen, probe) -> tuple[list[tuple[BenchmarkSpec, RunOptions]], str] | None:
+    """Each chosen script's options (``plan``) and a line saying which shard they are, or
+    None after listing the cases (--list).  A shard splits all scripts' cases pooled."""
+    request = shard_request(chosen[0][1], os.environ) if chosen else ShardRequest()
+    listing = bool(chosen and chosen[0][1].list)
+    if listing and request.shard is None:
         for spec, args in chosen:
             list_cases(spec, args, probe)
         return None
     runs, left_out = [], []
     for spec, args in chosen:
         try:
-            runs.append((spec, plan(spec, args, probe)))
+            resolve = listing_options if listing else partial(plan, request=request)
+            runs.append((spec, resolve(spec, args, probe)))
         except NoMatchingCase:
             left_out.append(spec.script)
     if not runs:
         raise UsageError("no script has a case that matches --filter")
     for script in left_out:
         print(f"bench_all.py: {script}: no case matches --filter; left out", file=sys.stderr)
-    return runs
+    if listing:
+        list_shard(runs, request)
+        return None
+    if request.shard is None:
+        return runs, ""
+    sharded = split_runs(runs, request)
+    for script in sharded.empty:
+        print(f"bench_all.py: {script}: no case in shard {request.shard}", file=sys.stderr)
+    return list(sharded.runs), describe_shard(sharded)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, se
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, get_csv_path
+from fi_attn_bench.sweep.sharding import ShardSpec
 from fi_attn_bench.timing.options import (
     TimingOptions,
 )
@@ -45,6 +46,10 @@ class RunOptions:
     peak_bandwidth: float | None = None
     peak_tflops: float | None = None
     flashinfer_version: str = ""
+    # A sharded sweep (sweep.shard_plan): the shard these cases are, and where a process
+    # that is not the launcher's rank 0 writes what it would print ("" prints).
+    shard: ShardSpec | None = None
+    log_path: str = ""
 
     def settings(self, case: Mapping[str, int], fields: Sequence[str]) -> Settings:
         return Settings(
@@ -91,6 +96,12 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         enough_samples=args.enough_samples,
         verbose=args.verbose,
     )
+
+
+def cost_timing(args) -> TimingOptions:
+    """The timing a GPU sweep of these arguments would use: what a shard split costs cases
+    by, the same on every machine (a CPU run samples differently)."""
+    return _timing_options(args, torch.device("cuda"))
 
 
 def select_for_preset(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) -> tuple[dict, ...]:
