@@ -9,6 +9,7 @@ all four scripts' cases.  Costs come from ``sharding`` (prediction) or a previou
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -113,20 +114,29 @@ def load_measured(path: str) -> list[dict[str, str]]:
     return rows
 
 
-def measured_ms(
+@dataclass(frozen=True)
+class MeasuredCost:
+    """What a previous sweep's row says a case costs: its call time and sample count."""
+
+    time_ms: float
+    samples: int | None
+
+
+def measured_costs(
     rows: Sequence[Mapping[str, str]], spec: BenchmarkSpec
-) -> dict[tuple[str, ...], float]:
-    """time_ms of ``spec``'s cases among ``rows``, by case key (the first row of a case)."""
-    found: dict[tuple[str, ...], float] = {}
+) -> dict[tuple[str, ...], MeasuredCost]:
+    """time_ms and samples of ``spec``'s cases among ``rows``, by case key (a case's first row)."""
+    found: dict[tuple[str, ...], MeasuredCost] = {}
     for row in rows:
         if row.get("api") != spec.api or any(name not in row for name in spec.case_fields):
             continue
         try:
             value = float(row["time_ms"])
+            samples = int(row["samples"]) if row.get("samples") else None
         except ValueError:
             continue
-        if value > 0:
-            found.setdefault(case_key(row, spec.case_fields), value)
+        if value > 0 and math.isfinite(value):
+            found.setdefault(case_key(row, spec.case_fields), MeasuredCost(value, samples))
     return found
 
 
@@ -148,17 +158,19 @@ def costed_cases(
     """Every case of every run with its cost: measured where a row has it, else predicted."""
     costed = []
     for run, (spec, options) in enumerate(runs):
-        known = measured_ms(measured_rows, spec)
+        known = measured_costs(measured_rows, spec)
         element_size = DTYPES[options.dtype_name].itemsize
         peaks = reference_peaks(options.peak_bandwidth, options.peak_tflops, options.dtype_name)
         for index, case in enumerate(options.cases):
             key = case_key(case, spec.case_fields)
-            call_ms = known.get(key)
-            if call_ms is None:
+            measured = known.get(key)
+            if measured is None:
                 call_ms = predicted_call_ms(
                     spec.io_bytes(case, element_size), spec.flops(case), peaks
                 )
-            cost = cost_us(case_wall_s(call_ms, timing))
+                cost = cost_us(case_wall_s(call_ms, timing))
+            else:
+                cost = cost_us(case_wall_s(measured.time_ms, timing, measured.samples))
             costed.append(CostedCase(run, index, ShardItem((spec.api, *key), cost), key in known))
     return costed
 

@@ -136,12 +136,14 @@ def predicted_samples(call_ms: float, timing: TimingOptions) -> int:
     return max(timing.min_samples, wanted)
 
 
-def case_wall_s(call_ms: float, timing: TimingOptions) -> float:
+def case_wall_s(call_ms: float, timing: TimingOptions, samples: int | None = None) -> float:
     """Wall seconds a sweep spends on a case whose call takes ``call_ms``: set-up, warm-up,
     sustain, the timed samples (each with its L2 flush, within the per-case budget) and
-    their readout.  Small cases cost mostly the fixed part, so counts alone misjudge them."""
+    their readout.  Small cases cost mostly the fixed part, so counts alone misjudge them.
+    ``samples``: how many a measurement took (a CSV's ``samples``), else predicted."""
     per_sample_ms = call_ms + (FLUSH_MS_PER_SAMPLE if timing.l2 == "cold" else 0.0)
-    loop_ms = min(predicted_samples(call_ms, timing) * per_sample_ms, timing.max_time_s * 1e3)
+    count = samples if samples else predicted_samples(call_ms, timing)
+    loop_ms = min(count * per_sample_ms, timing.max_time_s * 1e3)
     readout_ms = loop_ms / per_sample_ms * READOUT_MS_PER_SAMPLE
     warm_up_ms = max(timing.warmup_min_ms, timing.warmup_min_calls * call_ms)
     sustain_ms = min(timing.sustain_min_ms, timing.sustain_ms)
