@@ -6,9 +6,9 @@ import csv
 import os
 import sys
 
-import bench_batch_decode
 import pytest
 
+import bench_batch_decode
 from fi_attn_bench.sweep.sharding import case_wall_s
 from fi_attn_bench.timing.options import TimingOptions
 
