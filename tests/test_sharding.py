@@ -3,7 +3,9 @@ model, and what torchrun's and Slurm's environment variables give a process."""
 
 from __future__ import annotations
 
+import os
 import random
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -200,11 +202,21 @@ def test_bad_torchrun_variables_are_refused():
 
 
 def test_run_tag_is_shared_by_the_processes_of_a_run():
-    assert run_tag(TORCHRUN, launch_mod.TORCHRUN) == "torchrunab12"
+    one_node = {**TORCHRUN, "LOCAL_WORLD_SIZE": "2"}
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(1e9))
+    assert run_tag(one_node, launch_mod.TORCHRUN, agent_started=1e9) == stamp  # the agent's
+    assert run_tag(one_node, launch_mod.TORCHRUN, agent_started=None) == "torchrunab12"
+    two_nodes = {**one_node, "WORLD_SIZE": "4"}  # agents on two nodes: torchrun's run id
+    assert run_tag(two_nodes, launch_mod.TORCHRUN, agent_started=1e9) == "torchrunab12"
     assert run_tag(ARRAY, launch_mod.SLURM_ARRAY) == "slurm777"
     with pytest.raises(UsageError, match="--rdzv-id"):
-        run_tag({**TORCHRUN, "TORCHELASTIC_RUN_ID": "none"}, launch_mod.TORCHRUN)
-    assert run_tag({}, "", now=0.0).startswith("19")  # a lone process: the local time
+        run_tag({**two_nodes, "TORCHELASTIC_RUN_ID": "none"}, launch_mod.TORCHRUN)
+    assert run_tag({}, "", now=1e9) == stamp  # a lone process: the local time
+
+
+def test_process_start_time_of_this_process():
+    started = launch_mod.process_started(os.getpid())
+    assert started is None or time.time() - 3600 < started <= time.time() + 1
 
 
 def args(**given):

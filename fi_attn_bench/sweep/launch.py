@@ -8,6 +8,7 @@ Both together (torchrun in each task of an array) give shard ``task * WORLD_SIZE
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from fi_attn_bench.errors import UsageError
 from fi_attn_bench.sweep.sharding import ShardSpec
 
 TORCHRUN = "torchrun"
+STAMP = "%Y%m%d_%H%M%S"  # seed_api.get_csv_path's
 SLURM_ARRAY = "Slurm array"
 
 
@@ -79,21 +81,42 @@ def _tag_text(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "", text)[:8]
 
 
-def run_tag(environ: Mapping[str, str], origin: str, now: float | None = None) -> str:
-    """The shared part of a sharded run's CSV names: every process derives the same one
-    (the array's job id, torchrun's run id); a single process uses the local time."""
+def process_started(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from Linux's /proc; None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def run_tag(
+    environ: Mapping[str, str],
+    origin: str,
+    now: float | None = None,
+    agent_started: float | None = None,
+) -> str:
+    """The shared part of a sharded run's CSV names, the same in every process: the array's
+    job id; under torchrun on one node the start time of the agent that spawned the ranks
+    (``agent_started``), across nodes torchrun's run id; a single process's local time."""
     if "SLURM_ARRAY_JOB_ID" in environ and SLURM_ARRAY in origin:
         return f"slurm{_tag_text(environ['SLURM_ARRAY_JOB_ID'])}"
+    if TORCHRUN not in origin:
+        return time.strftime(STAMP, time.localtime(now))
+    one_node = environ.get("LOCAL_WORLD_SIZE", "") == environ.get("WORLD_SIZE")
+    if one_node and agent_started is not None:
+        return time.strftime(STAMP, time.localtime(agent_started))
     run_id = environ.get("TORCHELASTIC_RUN_ID", "")
-    if TORCHRUN in origin and _tag_text(run_id) and run_id != "none":
+    if _tag_text(run_id) and run_id != "none":
         return f"torchrun{_tag_text(run_id)}"
-    if TORCHRUN in origin:
-        raise UsageError(
-            "torchrun without a run id (TORCHELASTIC_RUN_ID): the processes cannot agree on "
-            "their CSV names; pass --rdzv-id ID to torchrun, or --output PATH (each process "
-            "writes PATH with .shardIofN inserted)"
-        )
-    return time.strftime("%Y%m%d_%H%M%S", time.localtime(now))
+    raise UsageError(
+        "torchrun without a run id (TORCHELASTIC_RUN_ID): the processes cannot agree on "
+        "their CSV names; pass --rdzv-id ID to torchrun, or --output PATH (each process "
+        "writes PATH with .shardIofN inserted)"
+    )
 
 
 def detect_launch(environ: Mapping[str, str]) -> Launch:

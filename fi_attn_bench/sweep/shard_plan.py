@@ -19,7 +19,13 @@ from fi_attn_bench.cases.selection import case_key
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.schema import STATUS_OK, read_result_rows
-from fi_attn_bench.sweep.launch import Launch, detect_launch, run_tag, shard_csv_name
+from fi_attn_bench.sweep.launch import (
+    Launch,
+    detect_launch,
+    process_started,
+    run_tag,
+    shard_csv_name,
+)
 from fi_attn_bench.sweep.options import RunOptions, cost_timing
 from fi_attn_bench.sweep.sharding import (
     SPLITTERS,
@@ -232,7 +238,7 @@ def shard_output(spec: BenchmarkSpec, options: RunOptions, request: ShardRequest
                 f"split; this run is split {shard.count} ways (the cases would not match)"
             )
         return with_shard_tag(options.output, shard)
-    tag = run_tag(os.environ, request.launch.origin)
+    tag = run_tag(os.environ, request.launch.origin, agent_started=process_started(os.getppid()))
     return os.path.join(request.output_dir, shard_csv_name(spec.api, tag, shard))
 
 
