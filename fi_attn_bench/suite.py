@@ -5,8 +5,10 @@ The same sweeps and CSVs as running ``bench_batch_decode.py``, ``bench_batch_pre
 process starts and three profiler start-ups: on the H200 each process spent about 4 s starting
 and 5 s in its first profiler session (``benchmarks/results/h200_validation_v4``).
 
-Every option of the scripts applies, except ``--output`` and ``--resume`` (one CSV per script goes
-to ``--output-dir``).  A ``--filter`` term naming a field a script does not have leaves that script
+Every option of the scripts applies, except ``--output`` (one CSV per script goes to
+``--output-dir``); ``--resume`` takes the directory of an earlier run.  ``--shard I/N`` (or
+torchrun, or a Slurm array) splits all the scripts' cases pooled, so the shards balance over
+the whole suite.  A ``--filter`` term naming a field a script does not have leaves that script
 out, and so does a filter that none of its cases match; a field no script has is an error.
 Exit codes: 0 all cases ok, 1 some case failed, 2 bad input (before any GPU work), 130 interrupted.
 """
@@ -40,6 +42,7 @@ from fi_attn_bench.sweep.shard_plan import (
     shard_request,
     split_runs,
 )
+from fi_attn_bench.sweep.sharding import ShardSpec, shard_of_path
 from fi_attn_bench.timing.timers import make_timer
 
 SCRIPTS = (
@@ -97,10 +100,12 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
         if isinstance(args, int):
             return args
         given = [flag for flag in NOT_HERE if getattr(args, flag[2:])]
+        if args.resume and os.path.isdir(args.resume):
+            given.remove("--resume")  # the directory of an earlier bench_all.py run
         if given:
             raise UsageError(
                 f"not here: {' and '.join(given)}; bench_all.py writes one CSV per script, "
-                "into --output-dir"
+                "into --output-dir (--resume takes the directory of an earlier run)"
             )
         chosen.append((spec, args))
     filters = chosen[0][1].filter if chosen else []
@@ -167,6 +172,8 @@ def _resolve(chosen, probe) -> tuple[list[tuple[BenchmarkSpec, RunOptions]], str
         return None
     runs, left_out = [], []
     for spec, args in chosen:
+        if args.resume:
+            args = resume_in_directory(spec, args, request.shard)
         try:
             resolve = listing_options if listing else partial(plan, request=request)
             runs.append((spec, resolve(spec, args, probe)))
@@ -185,6 +192,31 @@ def _resolve(chosen, probe) -> tuple[list[tuple[BenchmarkSpec, RunOptions]], str
     for script in sharded.empty:
         print(f"bench_all.py: {script}: no case in shard {request.shard}", file=sys.stderr)
     return list(sharded.runs), describe_shard(sharded)
+
+
+def resume_in_directory(spec: BenchmarkSpec, args, shard: ShardSpec | None) -> argparse.Namespace:
+    """``--resume DIR``: this script's CSV of the earlier run in DIR (its shard's, when
+    sharded) is resumed; a script without one there starts a new CSV in DIR."""
+    directory = args.resume
+    suffix = f".{shard.tag}.csv" if shard else ".csv"
+    found = sorted(
+        name
+        for name in os.listdir(directory)
+        if name.startswith(f"{spec.api}_")
+        and name.endswith(suffix)
+        and (shard is not None or shard_of_path(name) is None)
+    )
+    if len(found) > 1:
+        raise UsageError(
+            f"--resume {directory}: {len(found)} CSVs of {spec.api} there "
+            f"({', '.join(found)}); resume each with {spec.script} --resume CSV"
+        )
+    resumed = argparse.Namespace(**vars(args))
+    resumed.resume = os.path.join(directory, found[0]) if found else None
+    resumed.output_dir = directory
+    if not found:
+        print(f"bench_all.py: {spec.script}: no CSV in {directory}; a new one", file=sys.stderr)
+    return resumed
 
 
 if __name__ == "__main__":

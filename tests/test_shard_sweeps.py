@@ -237,3 +237,39 @@ def test_torchrun_two_processes_on_the_cpu_split_the_sweep(tmp_path):
     assert all(keys(p, fields) for p in paths)
     assert (tmp_path / "A" / (paths[1].name + ".log")).exists()
     assert "[1/" in sharded.stdout and sharded.stdout.count("Results saved") == 1
+
+
+def test_bench_all_resumes_a_shard_from_the_run_directory(tmp_path, capsys):
+    def bench(*argv):
+        argv = [*argv, *FAST, "--preset", "default"]
+        return bench_all.main(argv, probe=NO_GPU, specs=(FIRST, SECOND))
+
+    for index in range(2):
+        assert bench("--shard", f"{index}/2", "--output-dir", str(tmp_path)) == 0
+    first_shard1 = next(tmp_path.glob("FakeAttentionWrapper_*.shard1of2.csv"))
+    failed = _fail_one_row(first_shard1)
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.shard0of2.csv")}
+    capsys.readouterr()
+    assert bench("--shard", "1/2", "--resume", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert f"[1/1] batch_size={failed[0]},seq_len={failed[1]}" in out
+    assert out.count("Resuming") == 2
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.shard0of2.csv")} == before
+    first = [k for p in tmp_path.glob("FakeAttentionWrapper_*.csv") for k in keys(p)]
+    assert sorted(first) == all_keys(FIRST)
+    assert all(r["status"] == "ok" for r in read_result_rows(first_shard1)[1])
+
+
+def test_bench_all_resume_takes_a_directory_only(tmp_path, capsys):
+    code = bench_all.main(
+        ["--resume", str(tmp_path / "x.csv"), *FAST], probe=NO_GPU, specs=(FIRST, SECOND)
+    )
+    assert code == 2 and "not here: --resume" in capsys.readouterr().err
+
+
+def test_bench_all_resume_refuses_a_directory_with_two_runs_of_a_script(tmp_path, capsys):
+    for stamp in ("1", "2"):
+        (tmp_path / f"FakeAttentionWrapper_{stamp}.shard0of2.csv").write_text("")
+    argv = ["--resume", str(tmp_path), "--shard", "0/2", *FAST]
+    assert bench_all.main(argv, probe=NO_GPU, specs=(FIRST, SECOND)) == 2
+    assert "2 CSVs of FakeAttentionWrapper there" in capsys.readouterr().err

@@ -93,6 +93,8 @@ def shard_request(args, environ: Mapping[str, str]) -> ShardRequest:
             raise UsageError("--cost-from and --shard-by apply to sharded sweeps: add --shard I/N")
         return ShardRequest(launch=launch)
     output, output_dir = getattr(args, "output", None), getattr(args, "output_dir", ".")
+    if resume and os.path.isdir(resume):  # bench_all.py --resume DIR: new CSVs go there too
+        output_dir = resume
     timing = cost_timing(args)
     return ShardRequest(shard, origin, by, cost_from, launch, output, output_dir, timing)
 
