@@ -273,3 +273,22 @@ def test_bench_all_resume_refuses_a_directory_with_two_runs_of_a_script(tmp_path
     argv = ["--resume", str(tmp_path), "--shard", "0/2", *FAST]
     assert bench_all.main(argv, probe=NO_GPU, specs=(FIRST, SECOND)) == 2
     assert "2 CSVs of FakeAttentionWrapper there" in capsys.readouterr().err
+
+
+def test_torchrun_rank_without_its_gpu_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    gpu = backend_selection.Probe(
+        cuda_available=lambda: True, import_flashinfer=lambda: SimpleNamespace(__version__="x")
+    )
+    argv = ["--output", str(tmp_path / "r.csv")]
+    assert main_for(SPEC, argv, probe=gpu) == 2  # this CPU machine has 0 GPUs
+    assert "LOCAL_RANK 3 but 0 GPU(s) visible" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_shard_with_no_case_writes_nothing_and_says_so(tmp_path, capsys):
+    argv = [*FAST, "--preset", "smoke", "--shard", "2/3", "--output", str(tmp_path / "r.csv")]
+    assert main_for(SPEC, argv, probe=NO_GPU) == 0
+    assert "0 of 2 cases" in capsys.readouterr().err and not list(tmp_path.iterdir())
