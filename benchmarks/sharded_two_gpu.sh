@@ -29,14 +29,8 @@ gpus=$("$py" -c 'import torch; print(torch.cuda.device_count())')
 echo "GPUs visible: $gpus"
 nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader 2>/dev/null
 
-if [[ -f .whl/jit.tgz && ! -d .whl/jit ]]; then
-  find /tmp/site -type f -exec touch -d '2020-01-01' {} + 2>/dev/null
-  tar xzf .whl/jit.tgz -C .whl && echo "jit: cache unpacked"
-elif [[ ! -d .whl/jit && "$gpus" -ge 1 ]]; then
-  started=$(date +%s)
-  benchmarks/jit_warm.sh default "$out/jit_warm" >/dev/null
-  echo "jit: compiled in $(($(date +%s) - started)) s"
-fi
+source benchmarks/jit_ready.sh
+jit_ready default "$out/jit_warm"
 
 # timed DIR LOG CMD...: runs CMD with its output in LOG, prints and stores its wall seconds
 timed() {
