@@ -8,6 +8,7 @@ Give it the CSVs of one sweep (files or directories; e.g. ``bench_all.py --prese
 * ``cost-from``  -- ``--cost-from`` this same sweep: optimistic, the costs are the truth's own;
 * ``cost-from half`` -- ``--cost-from`` a CSV holding every other case (the rest predicted);
 * ``cost-from holdout`` -- ``--cost-from`` another sweep (``--holdout``), judged on this one;
+* ``time_ms as cost`` -- this sweep's bare call times as costs (not what the harness does);
 * ``count``      -- case i to shard i mod N, in sweep order.
 
 Each split is judged against two truths: ``wall``, the seconds a sweep spends on each case
@@ -129,6 +130,8 @@ def split_costs(
         "cost-from": own,
         "cost-from half": [own[i] if i % 2 == 0 else predicted[i] for i in range(len(cases))],
     }
+    # what balancing the bare call times (issue 25's wording of the truth) would do instead
+    costs["time_ms as cost"] = [case.time_ms / 1e3 for case in cases]
     if holdout:
         costs["cost-from holdout"] = [
             _holdout_cost(holdout[c.key], timing) if c.key in holdout else predicted[i]

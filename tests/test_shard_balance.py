@@ -84,6 +84,7 @@ def test_every_requested_shard_count_and_split_is_reported(tmp_path, capsys):
     assert shard_balance.main([str(tmp_path / "a.csv"), "--holdout", str(tmp_path / "a.csv")]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     splits = ("predicted", "cost-from", "cost-from half", "cost-from holdout", "count")
+    splits += ("time_ms as cost",)
     for n in (2, 4, 8):
         for split in splits:
             assert any(line.startswith(f"| {n} | {split} |") for line in lines), (n, split)
