@@ -27,7 +27,6 @@ from fi_attn_bench.sweep.case import (
 from fi_attn_bench.sweep.environment import environment_columns, load_roofline
 from fi_attn_bench.sweep.options import RunOptions, repro_command
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
-from fi_attn_bench.sweep.shard_plan import check_resumed_rows
 from fi_attn_bench.sweep.sharding import shard_columns
 from fi_attn_bench.sweep.storage import (
     ResultStore,
@@ -52,7 +51,6 @@ class Sweep:
         todo = list(options.cases)
         if options.resume:
             store.rows = load_resume_rows(options.output, spec, options)
-            check_resumed_rows(spec, options, store.rows)
             remove_stale_temporaries(options.output)
             todo, stale = resume_todo(todo, store.rows, spec.case_fields)
             note = (

@@ -40,6 +40,7 @@ from fi_attn_bench.sweep.sharding import (
     shard_of_path,
     with_shard_tag,
 )
+from fi_attn_bench.sweep.storage import load_resume_rows
 from fi_attn_bench.timing.options import TimingOptions
 
 EXPLICIT = "--shard"
@@ -224,7 +225,10 @@ def split_runs(
         log = "" if request.leader else f"{output}.log"
         shard = request.shard
         changes = dict(cases=cases, output=output, resume=resume, shard=shard, log_path=log)
-        mine.append((spec, replace(options, **changes)))
+        options = replace(options, **changes)
+        if resume:
+            check_resumed_rows(spec, options, load_resume_rows(output, spec, options))
+        mine.append((spec, options))
     return ShardedRuns(request, tuple(mine), tuple(empty), split, tuple(costed))
 
 
