@@ -30,7 +30,7 @@ echo "GPUs visible: $gpus"
 nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader 2>/dev/null
 
 source benchmarks/jit_ready.sh
-jit_ready default "$out/jit_warm"
+jit_ready default /tmp/jit_warm_default
 
 # timed DIR LOG CMD...: runs CMD with its output in LOG, prints and stores its wall seconds
 timed() {
