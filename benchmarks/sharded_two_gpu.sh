@@ -73,7 +73,7 @@ part() {
     --fail-on-regression 5 --output "$dir/regression.md" >"$dir/summarize.out" 2>&1
   local rc=$?
   echo "summarize_results.py --fail-on-regression 5: exit $rc ($dir/regression.md)"
-  grep -iE "regress|improv|duplicate|incomplete|missing" "$dir/summarize.out" | head -n 8
+  tail -n 8 "$dir/summarize.out"
   [[ $rc -eq 0 ]] || status=1
 }
 
@@ -84,8 +84,7 @@ if [[ "$mode" == two || "$mode" == both ]]; then
   if [[ "$gpus" -ge 2 || "$mode" == two ]]; then
     part two 2 default
   else
-    echo "two: skipped, $gpus GPU(s) visible (needs nvidia-h200-x2)"
-    [[ "$mode" == two ]] && status=1
+    echo "two: skipped, $gpus GPU(s) visible (needs nvidia-h200-x2; 'two' forces it)"
   fi
 fi
 if [[ -n "${OUT:-}" ]]; then  # the device tool brings back $OUT: one archive of everything
