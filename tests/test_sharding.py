@@ -229,10 +229,18 @@ def args(**given):
 
 
 def test_explicit_shard_wins_over_torchrun(capsys):
-    request = shard_request(args(shard="0/3"), TORCHRUN)
-    assert request.shard == ShardSpec(0, 3) and request.origin == "--shard"
-    assert "overrides torchrun's shard 1/2" in capsys.readouterr().err
+    one_process = {**TORCHRUN, "RANK": "0", "WORLD_SIZE": "1"}
+    request = shard_request(args(shard="2/3"), one_process)
+    assert request.shard == ShardSpec(2, 3) and request.origin == "--shard"
+    assert "overrides torchrun's shard 0/1" in capsys.readouterr().err
     assert request.device_text(None, has_gpu=True) == "cuda:1"  # the GPU is still the rank's
+    assert shard_request(args(shard="1/2"), TORCHRUN).shard == ShardSpec(1, 2)  # the same
+
+
+def test_explicit_shard_that_would_collide_across_processes_is_refused():
+    # torchrun with two processes: both would run shard 0/3 into one CSV
+    with pytest.raises(UsageError, match="each would run shard 0/3 into the same CSV"):
+        shard_request(args(shard="0/3"), TORCHRUN)
 
 
 def test_explicit_device_wins_over_local_rank():

@@ -81,6 +81,12 @@ def shard_request(args, environ: Mapping[str, str]) -> ShardRequest:
     if text is not None:
         shard, origin = parse_shard(text), EXPLICIT
         if launch.shard is not None and launch.shard != shard:
+            if launch.shard.count > 1:  # every process would run this shard into one CSV
+                raise UsageError(
+                    f"--shard {shard} under {launch.origin} with {launch.shard.count} "
+                    f"processes: each would run shard {shard} into the same CSV; drop --shard "
+                    "(the launcher gives each process its own) or start one process"
+                )
             print(
                 f"note: --shard {shard} overrides {launch.origin}'s shard {launch.shard}",
                 file=sys.stderr,
