@@ -237,6 +237,16 @@ def test_explicit_shard_wins_over_torchrun(capsys):
     assert shard_request(args(shard="1/2"), TORCHRUN).shard == ShardSpec(1, 2)  # the same
 
 
+def test_explicit_shard_wins_in_a_slurm_array_even_one_that_maps_to_no_shard():
+    # sbatch --array=3,7 --wrap 'python bench_all.py --shard $SLURM_ARRAY_TASK_ID/8'
+    uneven = {**ARRAY, "SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "3"}
+    uneven |= {"SLURM_ARRAY_TASK_MAX": "7", "SLURM_ARRAY_TASK_COUNT": "2"}
+    with pytest.raises(UsageError, match="evenly spaced"):
+        shard_request(args(), uneven)
+    assert shard_request(args(shard="7/8"), uneven).shard == ShardSpec(7, 8)
+    assert shard_request(args(shard="5/8"), ARRAY).shard == ShardSpec(5, 8)  # 2/4 otherwise
+
+
 def test_explicit_shard_that_would_collide_across_processes_is_refused():
     # torchrun with two processes: both would run shard 0/3 into one CSV
     with pytest.raises(UsageError, match="each would run shard 0/3 into the same CSV"):

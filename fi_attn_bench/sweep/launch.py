@@ -29,8 +29,10 @@ class Launch:
     shard: ShardSpec | None = None
     origin: str = ""  # "torchrun", "Slurm array", "torchrun in a Slurm array"; "" when none
     local_rank: int | None = None  # torchrun: this process's GPU on its node
-    run_tag: str = ""  # the same in every process of the run: it names their CSVs
     leader: bool = True  # prints the sweep's progress; the others log to <csv>.log
+    # processes given this very command line (torchrun's WORLD_SIZE); a Slurm array task's
+    # command may differ per task ($SLURM_ARRAY_TASK_ID), so it counts 1
+    same_command: int = 1
 
 
 def _int(environ: Mapping[str, str], name: str) -> int:
@@ -119,21 +121,28 @@ def run_tag(
     )
 
 
-def detect_launch(environ: Mapping[str, str]) -> Launch:
-    """The shard, GPU and run tag a launcher's environment gives this process."""
-    torchrun, array = _torchrun(environ), _slurm_array(environ)
+def detect_launch(environ: Mapping[str, str], explicit_shard: bool = False) -> Launch:
+    """The shard, GPU and run tag a launcher's environment gives this process.  With
+    ``explicit_shard`` (--shard given), a Slurm array that maps to no shard is ignored."""
+    torchrun = _torchrun(environ)
+    try:
+        array = _slurm_array(environ)
+    except UsageError:
+        if not explicit_shard:
+            raise
+        array = None
     if torchrun is None and array is None:
         return Launch()
+    world, local = (torchrun[1], torchrun[2]) if torchrun else (1, None)
     if torchrun and array:
-        (rank, world, local), (task, tasks) = torchrun, array
+        (task, tasks), rank = array, torchrun[0]
         shard = ShardSpec(task * world + rank, tasks * world)
         origin = f"{TORCHRUN} in a {SLURM_ARRAY}"
     elif torchrun:
-        rank, world, local = torchrun
-        shard, origin = ShardSpec(rank, world), TORCHRUN
+        shard, origin = ShardSpec(torchrun[0], world), TORCHRUN
     else:
-        shard, origin, local = ShardSpec(*array), SLURM_ARRAY, None
-    return Launch(shard, origin, local, leader=shard.index == 0)
+        shard, origin = ShardSpec(*array), SLURM_ARRAY
+    return Launch(shard, origin, local, leader=shard.index == 0, same_command=world)
 
 
 def shard_csv_name(api: str, tag: str, shard: ShardSpec) -> str:

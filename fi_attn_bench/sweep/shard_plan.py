@@ -72,18 +72,18 @@ class ShardRequest:
 
 def shard_request(args, environ: Mapping[str, str]) -> ShardRequest:
     """--shard wins over the launcher, which wins over a --resume file's shard tag."""
-    launch = detect_launch(environ)
+    text = getattr(args, "shard", None)
+    launch = detect_launch(environ, explicit_shard=text is not None)
     by, cost_from = getattr(args, "shard_by", "cost"), getattr(args, "cost_from", None)
     if cost_from and not os.path.exists(cost_from):
         raise UsageError(f"--cost-from: no such file or directory {cost_from!r}")
-    text = getattr(args, "shard", None)
     resume = getattr(args, "resume", None)
     if text is not None:
         shard, origin = parse_shard(text), EXPLICIT
         if launch.shard is not None and launch.shard != shard:
-            if launch.shard.count > 1:  # every process would run this shard into one CSV
+            if launch.same_command > 1:  # every process would run this shard into one CSV
                 raise UsageError(
-                    f"--shard {shard} under {launch.origin} with {launch.shard.count} "
+                    f"--shard {shard} under {launch.origin} with {launch.same_command} "
                     f"processes: each would run shard {shard} into the same CSV; drop --shard "
                     "(the launcher gives each process its own) or start one process"
                 )
