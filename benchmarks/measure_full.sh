@@ -19,7 +19,7 @@ extra=(${BENCH_EXTRA:-})  # options for both calls, e.g. "--device cpu --preset 
 log="$out/measure_full${2:+_${2/\//of}}.log"
 mkdir -p "$out"
 source benchmarks/jit_ready.sh
-jit_ready full /tmp/jit_warm_full
+jit_ready default /tmp/jit_warm_default  # full uses the same kernel variants (head dims, heads)
 predicted=$("$py" bench_all.py --preset full --list --shard "${2:-0/1}" "${extra[@]}" | awk 'NR == 1')
 started=$(date +%s)
 "$py" bench_all.py --preset full --output-dir "$out" "${shard[@]}" "${extra[@]}" \
