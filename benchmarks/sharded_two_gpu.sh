@@ -12,8 +12,8 @@
 #      of it, the same checks.
 # both (default): one, then two when two GPUs are visible.
 #
-# FlashInfer's JIT cache: unpacked from .whl/jit.tgz when carried (docs/GPU_RUNS.md), else the
-# default preset is compiled first with benchmarks/jit_warm.sh (about 3.5 minutes on an H200).
+# FlashInfer's JIT cache: unpacked from .whl/jit.tgz when carried (benchmarks/jit_ready.sh), else the
+# default preset is compiled first by benchmarks/jit_ready.sh (about 3.5 minutes on an H200).
 # Everything written under WORK_DIR comes back as $OUT/sharded.tgz when $OUT is set.
 # Exit status: 0 when every part ran with the same cases and no regression, else 1.
 set -uo pipefail

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import torch
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends.selection import (
     BackendChoice,
     Probe,
@@ -32,6 +33,7 @@ from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.sweep.shard_plan import (
     ShardRequest,
     describe_shard,
+    shard_arguments,
     shard_log,
     shard_request,
     split_runs,
@@ -40,6 +42,7 @@ from fi_attn_bench.sweep.sharding import SHARD_BY
 from fi_attn_bench.timing.options import (
     ATTRIBUTIONS,
     STOP_RULES,
+    THROTTLE_POLICIES,
     TIMER_NAMES,
     TimingOptions,
 )
@@ -73,13 +76,15 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
-    """The command line shared by every bench_batch_*.py script."""
+def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.ArgumentParser:
+    """The command line shared by every bench_batch_*.py script (``prog``: the program the
+    user ran, when another one parses this command line, as bench_all.py does)."""
     parser = argparse.ArgumentParser(
-        prog=spec.script,
+        prog=prog or spec.script,
         description=f"Benchmark {spec.api}; one CSV row per case (schema v1).",
         epilog="Exit codes: 0 all ok, 1 a case failed, 2 bad arguments or backend unavailable, 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     cases = parser.add_argument_group("cases")
     cases.add_argument(
         "--preset",
@@ -157,7 +162,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     )
     timing.add_argument(
         "--min-time-ms",
-        "--min-measure-ms",  # its name before harness 0.3.0, when it counted wall time
+        "--min-measure-ms",  # the former name, kept so that old command lines still run
         dest="min_time_ms",
         type=_non_negative_float,
         default=TimingOptions.min_time_ms,
@@ -205,6 +210,30 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         default=TimingOptions.warmup_min_ms,
         help=f"minimum warm-up after the first call (default {TimingOptions.warmup_min_ms:g})",
     )
+    throttle = parser.add_argument_group("throttle policy (see README, 'Run conditions')")
+    throttle.add_argument(
+        "--throttle-policy",
+        choices=THROTTLE_POLICIES,
+        default=TimingOptions.throttle_policy,
+        help="off (default); discard: drop the samples of a batch during which the SM clock "
+        "read below --throttle-threshold of its maximum; pause: drop them and let the GPU "
+        "rest --cooldown-ms before the next batch (needs NVML clocks)",
+    )
+    throttle.add_argument(
+        "--throttle-threshold",
+        type=_positive(float),
+        metavar="PCT",
+        default=TimingOptions.throttle_threshold_pct,
+        help=f"%% of the maximum SM clock below which a batch counts as throttled "
+        f"(default {TimingOptions.throttle_threshold_pct:g}, nvbench's)",
+    )
+    throttle.add_argument(
+        "--cooldown-ms",
+        type=_non_negative_float,
+        default=TimingOptions.cooldown_ms,
+        help=f"rest after a throttled batch with --throttle-policy pause "
+        f"(default {TimingOptions.cooldown_ms:g})",
+    )
     check = parser.add_argument_group("correctness")
     check.add_argument(
         "--check",
@@ -233,6 +262,17 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         "--resume",
         metavar="CSV",
         help="rerun only the cases not ok in CSV (or measured by another harness version), updating it in place",
+    )
+    out.add_argument(
+        "--force",
+        action="store_true",
+        help="move an existing --output file (or samples file) aside to <name>.bak-<timestamp> "
+        "and start afresh; without it such a file is never touched",
+    )
+    out.add_argument(
+        "--samples-dir",
+        metavar="DIR",
+        help="also write each ok case's raw samples to DIR/<csv-stem>.samples.jsonl.gz",
     )
     out.add_argument(
         "--peak-bandwidth",
@@ -277,9 +317,11 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
-def parse_command_line(spec: BenchmarkSpec, argv) -> argparse.Namespace | int:
+def parse_command_line(
+    spec: BenchmarkSpec, argv, prog: str | None = None
+) -> argparse.Namespace | int:
     try:
-        return build_parser(spec).parse_args(argv)
+        return build_parser(spec, prog).parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
 
@@ -316,7 +358,7 @@ def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -
         if request.shard is not None:
             return list_shard([(spec, listing_options(spec, args, probe))], request)
         return list_cases(spec, args, probe)
-    options = plan(spec, args, probe, request)
+    options = plan(spec, args, probe, request=request)
     if request.shard is None:
         return execute(spec, options, timer_factory)
     sharded = split_runs([(spec, options)], request)
@@ -326,10 +368,21 @@ def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -
     return execute(*sharded.runs[0], timer_factory, preamble=describe_shard(sharded))
 
 
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
 def plan(
-    spec: BenchmarkSpec, args, probe: Probe, request: ShardRequest | None = None
+    spec: BenchmarkSpec,
+    args,
+    probe: Probe,
+    announce: Callable[[str], None] = _to_stderr,
+    request: ShardRequest | None = None,
 ) -> RunOptions:
-    """Every check of the command line, no GPU work: raises UsageError (exit 2)."""
+    """Every check of the command line, no GPU work: raises UsageError (exit 2).
+
+    ``announce`` prints the backend's note (bench_all.py prints it once for all scripts);
+    ``request``: a sharded sweep's, whose CSV (``shard_arguments``) is checked like any other."""
     request = request or ShardRequest()
     has_gpu = bool(probe.cuda_available())
     device_text = request.device_text(args.device, has_gpu)
@@ -338,10 +391,12 @@ def plan(
             f"{request.launch.origin}: LOCAL_RANK {request.launch.local_rank} but "
             f"{torch.cuda.device_count()} GPU(s) visible; start at most that many processes per node"
         )
+    if request.shard is not None:
+        args = shard_arguments(spec, args, request)
     choice = resolve_backend(args.backend, device_text, probe)
     options = resolve_options(spec, args, choice)
     if choice.note:
-        print(choice.note, file=sys.stderr)
+        announce(choice.note)
     return options
 
 
@@ -365,12 +420,14 @@ def execute(
         )
         log = print if options.verbose else (lambda _: None)
         timer = timer_factory(options.timing, device, log)
+        timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
         return Sweep(spec, options, timer).run()
 
 
 def listing_options(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
     """The options --list shows cases of: no backend import, no device query."""
-    return resolve_options(spec, args, BackendChoice("torch", _list_device(args, probe)))
+    choice = BackendChoice("torch", _list_device(args, probe))
+    return resolve_options(spec, args, choice, listing=True)
 
 
 def list_shard(runs, request: ShardRequest) -> int:

@@ -2,13 +2,14 @@
 
 The same sweeps and CSVs as running ``bench_batch_decode.py``, ``bench_batch_prefill_paged.py``,
 ``bench_batch_prefill_ragged.py`` and ``bench_batch_mla.py`` one after the other, minus three
-process starts and three profiler start-ups: on the H200 each process spent about 4 s starting
-and 5 s in its first profiler session (``benchmarks/results/h200_validation_v4``).
+process starts and three profiler start-ups, which cost seconds each (docs/DESIGN.md).
 
 Every option of the scripts applies, except ``--output`` (one CSV per script goes to
-``--output-dir``); ``--resume`` takes the directory of an earlier run.  ``--shard I/N`` (or
-torchrun, or a Slurm array) splits all the scripts' cases pooled, so the shards balance over
-the whole suite.  A ``--filter`` term naming a field a script does not have leaves that script
+``--output-dir``, with ``bench_all.json`` recording the run) and ``--resume``, which here takes
+that directory: ``--resume DIR`` resumes each script's CSV and runs the scripts that never
+started.  ``--shard I/N`` (or torchrun, or a Slurm array) splits all the scripts' cases pooled,
+so the shards balance over the whole suite; each shard records its part in its own
+``bench_all.shardIofN.json``.  A ``--filter`` term naming a field a script does not have leaves that script
 out, and so does a filter that none of its cases match; a field no script has is an error.
 Exit codes: 0 all cases ok, 1 some case failed, 2 bad input (before any GPU work), 130 interrupted.
 """
@@ -18,10 +19,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends.selection import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
@@ -35,6 +38,16 @@ from fi_attn_bench.cli import (
     plan,
 )
 from fi_attn_bench.errors import NoMatchingCase, UsageError
+from fi_attn_bench.suite_record import (
+    RECORD_NAME,
+    SuiteRecord,
+    read_record,
+    record_name,
+    resumed_shard,
+    scripts_in_order,
+    write_record,
+)
+from fi_attn_bench.sweep.launch import detect_launch
 from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.sweep.shard_plan import (
     ShardRequest,
@@ -42,7 +55,7 @@ from fi_attn_bench.sweep.shard_plan import (
     shard_request,
     split_runs,
 )
-from fi_attn_bench.sweep.sharding import ShardSpec, shard_of_path
+from fi_attn_bench.sweep.sharding import ShardSpec, parse_shard
 from fi_attn_bench.timing.timers import make_timer
 
 SCRIPTS = (
@@ -51,15 +64,19 @@ SCRIPTS = (
     "bench_batch_prefill_ragged",
     "bench_batch_mla",
 )
-NOT_HERE = ("--output", "--resume")
+NOT_HERE = ("--output",)
 
 
 def load_specs(names: Sequence[str] = SCRIPTS) -> list[BenchmarkSpec]:
     return [importlib.import_module(name).SPEC for name in names]
 
 
+PROG = "bench_all.py"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="All four benchmark scripts in one process, one CSV each in --output-dir.",
         epilog="Every other option is the scripts' own: see python bench_batch_decode.py --help.",
     )
@@ -67,10 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--scripts",
         nargs="+",
         choices=SCRIPTS,
-        default=list(SCRIPTS),
         metavar="NAME",
         help=f"which scripts, in this order (default all: {' '.join(SCRIPTS)})",
     )
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help=f"finish the interrupted run whose --output-dir is DIR (its {RECORD_NAME}, or a "
+        "shard's bench_all.shardIofN.json): resume each script's CSV, run the scripts that never "
+        "started; no other option but --verbose and --shard I/N",
+    )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
 
 
@@ -96,16 +120,14 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
     the command line; UsageError on other bad input."""
     chosen = []
     for spec in specs:
-        args = parse_command_line(spec, argv)
+        args = parse_command_line(spec, argv, prog=PROG)
         if isinstance(args, int):
             return args
         given = [flag for flag in NOT_HERE if getattr(args, flag[2:])]
-        if args.resume and os.path.isdir(args.resume):
-            given.remove("--resume")  # the directory of an earlier bench_all.py run
         if given:
             raise UsageError(
                 f"not here: {' and '.join(given)}; bench_all.py writes one CSV per script, "
-                "into --output-dir (--resume takes the directory of an earlier run)"
+                "into --output-dir"
             )
         chosen.append((spec, args))
     filters = chosen[0][1].filter if chosen else []
@@ -116,7 +138,7 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
         missing = sorted(named - set(spec.case_fields))
         if missing:
             print(
-                f"bench_all.py: {spec.script}: no field {', '.join(missing)}; left out",
+                f"{PROG}: {spec.script}: no field {', '.join(missing)}; left out",
                 file=sys.stderr,
             )
         else:
@@ -131,92 +153,155 @@ def main(
     timer_factory: TimerFactory = make_timer,
     specs: Sequence[BenchmarkSpec] | None = None,
 ) -> int:
-    own, rest = build_parser().parse_known_args(argv)
-    specs = list(specs) if specs is not None else load_specs(own.scripts)
-    probe = probe or Probe()
     try:
-        chosen = plan_all(specs, rest)
-        if isinstance(chosen, int):
-            return chosen
-        runs = _resolve(chosen, probe)
+        own, rest = build_parser().parse_known_args(argv)
+    except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        prepared = _prepare(own, rest, probe or Probe(), specs)
     except UsageError as exc:
-        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    if runs is None:  # --list
+    if isinstance(prepared, int):  # --list, or argparse refused the scripts' options
+        return prepared
+    return _run_all(prepared, shared_timers(timer_factory))
+
+
+@dataclass(frozen=True)
+class SuitePlan:
+    """The scripts' resolved options (this shard's part when sharded) and the shard's line."""
+
+    runs: tuple[tuple[BenchmarkSpec, RunOptions], ...]
+    shard: ShardSpec | None = None
+    preamble: str = ""  # which shard, its cases and cost; printed before the first sweep
+
+
+def _prepare(own, rest, probe, specs) -> SuitePlan | int:
+    """Every check and the run record, no GPU work; the scripts' options, or an exit code."""
+    if own.resume:
+        record, rest = _resume_record(own, rest)
+        specs = scripts_in_order(specs if specs is not None else load_specs(), record)
+    else:
+        specs = list(specs) if specs is not None else load_specs(own.scripts or SCRIPTS)
+    chosen = plan_all(specs, rest)
+    if isinstance(chosen, int):
+        return chosen
+    if own.resume:
+        chosen = [
+            (spec, _resumed(args, own.resume, record.csv_of(spec.script))) for spec, args in chosen
+        ]
+    prepared = _resolve(chosen, probe)
+    if prepared is None:
         return 0
-    runs, preamble = runs
-    timer = shared_timers(timer_factory)
-    codes = []
+    directory = own.resume or chosen[0][1].output_dir
+    if not own.resume:
+        names = tuple(os.path.basename(options.output) for _, options in prepared.runs)
+        scripts = tuple(spec.script for spec, _ in prepared.runs)
+        record = SuiteRecord(scripts, tuple(rest), names)
+        moved = write_record(directory, record, force=chosen[0][1].force, shard=prepared.shard)
+        if moved:
+            print(f"Moved the earlier run's {record_name(prepared.shard)} aside to {moved}")
+    words = ["python", PROG, "--resume", directory]
+    words += ["--shard", str(prepared.shard)] if prepared.shard is not None else []
+    hint = shlex.join(words)
+    runs = tuple((spec, replace(options, resume_command=hint)) for spec, options in prepared.runs)
+    return replace(prepared, runs=runs)
+
+
+def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, list[str]]:
+    """``--resume DIR``: the record it finishes (a shard's: --shard I/N, the launcher's shard,
+    or the only shard record there) and the command line it repeats."""
+    words = argparse.ArgumentParser(prog=f"{PROG} --resume", add_help=False)
+    words.add_argument("--verbose", action="store_true")
+    words.add_argument("--shard")
+    given, others = words.parse_known_args(rest)
+    if own.scripts or others:
+        raise UsageError(
+            f"--resume {own.resume} repeats the interrupted run's options (recorded in its "
+            f"{RECORD_NAME}); give no other option but --verbose and --shard I/N"
+        )
+    explicit = parse_shard(given.shard) if given.shard is not None else None
+    launched = detect_launch(os.environ, explicit_shard=explicit is not None).shard
+    shard = explicit or resumed_shard(own.resume, launched)
+    record = read_record(own.resume, shard)
+    tail = ["--verbose"] if given.verbose else []
+    if shard is not None and shard != launched:  # the launcher gives its own shard
+        tail += ["--shard", str(shard)]
+    return record, [*record.argv, "--output-dir", own.resume, *tail]
+
+
+def _resumed(args: argparse.Namespace, directory: str, csv_name: str) -> argparse.Namespace:
+    """A script's options in a resumed run: its CSV resumed, or written afresh if never started."""
+    path = os.path.join(directory, csv_name)
+    started = os.path.exists(path)
+    return argparse.Namespace(
+        **{**vars(args), "resume": path if started else None, "output": None if started else path}
+    )
+
+
+def _run_all(prepared: SuitePlan, timer) -> int:
+    runs, preamble, codes = prepared.runs, prepared.preamble, []
     try:
         for spec, options in runs:
             code = execute(spec, options, timer, preamble)
             preamble = ""
             codes.append(code)
             print(flush=True)
-            if code == 130:
+            if code == 130:  # the sweep printed how to continue
                 return 130
     except KeyboardInterrupt:
-        print("\nInterrupted.", file=sys.stderr)
+        print(f"\nInterrupted; continue with:\n  {runs[0][1].resume_command}", file=sys.stderr)
         return 130
+    except UsageError as exc:  # a timer's self-check failed (SelfCheckFailed)
+        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        return 2
     return max(codes, default=0)
 
 
-def _resolve(chosen, probe) -> tuple[list[tuple[BenchmarkSpec, RunOptions]], str] | None:
-    """Each chosen script's options (``plan``) and a line saying which shard they are, or
-    None after listing the cases (--list).  A shard splits all scripts' cases pooled."""
+def _resolve(chosen, probe) -> SuitePlan | None:
+    """Each chosen script's options (``plan``), this shard's part of them when sharded (all
+    scripts' cases split pooled), or None after listing the cases (--list); the same scripts
+    are left out either way."""
     request = shard_request(chosen[0][1], os.environ) if chosen else ShardRequest()
-    listing = bool(chosen and chosen[0][1].list)
-    if listing and request.shard is None:
-        for spec, args in chosen:
-            list_cases(spec, args, probe)
-        return None
+    listing = bool(chosen) and chosen[0][1].list
+    announce = _once(lambda text: print(text, file=sys.stderr))
     runs, left_out = [], []
     for spec, args in chosen:
-        if args.resume:
-            args = resume_in_directory(spec, args, request.shard)
         try:
-            resolve = listing_options if listing else partial(plan, request=request)
-            runs.append((spec, resolve(spec, args, probe)))
+            if listing and request.shard is None:
+                list_cases(spec, args, probe)
+            elif listing:
+                runs.append((spec, listing_options(spec, args, probe)))
+            else:
+                runs.append((spec, plan(spec, args, probe, announce, request)))
         except NoMatchingCase:
             left_out.append(spec.script)
-    if not runs:
+    if len(left_out) == len(chosen):
         raise UsageError("no script has a case that matches --filter")
     for script in left_out:
-        print(f"bench_all.py: {script}: no case matches --filter; left out", file=sys.stderr)
+        print(f"{PROG}: {script}: no case matches --filter; left out", file=sys.stderr)
     if listing:
-        list_shard(runs, request)
+        if request.shard is not None:
+            list_shard(runs, request)
         return None
     if request.shard is None:
-        return runs, ""
+        return SuitePlan(tuple(runs))
     sharded = split_runs(runs, request)
     for script in sharded.empty:
-        print(f"bench_all.py: {script}: no case in shard {request.shard}", file=sys.stderr)
-    return list(sharded.runs), describe_shard(sharded)
+        print(f"{PROG}: {script}: no case in shard {request.shard}", file=sys.stderr)
+    return SuitePlan(sharded.runs, request.shard, describe_shard(sharded))
 
 
-def resume_in_directory(spec: BenchmarkSpec, args, shard: ShardSpec | None) -> argparse.Namespace:
-    """``--resume DIR``: this script's CSV of the earlier run in DIR (its shard's, when
-    sharded) is resumed; a script without one there starts a new CSV in DIR."""
-    directory = args.resume
-    suffix = f".{shard.tag}.csv" if shard else ".csv"
-    found = sorted(
-        name
-        for name in os.listdir(directory)
-        if name.startswith(f"{spec.api}_")
-        and name.endswith(suffix)
-        and (shard is not None or shard_of_path(name) is None)
-    )
-    if len(found) > 1:
-        raise UsageError(
-            f"--resume {directory}: {len(found)} CSVs of {spec.api} there "
-            f"({', '.join(found)}); resume each with {spec.script} --resume CSV"
-        )
-    resumed = argparse.Namespace(**vars(args))
-    resumed.resume = os.path.join(directory, found[0]) if found else None
-    resumed.output_dir = directory
-    if not found:
-        print(f"bench_all.py: {spec.script}: no CSV in {directory}; a new one", file=sys.stderr)
-    return resumed
+def _once(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` for each distinct text once: the backend note is the same for every script."""
+    said: set[str] = set()
+
+    def once(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            say(text)
+
+    return once
 
 
 if __name__ == "__main__":

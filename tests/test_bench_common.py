@@ -41,7 +41,7 @@ def read_rows(path):
     return rows
 
 
-class FakeTimer:
+class FakeTimer(timers.TimerDefaults):
     """Scripted samples instead of a clock; every batch calls run() once."""
 
     name = "profiler"
@@ -60,7 +60,7 @@ class FakeTimer:
         starved = self.starved
         batches = itertools.cycle(self.batches or (self.samples,))
 
-        class Session:
+        class Session(timers.SessionDefaults):
             def batch(self, calls):
                 fn()
                 return Batch(tuple(next(batches)), frozenset({"fake_kernel"}), starved=starved)
@@ -597,7 +597,7 @@ def test_sweep_freezes_the_objects_alive_before_its_first_case(tmp_path, monkeyp
 
 
 def test_case_whose_calls_waited_for_their_launch_gets_a_note(tmp_path, capsys):
-    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke"]
+    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke", "--force"]
     assert run_main(argv, timer=FakeTimer(starved=0)) == 0
     assert "started late" not in capsys.readouterr().out
     assert run_main(argv, timer=FakeTimer(starved=1)) == 0  # 1 of 10 samples per batch
@@ -608,7 +608,7 @@ def test_case_whose_calls_waited_for_their_launch_gets_a_note(tmp_path, capsys):
 
 
 def test_case_whose_samples_spread_wide_gets_a_note(tmp_path, capsys):
-    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke"]
+    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke", "--force"]
     narrow = (1.0, 1.01, 1.02, 1.0, 1.01, 1.02, 1.0, 1.01, 1.02, 1.0)  # IQR / median 2 %
     assert run_main(argv, timer=FakeTimer(samples=narrow)) == 0
     assert "samples spread" not in capsys.readouterr().out
@@ -752,3 +752,16 @@ def test_verbose_details_print_under_their_own_case(tmp_path, capsys):
     for index in cases:  # each case's line, then its measurement details
         assert "samples, median" in lines[index + 1]
     assert "samples, median" not in lines[cases[0] - 1]
+
+
+def test_rows_take_timer_and_l2_from_the_timer_that_measured_ok_and_failed_alike(tmp_path):
+    timer = FakeTimer()
+    timer.name, timer.l2 = "events", "warm"
+    ok, failed = tmp_path / "ok.csv", tmp_path / "failed.csv"
+    assert run_main(["--output", str(ok), "--preset", "smoke", *FAST], timer=timer) == 0
+    assert (
+        run_main(["--output", str(failed), "--preset", "smoke"], spec=EXPLODING, timer=timer) == 1
+    )
+    for path in (ok, failed):
+        rows = read_rows(path)
+        assert rows and all((r["timer"], r["l2"]) == ("events", "warm") for r in rows)

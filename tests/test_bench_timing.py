@@ -64,7 +64,7 @@ def test_measurement_columns_are_registered():
     assert columns["samples"] == 3
     assert columns["kernels"] == "a;b"
     assert columns["time_min_ms"] == 1.0 and columns["time_max_ms"] == 3.0
-    assert (columns["timer"], columns["l2"]) == ("profiler", "cold")
+    assert "timer" not in columns and "l2" not in columns  # the sweep writes them, from its timer
 
 
 # ---------------------------------------------------------------- the stop hook and the loop
@@ -114,7 +114,7 @@ class FakeClock:
         return self.now
 
 
-class ScriptedSession:
+class ScriptedSession(timers.SessionDefaults):
     """Returns scripted batches; each batch advances the fake clock."""
 
     def __init__(self, batches, clock, seconds_per_batch=0.1):
@@ -128,7 +128,12 @@ class ScriptedSession:
         return tstats.Batch(tuple(samples), frozenset({"void k<int>(float*)"}))
 
 
-FAKE_TIMER = SimpleNamespace(name="profiler", l2="cold")
+class OneMsSession(timers.SessionDefaults):
+    def batch(self, calls):
+        return tstats.Batch((1.0,) * calls)
+
+
+FAKE_TIMER = SimpleNamespace(name="profiler", l2="cold", flusher=None, set_up=lambda: None)
 
 
 def test_loop_stops_once_noise_target_met():
@@ -473,7 +478,7 @@ def make_profiler(call_kernels, cold=True, pattern=None):
 def recorded(session, *calls):
     """Batches of ``calls`` under one recording, as MeasureLoop runs them."""
     provisional = []
-    session.record(lambda: provisional.extend(session.batch(c) for c in calls))
+    batches = session.record(lambda: provisional.extend(session.batch(c) for c in calls))
     # the fake events read 0.5 ms around each [flush] run(); the flush's calibrated time is
     # taken off
     expected = 0.5 - session.flush_ms
@@ -481,7 +486,7 @@ def recorded(session, *calls):
         b.samples_ms == pytest.approx((expected,) * c)
         for b, c in zip(provisional, calls, strict=True)
     )
-    return session.result()
+    return batches
 
 
 def test_profiler_timer_counts_all_kernels_of_each_call():
@@ -550,12 +555,13 @@ def test_recording_of_several_batches_is_split_at_each_batchs_spin():
 
 
 def test_measure_loop_reports_the_recordings_samples_not_the_provisional_ones():
-    class Recording:
+    class Recording(timers.SessionDefaults):
         def __init__(self):
             self.calls = []
 
         def record(self, loop):
             loop()
+            return self.result()
 
         def batch(self, calls):
             self.calls.append(calls)
@@ -573,11 +579,12 @@ def test_measure_loop_reports_the_recordings_samples_not_the_provisional_ones():
 def test_measure_loop_books_profiler_start_stop_and_reading_as_readout():
     clock = FakeClock()
 
-    class Recording:
+    class Recording(timers.SessionDefaults):
         def record(self, loop):
             clock.now += 0.25  # profiler start
             loop()
             clock.now += 0.5  # profiler stop and trace reading
+            return self.result()
 
         def batch(self, calls):
             clock.now += 0.1
@@ -626,8 +633,8 @@ def test_profiler_timer_no_kernel_is_an_error(cold):
 def test_profiler_timer_opens_a_case_without_a_profiler_session_of_its_own():
     timer, trace = make_profiler([("attn", 20_000), ("merge", 3_000)])
     sessions = []
-    original = timer._profile
-    timer._profile = lambda body, sync: sessions.append(body) or original(body, sync)
+    original = timer.profile
+    timer.profile = lambda body, sync: sessions.append(body) or original(body, sync)
     timer.open(lambda: trace.append("call"), 0.1)  # the flush calibration: once per timer
     sessions.clear()
     session = timer.open(lambda: trace.append("call"), 0.1)
@@ -666,10 +673,8 @@ def test_call_layout_is_inferred_from_the_recording():
 
 def test_profiler_timer_without_a_visible_flush_fails_before_timing():
     timer, trace = make_profiler([("attn", 20_000)])
-    original = timer._profile
-    timer._profile = lambda body, sync: [
-        e for e in original(body, sync) if e.name != "flush_kernel"
-    ]
+    original = timer.profile
+    timer.profile = lambda body, sync: [e for e in original(body, sync) if e.name != "flush_kernel"]
     with pytest.raises(topts.NoKernelCaptured, match="no GPU kernel of the L2 flush"):
         timer.open(lambda: trace.append("call"), 0.1)
 
@@ -778,7 +783,7 @@ def test_attribution_misaligned_groups_fall_back_to_batch_mean():
 
 
 def test_loop_records_when_a_batch_could_not_be_split_per_call():
-    class MeanSession:
+    class MeanSession(timers.SessionDefaults):
         def batch(self, calls):
             return tstats.Batch((1.0,), frozenset({"k"}), per_call=False)
 
@@ -852,7 +857,7 @@ def test_measure_checks_then_sustains_then_times():
         clock.now += 0.001  # 1 ms per call
         trace.append("call")
 
-    class GpuTimer:
+    class GpuTimer(timers.TimerDefaults):
         name, l2 = "profiler", "warm"
 
         def sync(self):
@@ -860,7 +865,7 @@ def test_measure_checks_then_sustains_then_times():
 
         def open(self, fn, estimate_ms):
             trace.append("open")
-            return SimpleNamespace(batch=lambda calls: tstats.Batch((1.0,) * calls))
+            return OneMsSession()
 
     options = topts.TimingOptions(
         sustain_ms=10.0, warmup_min_ms=0.0, min_time_ms=0.0, min_samples=10
@@ -923,7 +928,7 @@ def test_measure_loop_runs_without_cyclic_gc_and_restores_it():
 
     seen = []
 
-    class Session:
+    class Session(timers.SessionDefaults):
         def batch(self, calls):
             seen.append(gc.isenabled())
             return tstats.Batch((1.0,) * calls)
@@ -970,7 +975,7 @@ def test_stream_samples_that_waited_for_their_launch_are_counted():
 def test_timer_is_set_up_before_warm_up_not_between_sustain_and_timing():
     trace = []
 
-    class Timer:
+    class Timer(timers.TimerDefaults):
         name, l2 = "profiler", "cold"
 
         def set_up(self):
@@ -981,7 +986,7 @@ def test_timer_is_set_up_before_warm_up_not_between_sustain_and_timing():
 
         def open(self, fn, estimate_ms):
             trace.append("open")
-            return SimpleNamespace(batch=lambda calls: tstats.Batch((1.0,) * calls))
+            return OneMsSession()
 
     clock = FakeClock()
 
@@ -998,8 +1003,8 @@ def test_timer_is_set_up_before_warm_up_not_between_sustain_and_timing():
 def test_profiler_timer_set_up_runs_the_calibration_profiles_once():
     timer, trace = make_profiler([("attn", 20_000)])
     sessions = []
-    original = timer._profile
-    timer._profile = lambda body, sync: sessions.append(body) or original(body, sync)
+    original = timer.profile
+    timer.profile = lambda body, sync: sessions.append(body) or original(body, sync)
     timer.set_up()
     first = len(sessions)
     timer.set_up()

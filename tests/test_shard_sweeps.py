@@ -142,9 +142,21 @@ def test_resume_with_another_shard_count_or_split_is_refused(tmp_path, capsys):
     before = shard0.read_bytes()
     assert run(["--resume", str(shard0), "--shard", "0/3"]) == 2
     assert "2-way split; this run is split 3 ways" in capsys.readouterr().err
-    assert run(["--resume", str(shard0), "--preset", "full"]) == 2  # another split
-    assert "not in shard 0/2 now" in capsys.readouterr().err
+    assert run(["--resume", str(shard0), "--preset", "full"]) == 2  # another selection
+    assert "the interrupted sweep selected --preset default" in capsys.readouterr().err
     assert shard0.read_bytes() == before
+
+
+def test_resume_with_another_split_is_refused(tmp_path, capsys):
+    previous = tmp_path / "prev.csv"
+    previous.write_text(f"api,batch_size,seq_len,status,time_ms\n{SPEC.api},1,8,ok,1000.0\n")
+    argv = ["--shard", "1/2", "--output", str(tmp_path / "r.csv"), "--cost-from", str(previous)]
+    assert run(argv) == 0  # shard 0 runs the 1 s case alone, shard 1 the 7 others
+    shard1 = tmp_path / "r.shard1of2.csv"
+    before = shard1.read_bytes()
+    assert run(["--resume", str(shard1)]) == 2  # predicted costs: another split
+    assert "not in shard 1/2 now" in capsys.readouterr().err
+    assert shard1.read_bytes() == before
 
 
 def test_resume_of_a_shard_that_wrote_no_csv_yet_runs_all_its_cases(tmp_path):
@@ -239,18 +251,21 @@ def test_torchrun_two_processes_on_the_cpu_split_the_sweep(tmp_path):
     assert "[1/" in sharded.stdout and sharded.stdout.count("Results saved") == 1
 
 
-def test_bench_all_resumes_a_shard_from_the_run_directory(tmp_path, capsys):
-    def bench(*argv):
-        argv = [*argv, *FAST, "--preset", "default"]
-        return bench_all.main(argv, probe=NO_GPU, specs=(FIRST, SECOND))
+def _bench(*argv):
+    return bench_all.main(list(argv), probe=NO_GPU, specs=(FIRST, SECOND))
 
+
+def test_bench_all_resumes_a_shard_from_its_own_record(tmp_path, capsys):
     for index in range(2):
-        assert bench("--shard", f"{index}/2", "--output-dir", str(tmp_path)) == 0
+        argv = ["--shard", f"{index}/2", "--output-dir", str(tmp_path), *FAST]
+        assert _bench(*argv, "--preset", "default") == 0
+    records = sorted(p.name for p in tmp_path.glob("bench_all*.json"))
+    assert records == ["bench_all.shard0of2.json", "bench_all.shard1of2.json"]
     first_shard1 = next(tmp_path.glob("FakeAttentionWrapper_*.shard1of2.csv"))
     failed = _fail_one_row(first_shard1)
     before = {p.name: p.read_bytes() for p in tmp_path.glob("*.shard0of2.csv")}
     capsys.readouterr()
-    assert bench("--shard", "1/2", "--resume", str(tmp_path)) == 0
+    assert _bench("--resume", str(tmp_path), "--shard", "1/2") == 0
     out = capsys.readouterr().out
     assert f"[1/1] batch_size={failed[0]},seq_len={failed[1]}" in out
     assert out.count("Resuming") == 2
@@ -260,19 +275,89 @@ def test_bench_all_resumes_a_shard_from_the_run_directory(tmp_path, capsys):
     assert all(r["status"] == "ok" for r in read_result_rows(first_shard1)[1])
 
 
+def test_bench_all_resume_under_torchrun_reads_the_ranks_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r")
+    assert _bench("--output-dir", str(tmp_path), *FAST, "--preset", "default") == 0
+    assert [p.name for p in tmp_path.glob("*.json")] == ["bench_all.shard1of2.json"]
+    shard1 = tmp_path / "FakeAttentionWrapper_torchrunr.shard1of2.csv"
+    _fail_one_row(shard1)
+    assert _bench("--resume", str(tmp_path)) == 0
+    assert "Resuming" in (tmp_path / (shard1.name + ".log")).read_text()
+    assert all(r["status"] == "ok" for r in read_result_rows(shard1)[1])
+    monkeypatch.setenv("RANK", "0")  # rank 0 never ran here: no record of its shard
+    assert _bench("--resume", str(tmp_path)) == 2
+    assert "no bench_all.shard0of2.json there" in capsys.readouterr().err
+
+
+def test_bench_all_refuses_a_second_run_of_a_shard_into_its_directory(tmp_path, capsys):
+    argv = ["--shard", "0/2", "--output-dir", str(tmp_path), *FAST, "--preset", "default"]
+    assert _bench(*argv) == 0
+    csvs = {p.name: p.read_bytes() for p in tmp_path.glob("*.csv")}
+    assert _bench(*argv) == 2
+    assert f"--resume {tmp_path} --shard 0/2 finishes it" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.csv")} == csvs
+    assert _bench(*argv[2:], "--shard", "1/2") == 0  # another shard: its own record
+
+
 def test_bench_all_resume_takes_a_directory_only(tmp_path, capsys):
-    code = bench_all.main(
-        ["--resume", str(tmp_path / "x.csv"), *FAST], probe=NO_GPU, specs=(FIRST, SECOND)
-    )
-    assert code == 2 and "not here: --resume" in capsys.readouterr().err
+    assert _bench("--resume", str(tmp_path / "x.csv")) == 2
+    assert "no bench_all.json there" in capsys.readouterr().err
 
 
-def test_bench_all_resume_refuses_a_directory_with_two_runs_of_a_script(tmp_path, capsys):
-    for stamp in ("1", "2"):
-        (tmp_path / f"FakeAttentionWrapper_{stamp}.shard0of2.csv").write_text("")
-    argv = ["--resume", str(tmp_path), "--shard", "0/2", *FAST]
-    assert bench_all.main(argv, probe=NO_GPU, specs=(FIRST, SECOND)) == 2
-    assert "2 CSVs of FakeAttentionWrapper there" in capsys.readouterr().err
+def test_bench_all_resume_of_several_shards_records_needs_the_shard(tmp_path, capsys):
+    for index in range(2):
+        argv = ["--shard", f"{index}/2", "--output-dir", str(tmp_path), *FAST]
+        assert _bench(*argv, "--preset", "default") == 0
+    capsys.readouterr()
+    assert _bench("--resume", str(tmp_path)) == 2
+    assert "records of shards 0/2, 1/2" in capsys.readouterr().err
+    assert _bench("--resume", str(tmp_path), "--shard", "0/3") == 2
+    assert "no bench_all.shard0of3.json there" in capsys.readouterr().err
+    assert _bench("--resume", str(tmp_path), "--preset", "full") == 2
+    assert "no other option but --verbose and --shard" in capsys.readouterr().err
+
+
+def test_bench_all_resume_of_one_shard_record_takes_that_shard(tmp_path, capsys):
+    argv = ["--shard", "1/2", "--output-dir", str(tmp_path), *FAST, "--preset", "default"]
+    assert _bench(*argv) == 0
+    capsys.readouterr()
+    assert _bench("--resume", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert out.count("Resuming") == 2 and "shard 1/2" in out
+
+
+def test_shard_default_names_never_collide_and_keep_the_tag(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r")
+    taken = tmp_path / "FakeAttentionWrapper_torchrunr.shard0of2.csv"
+    taken.write_text("someone's file\n")
+    assert run(["--output-dir", str(tmp_path)]) == 0
+    assert taken.read_text() == "someone's file\n"
+    assert keys(tmp_path / "FakeAttentionWrapper_torchrunr-2.shard0of2.csv")
+
+
+def test_an_existing_shard_csv_is_never_overwritten(tmp_path, capsys):
+    mine = tmp_path / "r.shard1of2.csv"
+    mine.write_text("not ours\n")
+    assert run(["--shard", "1/2", "--output", str(tmp_path / "r.csv")]) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert mine.read_text() == "not ours\n"
+    assert run(["--shard", "1/2", "--output", str(tmp_path / "r.csv"), "--force"]) == 0
+    assert keys(mine) and len(list(tmp_path.glob("r.shard1of2.csv.bak-*"))) == 1
+
+
+def test_samples_of_a_shard_go_to_its_own_file(tmp_path):
+    samples = tmp_path / "samples"
+    for index in range(2):
+        argv = ["--shard", f"{index}/2", "--output", str(tmp_path / "r.csv")]
+        assert run([*argv, "--samples-dir", str(samples)]) == 0
+    assert sorted(p.name for p in samples.iterdir()) == [
+        "r.shard0of2.samples.jsonl.gz",
+        "r.shard1of2.samples.jsonl.gz",
+    ]
 
 
 def test_torchrun_rank_without_its_gpu_is_refused_before_any_work(tmp_path, monkeypatch, capsys):

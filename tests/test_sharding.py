@@ -8,10 +8,12 @@ import random
 import time
 from types import SimpleNamespace
 
+import fake_bench_script
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fi_attn_bench.cli import build_parser
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.sweep import launch as launch_mod
 from fi_attn_bench.sweep.launch import detect_launch, run_tag
@@ -220,12 +222,9 @@ def test_process_start_time_of_this_process():
 
 
 def args(**given):
-    base = dict(shard=None, shard_by="cost", cost_from=None, resume=None, output=None)
-    base |= dict(output_dir=".", timer=None, l2=None, kernel_pattern=None, attribution="auto")
-    base |= dict(stop_rule="median_ci", noise_target=1.0, min_samples=10, max_time_per_case=2.0)
-    base |= dict(batch_ms=50.0, warmup_ms=10.0, sustain_ms=200.0, min_time_ms=500.0)
-    base |= dict(enough_samples=1000, verbose=False)
-    return SimpleNamespace(**{**base, **given})
+    """A script's parsed command line (every option at its default) with ``given`` set."""
+    parsed = build_parser(fake_bench_script.SPEC).parse_args([])
+    return SimpleNamespace(**{**vars(parsed), **given})
 
 
 def test_explicit_shard_wins_over_torchrun(capsys):

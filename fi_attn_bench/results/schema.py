@@ -25,11 +25,7 @@ from dataclasses import dataclass
 SCHEMA_VERSION = "1"
 # The harness's version, stamped on every row (``harness_version``) and the package's version
 # (pyproject.toml reads it from here).  Bumped whenever what ``time_ms`` means changes, so
-# the summarizer can warn when a baseline was measured another way.  0.2.0: no timing event
-# between the L2 flush and run(); cases under 0.1 ms read 1.4-4 us lower than with 0.1.x.
-# 0.3.0: a write-only L2 flush (was read+write); sampling until 0.5 s of timed GPU time.
-# 0.6.0: the 1000-sample cap on that wait holds only for calls under 0.1 ms (0.4.0 and 0.5.0,
-# longer windows for cases whose samples spread or drift, were tried and reverted).
+# the summarizer can warn when a baseline was measured another way (history: docs/DESIGN.md).
 HARNESS_VERSION = "0.6.0"
 # What a row of this harness that carries no ``harness_version`` was measured with.
 UNRECORDED_HARNESS_VERSION = "before 0.2.0 (not recorded)"
@@ -162,6 +158,9 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     Column("git_commit", _E, Kind.TEXT, "git commit of the code under test, when known"),
     Column("git_dirty", _E, Kind.CHOICE, "uncommitted changes in that checkout", ("yes", "no")),
     Column("timestamp_utc", _E, Kind.TEXT, "when the case finished, UTC, ISO 8601"),
+    # The sweep's case selection, so that --resume CSV alone reruns the same cases.
+    Column("preset", _M, Kind.TEXT, "case grid the sweep selected its cases from"),
+    Column("filter", _M, Kind.TEXT, "the sweep's --filter terms, ','-joined (empty: none)"),
     # Head to head: implementations measured in interleaved rounds against a baseline one.
     Column("baseline_impl", _P, Kind.TEXT, "implementation the paired ratio is taken against"),
     Column("paired_rounds", _P, Kind.COUNT, "interleaved rounds behind the paired ratio"),
@@ -298,54 +297,72 @@ def execute_benchmark_case(
     benchmark_fn: Callable[[], Sequence],
     metadata: Mapping[str, object] | None = None,
 ) -> dict:
-    """Execute one benchmark case and return a schema-v1 result record.
+    """Execute one benchmark case and return a schema-v1 result record (the seed's API).
 
     ``benchmark_fn()`` returns ``(time_ms, io_bytes, flops)`` or
     ``(time_ms, io_bytes, flops, extra)`` where ``extra`` maps optional column names
     to values.  Any exception (KeyboardInterrupt and SystemExit are not Exceptions)
-    or an invalid metric turns the case into a ``failed`` row; an exception with a
-    ``result_columns`` mapping contributes those optional columns to the row.
-    ``metadata`` holds optional columns known before the run (environment, timer).
+    or an invalid metric turns the case into a ``failed`` row.  ``metadata`` holds
+    optional columns known before the run (environment, timer).
     """
+    try:
+        outcome = tuple(benchmark_fn())
+    except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
+        return result_record(api, case, error=exc, metadata=metadata)
+    extra = outcome[3] if len(outcome) > 3 else None
+    return result_record(api, case, metrics=outcome[:3], columns=extra, metadata=metadata)
+
+
+def result_record(
+    api: str,
+    case: Mapping[str, object],
+    *,
+    metrics: Sequence | None = None,
+    columns: Mapping[str, object] | None = None,
+    metadata: Mapping[str, object] | None = None,
+    error: BaseException | None = None,
+) -> dict:
+    """The one writer of a row's result columns: ``ok`` with the validated ``metrics``
+    ``(time_ms, io_bytes, flops)``, or ``failed`` with ``error`` (also when a metric is
+    invalid).  ``metadata`` (known before the run) and ``columns`` (measured) are optional
+    columns; a failed row keeps those measured before the failure."""
     check_case_fields(case)
     record = {"schema_version": SCHEMA_VERSION, "api": api, **case}
     known = _clean_optional(metadata)
     try:
-        outcome = tuple(benchmark_fn())
-        time_ms, io_bytes, flops = outcome[:3]
-        extra = _clean_optional(outcome[3] if len(outcome) > 3 else None)
-        time_ms = _validate_metric("time_ms", time_ms, positive=True)
-        io_bytes = _validate_metric("io_bytes", io_bytes)
-        flops = _validate_metric("flops", flops)
-        bandwidth = _validate_metric("bandwidth_GB_s", io_bytes / time_ms / 1e6)
-        tflops = _validate_metric("tflops", flops / time_ms / 1e9)
-    except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
-        failed_extra = getattr(exc, "result_columns", None)
+        measured = _clean_optional(columns)
+    except ValueError as exc:
+        measured, error = {}, error or exc
+    if error is None:
         try:
-            failed_extra = _clean_optional(failed_extra)
-        except ValueError:
-            failed_extra = {}
-        return {
-            **record,
-            "status": STATUS_FAILED,
-            "time_ms": "",
-            "bandwidth_GB_s": "",
-            "tflops": "",
-            "error_type": type(exc).__name__,
-            "error": str(exc),
-            **known,
-            **failed_extra,
-        }
+            values = _result_values(*metrics)
+        except Exception as exc:  # noqa: BLE001 - an invalid metric fails the row
+            error = exc
+        else:
+            return {**record, "status": STATUS_OK, **values, **known, **measured}
     return {
         **record,
-        "status": STATUS_OK,
+        "status": STATUS_FAILED,
+        "time_ms": "",
+        "bandwidth_GB_s": "",
+        "tflops": "",
+        "error_type": type(error).__name__,
+        "error": str(error),
+        **known,
+        **measured,
+    }
+
+
+def _result_values(time_ms, io_bytes, flops) -> dict[str, object]:
+    time_ms = _validate_metric("time_ms", time_ms, positive=True)
+    io_bytes = _validate_metric("io_bytes", io_bytes)
+    flops = _validate_metric("flops", flops)
+    return {
         "time_ms": time_ms,
-        "bandwidth_GB_s": bandwidth,
-        "tflops": tflops,
+        "bandwidth_GB_s": _validate_metric("bandwidth_GB_s", io_bytes / time_ms / 1e6),
+        "tflops": _validate_metric("tflops", flops / time_ms / 1e9),
         "error_type": "",
         "error": "",
-        **known,
-        **extra,
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fi_attn_bench.results.schema import (
+    IDENTITY_DEFAULTS,
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMN_BY_NAME,
     STATUS_FAILED,
@@ -31,6 +32,10 @@ def side_frame(result: LoadResult):
     for name in _numeric_names(frame.columns):
         if frame[name].dtype != np.float64:
             frame[name] = pd.to_numeric(frame[name], errors="coerce").astype(np.float64)
+    for name, default in IDENTITY_DEFAULTS.items():
+        if name in frame.columns:  # rows of files without the column, or empty cells
+            values = frame[name].to_numpy(dtype=object)
+            frame[name] = np.where(pd.isna(values) | (values == ""), default, values)
     return frame.reset_index(drop=True)
 
 
@@ -116,6 +121,20 @@ def noise_pct(view) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         from_quartiles = (q3 - q1) / time_ms * 100.0
     return np.where(np.isnan(stated), from_quartiles, stated)
+
+
+def median_ci_pct(view, notch: float) -> np.ndarray:
+    """Half-width of each row's 95 % interval of its median, in % of time_ms.
+
+    ``drift_pct`` where the row has it (the harness's interval from consecutive blocks,
+    which also covers clock drift); else the notch rule ``notch * IQR / sqrt(samples)``
+    from the quartiles (or ``noise_pct``) and the sample count; NaN without them.
+    """
+    drift = view.floats("drift_pct")
+    samples = view.floats("samples")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        from_spread = notch * noise_pct(view) / np.sqrt(samples)
+    return np.where(np.isnan(drift), from_spread, drift)
 
 
 class FrameView:

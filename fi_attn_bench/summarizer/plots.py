@@ -111,11 +111,10 @@ def _batch_colors(values: Sequence) -> dict:
 
 
 def _sorted_unique(series) -> list:
-    values = series.dropna().unique().tolist()
-    try:
-        return sorted(values)
-    except TypeError:
-        return sorted(values, key=str)
+    """Distinct values, numbers by value (batch_size 8 before 64)."""
+    from fi_attn_bench.summarizer.identity import natural_key
+
+    return sorted(series.dropna().unique().tolist(), key=lambda value: natural_key(str(value)))
 
 
 # --------------------------------------------------------------------------- summary
@@ -354,6 +353,24 @@ def render_summary_plots(rows, out_dir: Path) -> list[Path]:
 # --------------------------------------------------------------------------- regression
 
 
+MAX_TICK_CHARS = 48
+
+
+def short_labels(labels: Sequence[str]) -> tuple[list[str], str]:
+    """(tick labels, common text): parameters equal in every case move to the axis
+    title, the rest stay (cut to MAX_TICK_CHARS), so labels do not fill the figure."""
+    parsed = [[part.partition("=") for part in label.split(", ")] for label in labels]
+    shared = set.intersection(*(set(map(tuple, parts)) for parts in parsed)) if parsed else set()
+    ticks = []
+    for parts in parsed:
+        kept = ", ".join(f"{n}={v}" for n, sep, v in parts if (n, sep, v) not in shared and sep)
+        kept = kept or "(same parameters)"
+        ticks.append(kept if len(kept) <= MAX_TICK_CHARS else kept[: MAX_TICK_CHARS - 1] + "…")
+    first = parsed[0] if parsed else []
+    common = ", ".join(f"{n}={v}" for n, sep, v in first if (n, sep, v) in shared and sep)
+    return ticks, common
+
+
 def _state_colors(states: Sequence[str]) -> dict[str, str]:
     others = iter(OTHER_STATE_COLORS * (len(states) // len(OTHER_STATE_COLORS) + 1))
     return {s: STATE_COLORS.get(s) or next(others) for s in sorted(states)}
@@ -376,7 +393,16 @@ def _draw_speedups(ax, ranked, speedup, colors: Mapping[str, str]) -> None:
     else:
         ax.scatter(x, speedup, s=10, color=point_colors)
     handles = [Patch(color=color, label=state or "(no state)") for state, color in colors.items()]
-    ax.legend(handles=handles, fontsize="x-small", loc="upper left", title="state")
+    # Above the axes, in one row: never over a bar or the gate's label.
+    ax.legend(
+        handles=handles,
+        fontsize="x-small",
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        ncol=len(handles),
+        frameon=False,
+        borderaxespad=0.2,
+    )
 
 
 def _style_speedup_axis(ax, low: float, high: float) -> None:
@@ -392,10 +418,18 @@ def _style_speedup_axis(ax, low: float, high: float) -> None:
     else:
         margin = 0.06 * (high - low)
         ax.set_ylim(low - margin, high + margin)
-    ax.set_ylabel("speedup (baseline time / candidate time)")
+    ax.set_ylabel("speedup\n(baseline time / candidate time)")
 
 
 def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Path | None:
+    figure = speedup_figure(api, rows, gate_pct)
+    if figure is None:
+        return None
+    return _save(figure, out_dir / f"{safe_file_stem(api)}_speedup.png")
+
+
+def speedup_figure(api: str, rows, gate_pct: float | None):
+    """The speedup figure of one API, or None when no case has a speedup."""
     speedup = _numeric(rows, "speedup")
     keep = speedup.notna() & (speedup > 0) & speedup.map(math.isfinite)
     if not keep.any():
@@ -405,7 +439,10 @@ def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Pa
     ranked = ranked.sort_values(sort_by, kind="mergesort")
     count = len(ranked)
     labelled = count <= MAX_CASE_TICKS and "case_label" in ranked
-    figure = _figure(max(7.0, 0.28 * count + 2.5) if labelled else 10.0, 7.5 if labelled else 5.0)
+    ticks, common = (
+        short_labels(ranked["case_label"].astype(str).tolist()) if labelled else ([], "")
+    )
+    figure = _figure(max(7.0, 0.3 * count + 2.5) if labelled else 10.0, 6.0 if labelled else 5.0)
     ax = figure.subplots()
     states = ranked["state"].fillna("").astype(str).unique().tolist() if "state" in ranked else []
     _draw_speedups(ax, ranked, ranked["_speedup"].tolist(), _state_colors(states))
@@ -423,23 +460,23 @@ def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Pa
             ha="right",
             fontsize="small",
             transform=ax.get_yaxis_transform(),
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
         )
         low = min(low, gate)
     _style_speedup_axis(ax, min(low, 1.0), max(high, 1.0))
     ax.set_xlim(0.3, count + 0.7)
     if labelled:
         ax.set_xticks(range(1, count + 1))
-        ax.set_xticklabels(
-            ranked["case_label"].astype(str).tolist(), rotation=90, fontsize="x-small"
-        )
-        ax.set_xlabel("case (sorted by speedup)")
+        ax.set_xticklabels(ticks, rotation=60, ha="right", fontsize="x-small")
+        ax.set_xlabel("case (sorted by speedup)" + (f"; all: {common}" if common else ""))
     else:
         ax.set_xlabel("case rank (sorted by speedup, slowest first)")
     ax.grid(True, axis="y", which="both", alpha=0.3)
     skipped = len(rows) - count
     note = f"; {skipped} not ok in both runs, not shown" if skipped else ""
-    ax.set_title(_wrap(f"{api}: speedup per case, {count} cases{note}", figure.get_figwidth()))
-    return _save(figure, out_dir / f"{safe_file_stem(api)}_speedup.png")
+    title = _wrap(f"{api}: speedup per case, {count} cases{note}", figure.get_figwidth() * 0.7)
+    ax.set_title(title, loc="left")
+    return figure
 
 
 def render_regression_plots(matched, gate_pct: float | None, out_dir: Path) -> list[Path]:

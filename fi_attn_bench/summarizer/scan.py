@@ -23,6 +23,7 @@ import stat
 import numpy as np
 
 from fi_attn_bench.results.schema import (
+    IDENTITY_DEFAULTS,
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMN_BY_NAME,
     SCHEMA_VERSION,
@@ -33,6 +34,7 @@ from fi_attn_bench.results.schema import (
     case_columns,
     is_case_column,
 )
+from fi_attn_bench.summarizer.identity import identity_filled, natural_codes
 from fi_attn_bench.summarizer.loading import (
     ERROR_COLUMNS,
     bad_metrics,
@@ -101,7 +103,7 @@ class ScannedTable:
     def text(self, row: int, name: str) -> str:
         """One stripped cell ("" where the pandas path blanks legacy error columns)."""
         if not self.has(name) or (self.legacy and name in ERROR_COLUMNS):
-            return ""
+            return IDENTITY_DEFAULTS.get(name, "")
         if row not in self._lines:
             start = int(self.line_starts[row])
             end = int(self.column_ends[len(self.header) - 1][row])
@@ -124,17 +126,13 @@ class ScannedTable:
             self._floats[name] = self._numbers(*self.span(name))
         return self._floats[name]
 
-    def sorted_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
-        """(code per row, distinct stripped texts in sorted order): case ids sort by
-        text.  Short cells are compared as 8-byte words, which sort like their text."""
+    def key_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """(code per row, distinct stripped texts) of a case column.  Short cells are
+        compared as 8-byte words (np.unique), faster than hashing many distinct texts."""
         starts, lengths = self.span(name)
         words = self._words(starts, lengths)
         if words is None:
-            codes, texts = self.codes(name)
-            order = sorted(range(len(texts)), key=texts.__getitem__)
-            rank = np.empty(len(texts), dtype=np.int64)
-            rank[order] = np.arange(len(texts))
-            return rank[codes], [texts[index] for index in order]
+            return self.codes(name)
         distinct, codes = np.unique(words, return_inverse=True)
         texts = [
             word.to_bytes(8, "big").rstrip(b"\0").decode("ascii") for word in distinct.tolist()
@@ -543,12 +541,14 @@ class ScannedView:
             return [row + 2 for _, row in self._locate_rows(rows)]
         return [self.tables[t].text(row, name) for t, row in self._locate_rows(rows)]
 
-    def labels(self, rows) -> np.ndarray:
-        """describe_case of these rows: "name=value, ..." of non-empty parameters."""
+    def labels(self, rows, columns=None) -> np.ndarray:
+        """describe_case of these rows: "name=value, ..." of non-empty parameters
+        (``columns``: these case parameters, default the run's own)."""
         labels = []
         for t, row in self._locate_rows(np.asarray(rows, dtype=np.int64)):
             table = self.tables[t]
-            cells = ((name, table.text(row, name)) for name in self.case_columns)
+            names = self.case_columns if columns is None else columns
+            cells = ((name, table.text(row, name)) for name in names)
             labels.append(", ".join(f"{n}={v}" for n, v in cells if v) or "n/a")
         return _objects(labels)
 
@@ -564,16 +564,14 @@ class ScannedView:
         codes, texts = self.codes(name)
         return _objects(texts)[codes]
 
-    def sorted_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
-        """(code per row, sorted distinct texts) of a case column; -1 where a file
-        lacks it (the pandas path's NaN)."""
-        if len(self.tables) == 1 and self.tables[0].has(name):
-            return self.tables[0].sorted_codes(name)
+    def key_codes(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """(code per row, distinct texts) of a case column; -1 where a file lacks it
+        (the pandas path's NaN), the default where it is an identity column."""
         parts = [
-            table.sorted_codes(name) if table.has(name) else (np.full(table.rows, -1), [])
+            table.key_codes(name) if table.has(name) else (np.full(table.rows, -1), [])
             for table in self.tables
         ]
-        return joint_codes(parts)
+        return identity_filled(name, *natural_codes(parts))
 
     @staticmethod
     def table(columns: dict):
@@ -582,17 +580,6 @@ class ScannedView:
     @staticmethod
     def concat(tables: list):
         return ColumnTable.concat(tables)
-
-
-def joint_codes(parts) -> tuple[np.ndarray, list[str]]:
-    """One code space for several (codes, sorted texts) pairs; -1 stays -1."""
-    texts = sorted({text for _, part_texts in parts for text in part_texts})
-    index = {text: code for code, text in enumerate(texts)}
-    joined = []
-    for codes, part_texts in parts:
-        mapping = np.array([*(index[text] for text in part_texts), -1], dtype=np.int64)
-        joined.append(mapping[codes])  # code -1 picks the trailing -1
-    return np.concatenate(joined), texts
 
 
 def _objects(values: list) -> np.ndarray:

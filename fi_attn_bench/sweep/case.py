@@ -13,8 +13,10 @@ import torch
 from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
 from fi_attn_bench.device.power import PowerMonitor
+from fi_attn_bench.device.telemetry import Telemetry
 from fi_attn_bench.seed_api import synchronize
 from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.loop import PhaseClock, measure
 from fi_attn_bench.timing.options import (
     CPU_TIMER,
@@ -29,11 +31,7 @@ from fi_attn_bench.timing.timers import Timer
 
 
 class CorrectnessError(RuntimeError):
-    """run()'s output disagrees with the reference; carries the check's columns."""
-
-    def __init__(self, message: str, result_columns: Mapping[str, object]):
-        super().__init__(message)
-        self.result_columns = dict(result_columns)
+    """run()'s output disagrees with the reference."""
 
 
 class NonFiniteOutput(RuntimeError):
@@ -58,36 +56,47 @@ def _require_finite(tensor) -> None:
 
 
 def verify_output(prepared: Prepared, options: RunOptions) -> dict[str, object]:
-    """One checked call: poison the output, run, compare with the float32 reference."""
-    skipped = {"check": "skipped"}
+    """One checked call: poison the output, run, compare with the float32 reference.
+
+    Returns the check's columns; a failed check puts ``check=fail`` among them and raises
+    ``CorrectnessError`` from ``require_passed``."""
     wanted = options.check and options.backend != "torch" and prepared.reference is not None
     if not wanted:
         result = prepared.run()
         synchronize(options.device)
         _require_finite(_output_of(prepared, result))
-        return skipped
-    reference_module = importlib.import_module("fi_attn_bench.cases.reference")
+        return {"check": "skipped"}
+    checking = importlib.import_module("fi_attn_bench.cases.checking")
     if prepared.output is not None:
-        reference_module.poison_(prepared.output)
+        checking.poison_(prepared.output)
     result = prepared.run()
     synchronize(options.device)
     actual = _output_of(prepared, result)
     if not isinstance(actual, torch.Tensor):
         raise TypeError("nothing to check: Prepared.output is None and run() returned no tensor")
     expected = prepared.reference()
-    tolerance = reference_module.Tolerance(rtol=options.rtol, atol=options.atol)
-    outcome = reference_module.check_output(actual, expected, tolerance)
+    tolerance = checking.Tolerance(rtol=options.rtol, atol=options.atol)
+    outcome = checking.check_output(actual, expected, tolerance)
     del expected, actual, result
-    columns = {
+    return {
         "check": "pass" if outcome.passed else "fail",
         "max_abs_err": float(outcome.max_abs_err),
         "mismatch_frac": float(outcome.mismatch_frac),
         "check_rtol": options.rtol,
         "check_atol": options.atol,
+        **({} if outcome.passed else {"_message": outcome.message}),
     }
-    if not outcome.passed:
-        raise CorrectnessError(outcome.message, columns)
-    return columns
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What one case gave: its measurement or the error that stopped it, the optional
+    columns measured on the way (plan time, check, power), and notes for the log."""
+
+    measurement: Measurement | None
+    columns: Mapping[str, object]
+    notes: tuple[str, ...] = ()
+    error: Exception | None = None
 
 
 @dataclass
@@ -101,52 +110,74 @@ class CaseRunner:
     timed_ms: float = 0.0  # time inside timed runs over all cases (for the cost ratio)
     batch_gpu_ms: float = 0.0  # GPU time of the timed batches, L2 flushes included
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
-    details: str = ""  # printed under the case's line: --verbose details, warnings
     power: PowerMonitor | None = None  # the GPU's power-limit counters around each case
+    telemetry: Telemetry | None = None  # clocks, temperature, throttle reasons (none: empty)
+    conditions: CaseConditions | None = None  # made on the first case; keeps the max clock
 
-    def __call__(self, case: Mapping[str, int]):
-        partial: dict[str, object] = {}
+    def __call__(self, case: Mapping[str, int]) -> CaseResult:
+        """Never raises an Exception: a failure is a CaseResult with its error."""
+        columns: dict[str, object] = {}  # filled as the case goes, kept when it fails
         try:
-            return self._measure(case, partial)
-        except Exception as exc:
-            if getattr(exc, "result_columns", None) is None:
-                exc.result_columns = partial
-            raise
+            measurement = self._measure(case, columns)
+        except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
+            return CaseResult(None, columns, error=exc)
+        self.timed_ms += measurement.timed_ms
+        self.batch_gpu_ms += measurement.batch_gpu_ms
+        columns.update(measurement.columns())
+        return CaseResult(measurement, columns, self._notes(measurement))
 
-    def _measure(self, case, partial):
+    def _measure(self, case, columns: dict[str, object]) -> Measurement:
         options, timing = self.options, self.options.timing
         torch.manual_seed(case_seed(options.seed, case, self.spec.case_fields))
         settings = options.settings(case, self.spec.case_fields)
         prepared = self.phases.run("prepare", lambda: self.spec.prepare(case, settings))
-        partial["plan_ms"] = prepared.plan_ms
+        columns["plan_ms"] = prepared.plan_ms
         if prepared.kernel_pattern and not timing.kernel_pattern and timing.verbose:
             self.log(
                 f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
             )
+
+        def check() -> None:
+            found = verify_output(prepared, options)
+            message = found.pop("_message", None)
+            columns.update(found)
+            if message is not None:
+                raise CorrectnessError(message)
+
+        if self.conditions is None:
+            self.conditions = CaseConditions(self.telemetry, timing)
+        conditions = self.conditions
 
         def timed() -> Measurement:
             return measure(
                 prepared.run,
                 self.timer,
                 timing,
-                after_warm_up=lambda: partial.update(verify_output(prepared, options)),
+                after_warm_up=check,
                 phases=self.phases,
+                watch=conditions,
             )
 
-        measurement, power = self.power.around(timed) if self.power else (timed(), {})
-        self.timed_ms += measurement.timed_ms
-        self.batch_gpu_ms += measurement.batch_gpu_ms
-        element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
-        io_bytes = self.spec.io_bytes(case, element_size)
-        flops = self.spec.flops(case)
-        extra = {**partial, **measurement.columns(), **power, "io_bytes": io_bytes, "flops": flops}
-        notes = [_describe(measurement)] if timing.verbose else []
+        conditions.begin()
+        try:
+            if self.power is None:
+                return timed()
+            measurement, power = self.power.around(timed)
+            columns.update(power)
+            return measurement
+        finally:
+            conditions.end()
+            columns.update(conditions.columns())
+
+    def _notes(self, measurement: Measurement) -> tuple[str, ...]:
+        notes = [_describe(measurement)] if self.options.timing.verbose else []
+        if self.options.timing.verbose and self.options.timing.throttle_policy != "off":
+            notes.append(_throttle_note(measurement, self.conditions))
         if measurement.starved_fraction > STARVED_WARN_FRACTION:
             notes.append(_starved_note(measurement))
         if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
             notes.append(_wide_spread_note(measurement))
-        self.details = "\n".join(notes)
-        return measurement.median, io_bytes, flops, extra
+        return tuple(notes)
 
 
 def _describe(measurement: Measurement) -> str:
@@ -157,6 +188,30 @@ def _describe(measurement: Measurement) -> str:
     return (
         f"  {len(measurement.samples)} samples{how}, median {measurement.median:.4f} ms, "
         f"min {measurement.min:.4f} ms, noise {measurement.noise_pct:.2f}%; kernels: {kernels}"
+    )
+
+
+def _throttle_note(measurement: Measurement, conditions: CaseConditions | None) -> str:
+    policy = conditions.options.throttle_policy if conditions else "off"
+    if conditions is None or not conditions.policy_active:
+        return (
+            f"  note: --throttle-policy {policy} inactive: the SM clock or its maximum is not "
+            "readable here (see fi-attn-bench-doctor's telemetry check); every sample kept"
+        )
+    threshold = f"{conditions.threshold_mhz:.0f} MHz"
+    if measurement.throttled_samples and not measurement.discarded_samples:
+        return (
+            f"  note: every batch ran below {threshold} (--throttle-policy {policy}); "
+            f"all {measurement.throttled_samples} samples kept"
+        )
+    if conditions.throttled_batches and not measurement.throttled_samples:
+        return (
+            f"  note: {conditions.throttled_batches} batches ran below {threshold} but none was "
+            "dropped: the profiler's recording could not be split by batch (one mean sample)"
+        )
+    return (
+        f"  note: --throttle-policy {policy} discarded {measurement.discarded_samples} samples "
+        f"({conditions.throttled_batches} batches with an SM clock below {threshold})"
     )
 
 
@@ -202,13 +257,7 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def static_columns(spec: BenchmarkSpec, case, options: RunOptions) -> dict[str, object]:
-    """io_bytes and flops known before the run, so failed rows carry them too."""
-    try:
-        element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
-        return {
-            "io_bytes": float(spec.io_bytes(case, element_size)),
-            "flops": float(spec.flops(case)),
-        }
-    except Exception:  # noqa: BLE001 - the run itself will report a broken formula
-        return {}
+def case_work(spec: BenchmarkSpec, case, options: RunOptions) -> tuple[float, float]:
+    """(io_bytes, flops) of one run(), from the script's formulas, known before the run."""
+    element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
+    return float(spec.io_bytes(case, element_size)), float(spec.flops(case))

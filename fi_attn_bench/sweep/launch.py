@@ -143,8 +143,3 @@ def detect_launch(environ: Mapping[str, str], explicit_shard: bool = False) -> L
     else:
         shard, origin = ShardSpec(*array), SLURM_ARRAY
     return Launch(shard, origin, local, leader=shard.index == 0, same_command=world)
-
-
-def shard_csv_name(api: str, tag: str, shard: ShardSpec) -> str:
-    """``<api>_<tag>.shardIofN.csv``: the file one shard writes into --output-dir."""
-    return f"{api}_{tag}.{shard.tag}.csv"

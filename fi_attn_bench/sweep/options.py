@@ -15,7 +15,19 @@ from fi_attn_bench.backends.selection import BackendChoice
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
-from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, get_csv_path
+from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
+from fi_attn_bench.sweep.outputs import (
+    check_new_output,
+    default_csv_path,
+    probe_directory,
+    samples_path,
+)
+from fi_attn_bench.sweep.selection_record import (
+    Selection,
+    check_unrecorded_cases,
+    recorded_selection,
+    resume_selection,
+)
 from fi_attn_bench.sweep.sharding import ShardSpec
 from fi_attn_bench.timing.options import (
     TimingOptions,
@@ -46,6 +58,10 @@ class RunOptions:
     peak_bandwidth: float | None = None
     peak_tflops: float | None = None
     flashinfer_version: str = ""
+    force: bool = False  # move existing outputs aside (checked by plan: nothing else is there)
+    samples: str = ""  # gzip JSON Lines of each ok case's raw samples; "" = not written
+    filters: tuple[str, ...] = ()  # the --filter texts behind ``cases``
+    resume_command: str = ""  # printed after Ctrl-C; "" = this script's own --resume command
     # A sharded sweep (sweep.shard_plan): the shard these cases are, and where a process
     # that is not the launcher's rank 0 writes what it would print ("" prints).
     shard: ShardSpec | None = None
@@ -95,6 +111,7 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         min_time_ms=0.0 if device.type == "cpu" else args.min_time_ms,
         enough_samples=args.enough_samples,
         verbose=args.verbose,
+        **_throttle_options(args),
     )
 
 
@@ -102,6 +119,19 @@ def cost_timing(args) -> TimingOptions:
     """The timing a GPU sweep of these arguments would use: what a shard split costs cases
     by, the same on every machine (a CPU run samples differently)."""
     return _timing_options(args, torch.device("cuda"))
+
+
+def _throttle_options(args) -> dict[str, object]:
+    """The throttle policy's fields of TimingOptions (a threshold above 100 % is bad input)."""
+    if args.throttle_threshold > 100:
+        raise UsageError(
+            f"--throttle-threshold is a % of the maximum clock (<= 100), got {args.throttle_threshold:g}"
+        )
+    return {
+        "throttle_policy": args.throttle_policy,
+        "throttle_threshold_pct": args.throttle_threshold,
+        "cooldown_ms": args.cooldown_ms,
+    }
 
 
 def select_for_preset(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) -> tuple[dict, ...]:
@@ -113,13 +143,30 @@ def select_for_preset(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) 
 
 
 def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
+    """The CSV and whether it is resumed; every output checked writable, nothing overwritten."""
     if args.resume:
         if args.output and os.path.abspath(args.output) != os.path.abspath(args.resume):
             raise UsageError("--resume CSV updates that file; do not give a different --output")
         if not os.path.isfile(args.resume):
             raise UsageError(f"--resume: no such file {args.resume!r}")
+        probe_directory(os.path.dirname(args.resume), "--resume")
         return args.resume, True
-    return args.output or get_csv_path(spec.api, args.output_dir), False
+    if args.output:
+        check_new_output(args.output, "--output", force=args.force, results_of=spec)
+        return args.output, False
+    probe_directory(args.output_dir, "--output-dir")
+    return default_csv_path(spec.api, args.output_dir), False
+
+
+def _samples_path(args, output: str, resume: bool) -> str:
+    if not args.samples_dir:
+        return ""
+    path = samples_path(args.samples_dir, output)
+    if resume:  # a resumed sweep appends to its samples file
+        probe_directory(args.samples_dir, "--samples-dir")
+    else:
+        check_new_output(path, "--samples-dir", force=args.force)
+    return path
 
 
 def preset_for(spec: BenchmarkSpec, args, device: torch.device) -> str:
@@ -130,18 +177,35 @@ def preset_for(spec: BenchmarkSpec, args, device: torch.device) -> str:
     return "default" if "default" in spec.presets else sorted(spec.presets)[0]
 
 
-def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOptions:
+def _selection(spec: BenchmarkSpec, args, device, output: str, resume: bool):
+    """The sweep's preset, filters and cases; a resumed sweep's come from its CSV."""
+    default_preset = preset_for(spec, args, device)
+    if not resume:
+        selection = Selection(default_preset, tuple(args.filter))
+        return selection, select_for_preset(spec, selection.preset, selection.filters)
+    recorded = recorded_selection(output, spec)
+    selection = resume_selection(spec, args, recorded, output, default_preset)
+    cases = select_for_preset(spec, selection.preset, selection.filters)
+    if recorded is None:
+        check_unrecorded_cases(output, spec, selection, cases)
+    return selection, cases
+
+
+def resolve_options(
+    spec: BenchmarkSpec, args, choice: BackendChoice, *, listing: bool = False
+) -> RunOptions:
+    """The sweep's options; ``listing`` (--list): its cases only, no output checked or made."""
     device = choice.device
-    preset = preset_for(spec, args, device)
-    output, resume = _output_path(spec, args)
+    output, resume = ("", False) if listing else _output_path(spec, args)
+    selection, cases = _selection(spec, args, device, output, resume)
     version = (
         flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
         if choice.flashinfer is not None
         else ""
     )
     return RunOptions(
-        preset=preset,
-        cases=select_for_preset(spec, preset, args.filter),
+        preset=selection.preset,
+        cases=cases,
         backend=choice.backend,
         device=device,
         dtype_name=args.dtype,
@@ -158,16 +222,16 @@ def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOpti
         peak_bandwidth=args.peak_bandwidth,
         peak_tflops=args.peak_tflops,
         flashinfer_version=str(version),
+        force=args.force,
+        samples="" if listing else _samples_path(args, output, resume),
+        filters=selection.filters,
     )
 
 
-def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
-    """One command line that reruns exactly this case with the same settings."""
+def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
+    """The options, other than the case selection, that a rerun must repeat."""
     timing = options.timing
     words = [
-        "python", spec.script,
-        "--filter", case_text(case, spec.case_fields),
-        "--preset", options.preset,
         "--dtype", options.dtype_name,
         "--page-size", str(options.page_size),
         "--backend", options.backend,
@@ -181,6 +245,10 @@ def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, i
         words += ["--attribution", timing.attribution]
     if timing.stop_rule != TimingOptions.stop_rule:
         words += ["--stop-rule", timing.stop_rule]
+    if timing.throttle_policy != TimingOptions.throttle_policy:
+        words += ["--throttle-policy", timing.throttle_policy]
+        words += ["--throttle-threshold", f"{timing.throttle_threshold_pct:g}"]
+        words += ["--cooldown-ms", f"{timing.cooldown_ms:g}"]
     if options.workspace_bytes != DEFAULT_WORKSPACE_BYTES:
         words += ["--workspace-mb", str(options.workspace_bytes // 2**20)]
     if options.seed:
@@ -189,4 +257,21 @@ def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, i
         words.append("--no-check")
     elif (options.rtol, options.atol) != (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE):
         words += ["--rtol", repr(options.rtol), "--atol", repr(options.atol)]
+    return words
+
+
+def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
+    """One command line that reruns exactly this case with the same settings."""
+    words = ["python", spec.script, "--filter", case_text(case, spec.case_fields)]
+    words += ["--preset", options.preset, *_setting_words(spec, options)]
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def resume_command(spec: BenchmarkSpec, options: RunOptions) -> str:
+    """The command that finishes this sweep (its CSV records the case selection)."""
+    if options.resume_command:
+        return options.resume_command
+    words = ["python", spec.script, "--resume", options.output, *_setting_words(spec, options)]
+    if options.samples:
+        words += ["--samples-dir", os.path.dirname(options.samples) or "."]
     return " ".join(shlex.quote(word) for word in words)

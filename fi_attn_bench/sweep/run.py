@@ -12,21 +12,30 @@ import torch
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.device.power import open_power_monitor
+from fi_attn_bench.device.telemetry import open_telemetry
 from fi_attn_bench.results.schema import (
     STATUS_OK,
     ResultCsvWriter,
     csv_fieldnames,
-    execute_benchmark_case,
+    result_record,
 )
 from fi_attn_bench.sweep.case import (
+    CaseResult,
     CaseRunner,
+    case_work,
     freeze_startup_objects,
     release_memory,
-    static_columns,
 )
-from fi_attn_bench.sweep.environment import environment_columns, load_roofline
-from fi_attn_bench.sweep.options import RunOptions, repro_command
+from fi_attn_bench.sweep.environment import (
+    code_directory,
+    environment_columns,
+    load_roofline,
+    timestamp_utc,
+)
+from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
+from fi_attn_bench.sweep.outputs import move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
+from fi_attn_bench.sweep.samples import append_samples, samples_line
 from fi_attn_bench.sweep.sharding import shard_columns
 from fi_attn_bench.sweep.storage import (
     ResultStore,
@@ -34,7 +43,7 @@ from fi_attn_bench.sweep.storage import (
     remove_stale_temporaries,
     resume_todo,
 )
-from fi_attn_bench.timing.timers import Timer
+from fi_attn_bench.timing.timers import Timer, method_columns
 
 
 @dataclass
@@ -63,29 +72,35 @@ class Sweep:
             )
             if not todo:
                 return 0
-        elif os.path.exists(options.output):
-            self.log(f"Overwriting {options.output}")
-            os.remove(options.output)
-        metadata = {**environment_columns(options), **shard_columns(options.shard)}
+        else:
+            for path in (options.output, options.samples):
+                if path and os.path.lexists(path):  # plan allowed it: --force
+                    self.log(f"Moved the existing {path} aside to {move_aside(path)}")
+        metadata = {
+            **environment_columns(options, code_directory(spec.prepare)),
+            **method_columns(self.timer),
+            **shard_columns(options.shard),
+        }
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)
 
     def _loop(self, todo, store, metadata, roofline) -> int:
         spec, options = self.spec, self.options
         power = open_power_monitor(options.device)
-        runner = CaseRunner(spec, options, self.timer, self.log, power=power)
+        telemetry = open_telemetry(options.device)
+        runner = CaseRunner(spec, options, self.timer, self.log, power=power, telemetry=telemetry)
         freeze_startup_objects()
         progress = Progress.start(len(todo))
         failed, index, started = 0, 0, time.monotonic()
         try:
             for index, case in enumerate(todo, 1):
-                runner.details = ""
-                record = self._one(runner, case, metadata, roofline)
+                record, result = self._one(runner, case, metadata)
+                record.update(roofline.columns(record))
                 store.put(record)
                 text = case_text(case, spec.case_fields)
                 progress.finished(summary_line(index, len(todo), text, record))
-                if runner.details:
-                    progress.line(runner.details)
+                if result.notes:
+                    progress.line("\n".join(result.notes))
                 if record["status"] != STATUS_OK:
                     failed += 1
                     progress.line(f"  repro: {record['repro']}")
@@ -100,7 +115,8 @@ class Sweep:
             self.log(
                 f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
             )
-            self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
+            self.log(f"Results saved to {options.output}; continue with:")
+            self.log(f"  {resume_command(spec, options)}")
             return 130
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
@@ -109,13 +125,30 @@ class Sweep:
             self.log(f"{failed} of {len(todo)} cases failed")
         return 1 if failed else 0
 
-    def _one(self, runner, case, metadata, roofline) -> dict:
-        repro = repro_command(self.spec, self.options, case)
-        known = {**metadata, "repro": repro, **static_columns(self.spec, case, self.options)}
-        record = execute_benchmark_case(self.spec.api, case, lambda: runner(case), known)
+    def _one(self, runner: CaseRunner, case, metadata) -> tuple[dict, CaseResult]:
+        known = {**metadata, "repro": repro_command(self.spec, self.options, case)}
+        try:
+            io_bytes, flops = case_work(self.spec, case, self.options)
+        except Exception as exc:  # noqa: BLE001 - a broken formula fails its case only
+            result = CaseResult(None, {}, error=exc)
+        else:
+            known.update(io_bytes=io_bytes, flops=flops)
+            result = runner(case)
+        metrics = None if result.error else (result.measurement.median, io_bytes, flops)
+        record = result_record(
+            self.spec.api,
+            case,
+            metrics=metrics,
+            columns=result.columns,
+            metadata=known,
+            error=result.error,
+        )
         record["error"] = clip_error(str(record["error"]))
-        record.update(roofline.columns(record))
-        return record
+        record["timestamp_utc"] = timestamp_utc()
+        if self.options.samples and record["status"] == STATUS_OK:
+            line = samples_line(record, self.spec.case_fields, result.measurement.samples)
+            append_samples(self.options.samples, line)
+        return record, result
 
 
 def _cost_line(runner: CaseRunner, wall_s: float) -> str:

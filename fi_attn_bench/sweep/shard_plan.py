@@ -8,6 +8,7 @@ all four scripts' cases.  Costs come from ``sharding`` (prediction) or a previou
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -19,14 +20,10 @@ from fi_attn_bench.cases.selection import case_key
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.schema import STATUS_OK, read_result_rows
-from fi_attn_bench.sweep.launch import (
-    Launch,
-    detect_launch,
-    process_started,
-    run_tag,
-    shard_csv_name,
-)
+from fi_attn_bench.sweep.launch import Launch, detect_launch, process_started, run_tag
 from fi_attn_bench.sweep.options import RunOptions, cost_timing
+from fi_attn_bench.sweep.outputs import default_csv_path, probe_directory
+from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.sweep.sharding import (
     SPLITTERS,
     ShardItem,
@@ -55,8 +52,6 @@ class ShardRequest:
     by: str = "cost"
     cost_from: str | None = None
     launch: Launch = field(default_factory=Launch)
-    output: str | None = None  # --output as given (each shard inserts its tag)
-    output_dir: str = "."
     timing: TimingOptions = field(default_factory=TimingOptions)  # what cases are costed by
 
     @property
@@ -99,11 +94,7 @@ def shard_request(args, environ: Mapping[str, str]) -> ShardRequest:
         if cost_from or by != "cost":
             raise UsageError("--cost-from and --shard-by apply to sharded sweeps: add --shard I/N")
         return ShardRequest(launch=launch)
-    output, output_dir = getattr(args, "output", None), getattr(args, "output_dir", ".")
-    if resume and os.path.isdir(resume):  # bench_all.py --resume DIR: new CSVs go there too
-        output_dir = resume
-    timing = cost_timing(args)
-    return ShardRequest(shard, origin, by, cost_from, launch, output, output_dir, timing)
+    return ShardRequest(shard, origin, by, cost_from, launch, cost_timing(args))
 
 
 # --------------------------------------------------------------------------- costs
@@ -225,33 +216,59 @@ def split_runs(
         if not cases:
             empty.append(spec.script)
             continue
-        output = shard_output(spec, options, request)
-        # --resume names one shard's CSV; a shard that wrote none yet starts its own
-        resume = options.resume and (output == options.output or os.path.exists(output))
-        log = "" if request.leader else f"{output}.log"
-        shard = request.shard
-        changes = dict(cases=cases, output=output, resume=resume, shard=shard, log_path=log)
-        options = replace(options, **changes)
-        if resume:
-            check_resumed_rows(spec, options, load_resume_rows(output, spec, options))
+        log = "" if request.leader else f"{options.output}.log"
+        options = replace(options, cases=cases, shard=request.shard, log_path=log)
+        if options.resume:
+            check_resumed_rows(spec, options, load_resume_rows(options.output, spec, options))
         mine.append((spec, options))
     return ShardedRuns(request, tuple(mine), tuple(empty), split, tuple(costed))
 
 
-def shard_output(spec: BenchmarkSpec, options: RunOptions, request: ShardRequest) -> str:
-    """The shard's CSV: --resume's or --output's name with this shard's tag, or
-    ``<output-dir>/<api>_<run tag>.shardIofN.csv``."""
-    shard = request.shard
-    if options.resume or request.output:
-        tagged = shard_of_path(options.output)
-        if options.resume and tagged is not None and tagged.count != shard.count:
-            raise UsageError(
-                f"--resume {options.output}: written as shard {tagged} of a {tagged.count}-way "
-                f"split; this run is split {shard.count} ways (the cases would not match)"
-            )
-        return with_shard_tag(options.output, shard)
-    tag = run_tag(os.environ, request.launch.origin, agent_started=process_started(os.getppid()))
-    return os.path.join(request.output_dir, shard_csv_name(spec.api, tag, shard))
+def shard_arguments(spec: BenchmarkSpec, args, request: ShardRequest) -> argparse.Namespace:
+    """``args`` with this shard's CSV as ``--resume`` or ``--output`` (``plan`` then checks it
+    like any other): --resume's or --output's name with the shard's tag, or
+    ``<output-dir>/<api>_<run tag>.shardIofN.csv``.  A --resume file names one shard's CSV; a
+    shard that wrote none yet starts its own, with the selection that file records."""
+    shard, changed = request.shard, argparse.Namespace(**vars(args))
+    if args.resume:
+        given = args.resume
+        differs = args.output and os.path.abspath(args.output) != os.path.abspath(given)
+        if differs or not os.path.isfile(given):
+            return changed  # plan's own checks refuse it
+        _check_split_count(given, shard)
+        path = with_shard_tag(given, shard)
+        if os.path.isfile(path):
+            changed.resume, changed.output = path, None
+        else:
+            _take_recorded_selection(spec, changed, given)
+            changed.resume, changed.output = None, path
+    elif args.output:
+        changed.output = with_shard_tag(args.output, shard)
+    else:
+        probe_directory(args.output_dir, "--output-dir")
+        tag = run_tag(
+            os.environ, request.launch.origin, agent_started=process_started(os.getppid())
+        )
+        changed.output = default_csv_path(spec.api, args.output_dir, f".{shard.tag}", tag)
+    return changed
+
+
+def _check_split_count(path: str, shard: ShardSpec) -> None:
+    tagged = shard_of_path(path)
+    if tagged is not None and tagged.count != shard.count:
+        raise UsageError(
+            f"--resume {path}: written as shard {tagged} of a {tagged.count}-way "
+            f"split; this run is split {shard.count} ways (the cases would not match)"
+        )
+
+
+def _take_recorded_selection(spec: BenchmarkSpec, args: argparse.Namespace, path: str) -> None:
+    """A shard starting its CSV beside another shard's --resume file selects what that file
+    records, so that both split the same cases (a differing --preset/--filter: UsageError)."""
+    recorded = recorded_selection(path, spec)
+    if recorded is not None:
+        chosen = resume_selection(spec, args, recorded, path, recorded.preset)
+        args.preset, args.filter = chosen.preset, list(chosen.filters)
 
 
 def check_resumed_rows(

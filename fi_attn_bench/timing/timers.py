@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,6 +21,16 @@ from fi_attn_bench.timing.queue import (
     enqueue_calls,
     queued_samples,
 )
+from fi_attn_bench.timing.selfcheck import (
+    CheckResult,
+    capture_graph,
+    check_cuda_graph,
+    check_device_l2,
+    check_profiler_kernels,
+    matmul_probe,
+    require,
+    required_checks,
+)
 from fi_attn_bench.timing.statistics import Batch, clamp
 from fi_attn_bench.timing.trace import (
     Calibration,
@@ -31,21 +41,71 @@ from fi_attn_bench.timing.trace import (
 
 
 class TimerSession(Protocol):
+    """One case's timing: the loop asks it for batches; nothing else is called on it."""
+
+    runs_per_sample: int  # run() calls behind one sample (a CUDA-graph replay holds several)
+
     def batch(self, calls: int) -> Batch: ...
+
+    def record(self, loop: Callable[[], None]) -> Sequence[Batch] | None:
+        """Run the whole sampling ``loop``; return the batches read from a recording of it,
+        or None when the loop's own batches stand."""
 
 
 class Timer(Protocol):
-    """A timing method; tests inject fakes through this seam."""
+    """A timing method; tests inject fakes through this seam (``TimerDefaults`` helps)."""
 
     name: str
     l2: str
+    flusher: L2Flusher | None  # the flush before each cold-L2 call; sustain uses it too
+
+    def set_up(self) -> None:
+        """One-time work before the first case's warm-up (buffers, calibrations)."""
+
+    def self_check(self) -> None:
+        """Before the sweep: raise ``SelfCheckFailed`` (exit 2) where a check this timer
+        depends on fails (``fi_attn_bench.timing.selfcheck``)."""
 
     def open(self, fn: Callable[[], object], estimate_ms: float) -> TimerSession: ...
 
     def sync(self) -> None: ...
 
 
-class WallTimer:
+class TimerDefaults:
+    """What a timer without a flush or set-up work declares."""
+
+    flusher: L2Flusher | None = None
+
+    def set_up(self) -> None:
+        return None
+
+    def self_check(self) -> None:
+        return None
+
+
+class SessionDefaults:
+    """What a session that times batch by batch declares."""
+
+    runs_per_sample = 1
+
+    def record(self, loop: Callable[[], None]) -> Sequence[Batch] | None:
+        loop()
+        return None
+
+
+def run_required_checks(timer: Timer, checks: Mapping[str, Callable[[], CheckResult]]) -> None:
+    """Run the checks ``required_checks`` names for this timer and L2 mode, in order; raise
+    ``SelfCheckFailed`` at the first that fails."""
+    for name in required_checks(timer.name, timer.l2):
+        require(checks[name](), timer.name)
+
+
+def method_columns(timer: Timer) -> dict[str, str]:
+    """The row's ``timer`` and ``l2`` columns: how the timer in use measures (its one writer)."""
+    return {"timer": timer.name, "l2": timer.l2}
+
+
+class WallTimer(TimerDefaults):
     """CPU device: perf_counter around each call (no kernels, no L2 control)."""
 
     name = CPU_TIMER
@@ -62,7 +122,7 @@ class WallTimer:
 
 
 @dataclass
-class _WallSession:
+class _WallSession(SessionDefaults):
     fn: Callable[[], object]
     clock: Callable[[], float]
 
@@ -75,12 +135,12 @@ class _WallSession:
         return Batch(tuple(samples))
 
 
-class EventsTimer:
+class EventsTimer(TimerDefaults):
     """A CUDA event pair around each call.
 
     Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end]; each
-    sample includes the start event's record (1.4-4 us on the H200, see ``enqueue_chain``),
-    which the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
+    sample includes the start event's record (microseconds, see ``enqueue_chain``), which
+    the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
     that the start event is not recorded while the GPU waits for the CPU to launch run().
     """
 
@@ -91,8 +151,11 @@ class EventsTimer:
         self.l2 = options.l2
         self.sync = cuda_sync(device)
         self.queue = QueueAhead(options)
+        self.checked = False  # self_check passed once: a suite's scripts share the timer
 
-    def _cover_launch(self) -> None:
+    def cover_launch(self) -> None:
+        """A GPU spin before a warm call, so its start event is not recorded while the GPU
+        waits for the CPU to launch run()."""
         self.queue.spin(self.options.launch_cover_cycles)
 
     def set_up(self) -> None:
@@ -100,13 +163,21 @@ class EventsTimer:
         if self.l2 == "cold":
             self.flusher.duration_ms()
 
+    def self_check(self) -> None:
+        """Cold L2: the flush must evict (``required_checks``)."""
+        if not self.checked:
+            run_required_checks(
+                self, {"l2_flush": lambda: check_device_l2(self.flusher, self.device)}
+            )
+        self.checked = True
+
     def open(self, fn, estimate_ms):
         flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
         return _EventsSession(self, fn, estimate_ms, flush_ms)
 
 
 @dataclass
-class _EventsSession:
+class _EventsSession(SessionDefaults):
     timer: EventsTimer
     fn: Callable[[], object]
     estimate_ms: float
@@ -118,21 +189,37 @@ class _EventsSession:
         if timer.l2 == "cold":
             samples = queued_samples(self, calls, timer.flusher.flush)
         else:
-            pairs = enqueue_calls(self.fn, calls, timer._cover_launch, timer.queue.events)
+            pairs = enqueue_calls(self.fn, calls, timer.cover_launch, timer.queue.events)
             timer.sync()
             samples = elapsed_ms(pairs)
         return Batch(samples, gpu_ms=sum(samples) + calls * self.flush_ms)
 
 
-class CudaGraphTimer:
+class CudaGraphTimer(TimerDefaults):
     """Replays a CUDA graph of K run() calls; sample = replay time / K (warm L2 only)."""
 
     name = "cuda_graph"
     l2 = "warm"
 
-    def __init__(self, options: TimingOptions, device: torch.device):
+    def __init__(
+        self,
+        options: TimingOptions,
+        device: torch.device,
+        profile: Callable[..., list[DeviceEvent]] = profile_device_events,
+    ):
         self.options, self.device = options, device
         self.sync = cuda_sync(device)
+        self.profile = profile  # counts the kernels of the self-check's eager call and replay
+        self.checked = False
+
+    def self_check(self) -> None:
+        """A replay must run every kernel of the captured call (``required_checks``)."""
+        if not self.checked:
+            graph = lambda: check_cuda_graph(  # noqa: E731
+                matmul_probe(self.device), self.device, self.sync, self.profile
+            )
+            run_required_checks(self, {"cuda_graph": graph})
+        self.checked = True
 
     def open(self, fn, estimate_ms):
         calls = clamp(
@@ -140,16 +227,8 @@ class CudaGraphTimer:
             1,
             self.options.max_graph_calls,
         )
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
-                for _ in range(calls):
-                    fn()
+            graph = capture_graph(fn, self.device, calls)
         except Exception as exc:
             raise TimingError(
                 f"CUDA graph capture of run() failed: {type(exc).__name__}: {exc}"
@@ -160,7 +239,7 @@ class CudaGraphTimer:
 
 
 @dataclass
-class _GraphSession:
+class _GraphSession(SessionDefaults):
     timer: CudaGraphTimer
     graph: object
     calls_per_replay: int
@@ -177,7 +256,7 @@ class _GraphSession:
         return Batch(tuple(r / self.calls_per_replay for r in replays), gpu_ms=sum(replays))
 
 
-class ProfilerTimer:
+class ProfilerTimer(TimerDefaults):
     """torch.profiler around a batch of calls; every kernel/memset/memcpy of run() counted."""
 
     name = "profiler"
@@ -192,18 +271,19 @@ class ProfilerTimer:
         self.options, self.device, self.flusher = options, device, flusher
         self.l2 = options.l2
         self.sync = cuda_sync(device)
-        self._profile = profile
-        self._pattern = re.compile(options.kernel_pattern) if options.kernel_pattern else None
+        self.profile = profile
+        self.pattern = re.compile(options.kernel_pattern) if options.kernel_pattern else None
         self.queue = QueueAhead(options)
         self._flush_events: list[DeviceEvent] | None = None
         self._lead_events: list[DeviceEvent] | None = None
+        self.checked = False
 
     def _flush_calibration(self) -> list[DeviceEvent]:
         if self.l2 != "cold":
             return []
         if self._flush_events is None:  # the same buffer every case: calibrate once
             self.flusher.flush()
-            self._flush_events = self._profile(self.flusher.flush, self.sync)
+            self._flush_events = self.profile(self.flusher.flush, self.sync)
         return self._flush_events
 
     def _lead_calibration(self) -> list[DeviceEvent]:
@@ -211,14 +291,25 @@ class ProfilerTimer:
         if self._lead_events is None:
             self._lead_events = []
             if self.queue.prepare():
-                self._lead_events = self._profile(lambda: self.queue.hold(1, 0.0, 0.0), self.sync)
+                self._lead_events = self.profile(lambda: self.queue.hold(1, 0.0, 0.0), self.sync)
         return self._lead_events
 
     def set_up(self) -> None:
-        """The spin's and the flush's calibration profiles, once per timer: the first profiler
-        session of a process took about 5 s on the H200 (see ``measure``)."""
+        """The spin's and the flush's calibration profiles, once per timer: a process's first
+        profiler session takes seconds (see ``measure``)."""
         self._lead_calibration()
         self._flush_calibration()
+
+    def self_check(self) -> None:
+        """The profiler must record device kernels; cold L2: the flush must evict
+        (``required_checks``)."""
+        if not self.checked:
+            kernels = lambda: check_profiler_kernels(  # noqa: E731
+                matmul_probe(self.device), self.sync, self.profile
+            )
+            flush = lambda: check_device_l2(self.flusher, self.device)  # noqa: E731
+            run_required_checks(self, {"profiler_kernels": kernels, "l2_flush": flush})
+        self.checked = True
 
     def open(self, fn, estimate_ms):
         """A session for one case.  run()'s own event count comes from the case's recording
@@ -244,7 +335,7 @@ class ProfilerTimer:
 
 
 @dataclass
-class _ProfilerSession:
+class _ProfilerSession(SessionDefaults):
     """One profiler recording around the whole measurement loop of a case.
 
     Every batch runs a chain of calls with an event after each (``enqueue_chain``), so the
@@ -265,9 +356,10 @@ class _ProfilerSession:
     calls: list[int] = field(default_factory=list)
     events: list[DeviceEvent] = field(default_factory=list)
 
-    def record(self, loop: Callable[[], None]) -> None:
-        """Run the measurement loop under the profiler."""
-        self.events = self.timer._profile(loop, self.timer.sync)
+    def record(self, loop: Callable[[], None]) -> list[Batch]:
+        """Run the measurement loop under one profiler recording; its per-call samples."""
+        self.events = self.timer.profile(loop, self.timer.sync)
+        return self.result()
 
     def batch(self, calls: int) -> Batch:
         """[queue-ahead spin] + event + calls x ([flush] run() event): provisional samples."""
@@ -283,7 +375,7 @@ class _ProfilerSession:
             self.events,
             self.calls,
             self.calibration,
-            pattern=self.timer._pattern,
+            pattern=self.timer.pattern,
             attribution=self.timer.options.effective_attribution,
         )
 
