@@ -1221,6 +1221,11 @@ REGRESSION_SCAN_CASES = {
         [[V1_HEADER, v1_row(1)]],
         False,
     ),
+    "a number column of the environment role (shard)": (
+        [[V1_HEADER, v1_row(1)]],
+        [[V1_HEADER + ",shard", v1_row(1) + ",0"]],
+        True,
+    ),
     "quoted case cells": (
         [[V1_HEADER, '1,Decode,"1",1,128,32,8,64,ok,1.0,100,1,,']],
         [[V1_HEADER, v1_row(1, "1.2")]],
