@@ -58,7 +58,7 @@ from fi_attn_bench.summarizer.model import (
     summary_plot_rows,
 )
 from fi_attn_bench.summarizer.output import is_stdout, model_json, unwritable, write_report
-from fi_attn_bench.summarizer.scan import scan_inputs, scan_runs
+from fi_attn_bench.summarizer.scan_run import scan_inputs, scan_runs
 from fi_attn_bench.summarizer.terminal import regression_console, summary_console, terminal_width
 
 __all__ = [
