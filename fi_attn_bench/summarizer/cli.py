@@ -241,8 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--only-changed",
         action="store_true",
-        help="Regression mode: list only changed cases (state other than compared, or a "
-        "large change) in the matched table and on stdout.",
+        help="Regression mode: the matched table lists only changed cases (a state other "
+        "than compared, or a significant change past the gate, or past 10%% without one); "
+        "stdout always does.",
     )
     parser.add_argument(
         "--baseline-samples",
