@@ -86,6 +86,7 @@ class ScannedTable:
         self._floats: dict[str, np.ndarray] = {}
         self._lines: dict[int, list[str]] = {}
         self.quoted = False  # some cell is quoted: cells are read by span, then unquoted
+        self._bad: dict[str, np.ndarray] = {}  # bad_numbers of validation-only columns
 
     @property
     def rows(self) -> int:
@@ -141,6 +142,27 @@ class ScannedTable:
         if not lengths.any():  # an empty column (many optional ones are): nothing to parse
             return np.broadcast_to(np.nan, len(starts))  # read-only, no memory
         return self._numbers(starts, lengths)
+
+    def bad_numbers(self, column) -> np.ndarray:
+        """Rows whose cell of a number column may break its rule (kept).  Plain
+        decimals are screened by their bytes alone; any other cell is parsed as
+        ``floats`` would parse it and judged by ``bad_optional``."""
+        if column.name in self._bad:
+            return self._bad[column.name]
+        starts, lengths = self.span(column.name)
+        odd = np.zeros(len(starts), dtype=bool)
+        for low in range(0, len(starts), CHUNK_ROWS):
+            part = slice(low, low + CHUNK_ROWS)
+            cells = self._right_aligned(starts[part] + lengths[part], lengths[part])
+            odd[part] = (lengths[part] > 0) & ~_plain_valid(cells, column.kind)
+        bad = np.zeros(len(starts), dtype=bool)
+        rows = np.flatnonzero(odd)
+        if len(rows):
+            texts = [self.cell(int(row), column.name).decode("ascii") for row in rows]
+            values = np.array([float_or_nan(text) for text in texts], dtype=np.float64)
+            bad[rows] = bad_optional(column, values) | np.isnan(values)
+        self._bad[column.name] = bad
+        return bad
 
     def store_floats(self, name: str, values: np.ndarray) -> None:
         self._floats[name] = values
@@ -339,6 +361,24 @@ def _plain_decimals(cells: np.ndarray) -> np.ndarray:
     return np.where(plain, mantissa / scale, np.nan)
 
 
+def _plain_valid(cells: np.ndarray, kind) -> np.ndarray:
+    """Right-aligned cells that are digits with at most one '.' (so finite and >= 0)
+    and meet ``kind`` by their bytes: whole (no '.') for counts, a non-zero digit for
+    counts and positives.  False means "parse it", not "invalid".  Bytes are tested
+    eight at a time, as words (see _plain_decimals)."""
+    is_digit = (cells - np.uint8(48)) < 10
+    is_dot = cells == 46
+    allowed = (is_digit | is_dot | (cells == 0)).view("<u8")
+    digit_words, dot_words = is_digit.view("<u8"), is_dot.view("<u8")
+    ok = ((allowed[:, 0] & allowed[:, 1]) == _ONES) & ((digit_words[:, 0] | digit_words[:, 1]) != 0)
+    dots = _byte_sum(dot_words[:, 0] + dot_words[:, 1])
+    ok &= dots == 0 if kind in (Kind.COUNT, Kind.NON_NEGATIVE_INT) else dots <= 1
+    if kind in (Kind.COUNT, Kind.POSITIVE):
+        nonzero = (is_digit & (cells != 48)).view("<u8")
+        ok &= (nonzero[:, 0] | nonzero[:, 1]) != 0
+    return ok
+
+
 def _byte_sum(words: np.ndarray) -> np.ndarray:
     """How many bytes of each word are 1 (bytes are 0 or 1; at most 2 after adding)."""
     return (words * _ONES) >> np.uint64(56)
@@ -461,12 +501,17 @@ def _parse_numbers(table: ScannedTable) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     names = [name for name in table.header if _is_numeric(name)]
+    reported = [
+        name for name in names if name in REPORTED_NUMBERS or name not in OPTIONAL_COLUMN_BY_NAME
+    ]
+    checked = [name for name in names if name not in reported]
     texts = [name for name in table.header if _factorized(name)]
     with ThreadPoolExecutor(PARSE_THREADS) as pool:
         coded = [pool.submit(table.codes, name) for name in texts]
-        for name, values in zip(names, pool.map(table.parsed, names), strict=True):
+        screened = [pool.submit(table.bad_numbers, OPTIONAL_COLUMN_BY_NAME[n]) for n in checked]
+        for name, values in zip(reported, pool.map(table.parsed, reported), strict=True):
             table.store_floats(name, values)
-        for future in coded:
+        for future in [*coded, *screened]:
             future.result()
 
 
@@ -543,6 +588,8 @@ def _bad_optional_cells(table: ScannedTable, column) -> np.ndarray:
         return np.zeros(table.rows, dtype=bool)
     if column.kind is Kind.CHOICE:
         return _rows_with(table, column.name, lambda text: text and text not in column.choices)
+    if column.name not in REPORTED_NUMBERS:
+        return table.bad_numbers(column)  # validated without keeping its values
     values = table.floats(column.name)
     return bad_optional(column, values) | (np.isnan(values) & _maybe_text(table, column.name))
 
