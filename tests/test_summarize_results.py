@@ -968,6 +968,18 @@ SCAN_CASES = {
         ],
         True,
     ),
+    "number columns read only to validate them": (
+        [
+            V1_HEADER + ",page_size,plan_ms,temp_start_C,shard",
+            v1_row(1) + ",16,0.25,44,0",
+            v1_row(2) + ",3.0,1e-3,-2.5,1",
+            v1_row(3) + ",007, .5,0,2",
+        ],
+        True,
+    ),
+    "a count of zero": ([V1_HEADER + ",page_size", v1_row(1) + ",0"], False),
+    "a fractional count": ([V1_HEADER + ",page_size", v1_row(1) + ",2.5"], False),
+    "a negative time": ([V1_HEADER + ",plan_ms", v1_row(1) + ",-1"], False),
     "quoted number": ([V1_HEADER, v1_row(1, '"1.5"')], False),
     "stray quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", 'x"y')], False),
     "text after a closing quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", '"x"y')], False),
@@ -1041,7 +1053,7 @@ def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypa
 
 def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypatch):
     """More bytes and rows than one scan block, the last row without its newline."""
-    from fi_attn_bench.summarizer import scan_file as scan
+    from fi_attn_bench.summarizer import scan
 
     rows = [
         v1_row(i % 7 + 1, f"{0.001 * (1 + i % 997):.6g}", f"{i * 0.37:.6g}", kv=str(i))

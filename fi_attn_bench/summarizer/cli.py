@@ -58,7 +58,7 @@ from fi_attn_bench.summarizer.model import (
     summary_plot_rows,
 )
 from fi_attn_bench.summarizer.output import is_stdout, model_json, unwritable, write_report
-from fi_attn_bench.summarizer.scan import scan_inputs, scan_runs
+from fi_attn_bench.summarizer.scan_run import scan_inputs, scan_runs
 from fi_attn_bench.summarizer.terminal import regression_console, summary_console, terminal_width
 
 __all__ = [
@@ -241,8 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--only-changed",
         action="store_true",
-        help="Regression mode: list only changed cases (state other than compared, or a "
-        "large change) in the matched table and on stdout.",
+        help="Regression mode: the matched table lists only changed cases (a state other "
+        "than compared, or a significant change past the gate, or past 10%% without one); "
+        "stdout always does.",
     )
     parser.add_argument(
         "--baseline-samples",

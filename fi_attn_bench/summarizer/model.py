@@ -221,7 +221,7 @@ class CaseList:
 
 def summarize(result) -> SummaryModel:
     """The summary model of one run: from a LoadResult's row frame (any input; JSON and
-    plots need the frame), or from the pandas-free reader's scan.ScannedView."""
+    plots need the frame), or from the pandas-free reader's scan_run.ScannedView."""
     if not isinstance(result, LoadResult):
         return summary_model(result, result.paths, [], result.valid_files)
     frame = side_frame(result)
@@ -234,7 +234,7 @@ def summarize(result) -> SummaryModel:
 
 
 def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryModel:
-    """The summary model from a column view: frames.FrameView or scan.ScannedView."""
+    """The summary model from a column view: frames.FrameView or scan_run.ScannedView."""
     read_issues = issues
     ids = case_ids([view], ["api", *view.case_columns])[0] if view.rows else np.zeros(0, int)
     issues = [*issues, *duplicate_cases(view, ids), *missing_shards(view, "input")]

@@ -156,7 +156,7 @@ def compare(
 
 
 def compare_scanned(base, cand, gate: Gate, samples=None) -> RegressionModel:
-    """compare() of two runs the pandas-free reader accepted (scan.ScannedView)."""
+    """compare() of two runs the pandas-free reader accepted (scan_run.ScannedView)."""
     keys = ["api", *case_columns({*base.case_columns, *cand.case_columns})]
     ids_b, ids_c = case_ids((base, cand), keys)
     runs = (
