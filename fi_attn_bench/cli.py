@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import torch
 
+from fi_attn_bench.backends import impls
 from fi_attn_bench.backends.selection import Probe, concrete_device, resolve_backend
 from fi_attn_bench.cases.selection import case_text, parse_filter
 from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
@@ -106,6 +107,29 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         help="auto: flashinfer if it imports and a GPU exists, else the torch reference (default auto)",
     )
     where.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    head = parser.add_argument_group("head to head")
+    head.add_argument(
+        "--impl",
+        action="append",
+        default=[],
+        metavar="[NAME=]IMPL",
+        help="implementation to measure, repeatable: flashinfer (default), flashinfer:BACKEND "
+        "(the wrapper's backend=, e.g. fa2, fa3), torch (the reference), MODULE:FACTORY or "
+        "FILE.py:FACTORY (a plugin); two or more are measured in interleaved rounds with a "
+        "paired ratio against the baseline; NAME= names one (the same impl twice: A/A)",
+    )
+    head.add_argument(
+        "--baseline-impl",
+        metavar="NAME",
+        help="the implementation paired ratios are taken against (default: the first --impl)",
+    )
+    head.add_argument(
+        "--fail-if-slower",
+        type=_non_negative_float,
+        metavar="PCT",
+        help="exit 1 when an implementation is slower than the baseline by more than PCT %% "
+        "with its 95%% interval excluding it (interval's lower end > 1 + PCT/100)",
+    )
     timing = parser.add_argument_group("timing")
     timing.add_argument(
         "--timer",
@@ -282,8 +306,11 @@ def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -
 
 def plan(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
     """Every check of the command line, no GPU work: raises UsageError (exit 2)."""
-    choice = resolve_backend(args.backend, args.device, probe)
-    options = resolve_options(spec, args, choice)
+    wants_flashinfer = any(impls.names_flashinfer(text) for text in args.impl)
+    choice = resolve_backend("flashinfer" if wants_flashinfer else args.backend, args.device, probe)
+    chosen = impls.parse_impls(args.impl, spec.api, choice.flashinfer, default=choice.backend)
+    baseline = impls.baseline_index(chosen, args.baseline_impl)
+    options = resolve_options(spec, args, choice, chosen, baseline)
     if choice.note:
         print(choice.note, file=sys.stderr)
     return options
@@ -295,9 +322,15 @@ def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactor
     options = replace(options, device=device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    what = (
+        f"implementations {', '.join(impl.name for impl in options.impls)} in interleaved "
+        f"rounds (baseline {options.impls[options.baseline].name})"
+        if options.paired
+        else f"backend {options.impls[0].name}"
+    )
     print(
-        f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}), backend "
-        f"{options.backend} on {device}, timer {options.timing.timer}, L2 {options.timing.l2}",
+        f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}), {what} on "
+        f"{device}, timer {options.timing.timer}, L2 {options.timing.l2}",
         flush=True,
     )
     timer = timer_factory(options.timing, device, print if options.verbose else (lambda _: None))

@@ -27,7 +27,7 @@ def keys(rows):
 
 def rows_of(path):
     header, rows = read_result_rows(path)
-    assert header == csv_fieldnames(FIELDS)
+    assert header == csv_fieldnames((*FIELDS, "impl"))
     return rows
 
 
