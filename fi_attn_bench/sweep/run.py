@@ -77,7 +77,7 @@ class Sweep:
         power = open_power_monitor(options.device)
         runner = CaseRunner(spec, options, self.timer, self.log, power=power)
         freeze_startup_objects()
-        progress = Progress.start(len(todo))
+        progress = Progress.start(len(todo) * len(options.impls))
         failed, index, started = 0, 0, time.monotonic()
         slower: list[str] = []
         try:
