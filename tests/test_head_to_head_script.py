@@ -1,0 +1,55 @@
+"""benchmarks/head_to_head.py: its tables and plot read real harness CSVs (CPU sweeps)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+import bench_batch_decode
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def h2h():
+    spec = importlib.util.spec_from_file_location("h2h_script", ROOT / "benchmarks/head_to_head.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sweep(path: Path, *impls: str) -> None:
+    argv = ["--device", "cpu", "--filter", "batch_size=2", "--max-time-per-case", "0.3"]
+    for impl in impls:
+        argv += ["--impl", impl]
+    assert bench_batch_decode.main([*argv, "--output", str(path)]) == 0
+
+
+def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
+    _sweep(tmp_path / "aa_bench_batch_decode.csv", "a=torch", "b=torch")
+    _sweep(
+        tmp_path / "backends_bench_batch_decode.csv", "torch", "examples/sdpa_decode_plugin.py:make"
+    )
+    walls = {
+        "single_bench_batch_decode": {"wall_s": 10.0},
+        "aa_bench_batch_decode": {"wall_s": 21.0},
+    }
+    (tmp_path / "walls.json").write_text(json.dumps(walls))
+    assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    aa = next(line for line in text.splitlines() if line.startswith("| decode | 1 |"))
+    assert aa.count("|") == 9  # one case >= 20 us with its spread, holds-1 and verdict counts
+    assert "| decode | 10.0 | 21.0 | 2.10 |" in text
+    assert "examples/sdpa_decode_plugin.py:make / torch over 1 cases" in text
+    svg = (tmp_path / "backends_BatchDecodeWithPagedKVCacheWrapper.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<circle") == 1
+
+
+def test_unknown_script_name_is_refused(tmp_path, h2h, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        h2h.main([str(tmp_path), "--part", "report", "--scripts", "nope"])
+    assert exit_info.value.code == 2
+    assert "unknown --scripts nope" in capsys.readouterr().err
