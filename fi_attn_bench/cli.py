@@ -310,6 +310,8 @@ def plan(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
     choice = resolve_backend("flashinfer" if wants_flashinfer else args.backend, args.device, probe)
     chosen = impls.parse_impls(args.impl, spec.api, choice.flashinfer, default=choice.backend)
     baseline = impls.baseline_index(chosen, args.baseline_impl)
+    if args.fail_if_slower is not None and len(chosen) < 2:
+        raise UsageError("--fail-if-slower compares implementations: give two or more --impl")
     options = resolve_options(spec, args, choice, chosen, baseline)
     if choice.note:
         print(choice.note, file=sys.stderr)

@@ -335,6 +335,11 @@ def test_unknown_baseline_exits_2(capsys):
     assert "--baseline-impl 'x' is none of the --impl names" in capsys.readouterr().err
 
 
+def test_fail_if_slower_with_one_impl_exits_2(capsys):
+    assert run_main(["--impl", "torch", "--fail-if-slower", "1"], spec=EXPLODING) == 2
+    assert "give two or more --impl" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- whole runs on the CPU
 
 
@@ -409,3 +414,20 @@ def test_example_sdpa_plugin_passes_the_decode_check_on_the_cpu(tmp_path):
     plugin = [row for row in rows if row["impl"].startswith("examples/")]
     assert [row["check"] for row in plugin] == ["pass"]
     assert float(plugin[0]["plan_ms"]) > 0 and float(plugin[0]["max_abs_err"]) < 0.016
+
+
+def test_resume_reruns_a_case_with_all_its_impls(tmp_path, quick_script, monkeypatch):
+    out = tmp_path / "h.csv"
+    impl_args = ["--impl", "torch", "--impl", f"{PLUGIN}:same"]
+    monkeypatch.setenv("FAKE_BENCH_OOM", "2")  # the fake script's run() fails at batch_size 2
+    assert run_main([*impl_args, "--output", str(out), *FAST]) == 1
+    first = _by_impl(read_rows(out))
+    assert first[("2", "torch")]["status"] == "failed"
+    assert first[("2", f"{PLUGIN}:same")]["status"] == "ok"
+    monkeypatch.delenv("FAKE_BENCH_OOM")
+    assert run_main([*impl_args, "--resume", str(out), *FAST]) == 0
+    rows = read_rows(out)
+    assert len(rows) == 4 and {row["status"] for row in rows} == {"ok"}
+    again = _by_impl(rows)
+    assert again[("1", "torch")]["time_ms"] == first[("1", "torch")]["time_ms"]  # kept
+    assert again[("2", f"{PLUGIN}:same")]["paired_ratio"] != ""  # measured with its baseline

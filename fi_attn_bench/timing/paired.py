@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fi_attn_bench.timing.loop import (
     PhaseClock,
@@ -138,12 +138,9 @@ def round_order(index: int, count: int) -> tuple[int, ...]:
 
 def round_options(options: TimingOptions) -> TimingOptions:
     """Batch sizing for one impl's share of a round: about 1/ROUNDS_TARGET of the min-time
-    window (the batch target when there is none), at least MIN_ROUND_CALLS calls."""
-    from dataclasses import replace
-
-    target = options.batch_target_ms
-    if options.min_time_ms > 0:
-        target = min(target, options.min_time_ms / ROUNDS_TARGET)
+    window (without one, the CPU: of half the per-impl budget), at least MIN_ROUND_CALLS calls."""
+    window_ms = options.min_time_ms or options.max_time_s * 1e3 / 2.0
+    target = min(options.batch_target_ms, window_ms / ROUNDS_TARGET)
     return replace(options, batch_target_ms=target, min_batch_calls=MIN_ROUND_CALLS)
 
 
