@@ -25,6 +25,7 @@ import csv
 import dataclasses
 import importlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -57,33 +58,44 @@ _SPIN_CYCLES_PER_MS: list[float] = []
 # ---------------------------------------------------------------- the spin plugin (b)
 
 
-def _event_ms(fn, calls: int) -> float:
+def _queued_ms(fn, calls: int = 50) -> float:
+    """GPU ms per call of ``fn``: ``calls`` back-to-back calls between two events, queued
+    behind a 5 ms spin so the GPU never waits for the CPU's launches (events around one
+    synchronized call would time the launch of a short call)."""
     import torch
 
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
+    torch.cuda._sleep(int(5.0 * _cycles_per_ms()))
+    begin.record()
     for _ in range(calls):
-        begin.record()
         fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(begin.elapsed_time(end))
-    return statistics.median(times)
+    end.record()
+    torch.cuda.synchronize()
+    return begin.elapsed_time(end) / calls
 
 
 def _cycles_per_ms() -> float:
+    """torch.cuda._sleep cycles per ms (median of five event-timed 1M-cycle spins)."""
     import torch
 
     if not _SPIN_CYCLES_PER_MS:
-        cycles = 1_000_000
-        _event_ms(lambda: torch.cuda._sleep(cycles), 3)
-        _SPIN_CYCLES_PER_MS.append(cycles / _event_ms(lambda: torch.cuda._sleep(cycles), 9))
+        cycles, times = 1_000_000, []
+        for _ in range(6):
+            begin = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            begin.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(begin.elapsed_time(end))
+        _SPIN_CYCLES_PER_MS.append(cycles / statistics.median(times[1:]))
     return _SPIN_CYCLES_PER_MS[0]
 
 
 def spin(context):
     """--impl plugin: the script's own FlashInfer run() on the shared inputs, then a GPU spin
-    of SPIN_FRACTION of that run()'s time (calibrated in plan(), which is timed untimed-first)."""
+    sized in plan() so that a call takes SPIN_FRACTION longer (the spin kernel's launch gap
+    included); the fraction reached is appended to $H2H_SPIN_LOG (JSON lines) when set."""
     import torch
 
     from fi_attn_bench.backends.impls import PluginRun
@@ -93,14 +105,24 @@ def spin(context):
     prepared = script.prepare(context.case, settings)
     run, cycles = prepared.run, [1]
 
-    def plan() -> None:
-        _event_ms(run, 5)
-        cycles[0] = max(1, int(SPIN_FRACTION * _event_ms(run, 21) * _cycles_per_ms()))
-
     def spun():
         result = run()
         torch.cuda._sleep(cycles[0])
         return result
+
+    def plan() -> None:
+        per_ms = _cycles_per_ms()
+        _queued_ms(run, 5)
+        plain = _queued_ms(run)
+        cycles[0] = max(1, int(SPIN_FRACTION * plain * per_ms))
+        overhead = _queued_ms(spun) - plain - cycles[0] / per_ms  # the spin's launch gap
+        cycles[0] = max(1, int((SPIN_FRACTION * plain - overhead) * per_ms))
+        reached = _queued_ms(spun) / plain - 1.0
+        log = os.environ.get("H2H_SPIN_LOG")
+        if log:
+            with open(log, "a", encoding="utf-8") as handle:
+                entry = {"case": dict(context.case), "plain_ms": plain, "reached": reached}
+                handle.write(json.dumps(entry) + "\n")
 
     return PluginRun(run=spun, plan=plan, output=prepared.output)
 
@@ -170,6 +192,7 @@ def part_aa(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
 
 
 def part_spin(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
+    os.environ["H2H_SPIN_LOG"] = str(out / "spin_reached.jsonl")
     for name in names:
         plugin = "spin=benchmarks/head_to_head.py:spin"
         _sweep(out, "spin", SCRIPTS[name], ["base=flashinfer", plugin], extra)
@@ -228,7 +251,22 @@ def report_spin(out: Path, names) -> list[str]:
             f"| {name} | {len(pairs)} | {slower}/{len(pairs)} ({slower / len(pairs):.0%}) | "
             f"{statistics.median(ratios):.4f} | {min(ratios):.4f} | {max(ratios):.4f} |"
         )
+    reached = _spin_reached(out)
+    if reached:
+        lines += [
+            "",
+            f"Slowdown the spin added (plugin's plan, back-to-back calls, warm L2), cases >= 50 us: "
+            f"median {statistics.median(reached):.2%}, range {min(reached):.2%} to {max(reached):.2%}",
+        ]
     return lines
+
+
+def _spin_reached(out: Path) -> list[float]:
+    path = out / "spin_reached.jsonl"
+    if not path.exists():
+        return []
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [e["reached"] for e in entries if e["plain_ms"] >= SPIN_MIN_MS]
 
 
 def report_cost(out: Path, names) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,16 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
     _sweep(
         tmp_path / "backends_bench_batch_decode.csv", "torch", "examples/sdpa_decode_plugin.py:make"
     )
+    _sweep(
+        tmp_path / "spin_bench_batch_decode.csv",
+        "base=torch",
+        "spin=examples/sdpa_decode_plugin.py:make",
+    )
+    reached = [
+        {"case": {}, "plain_ms": 0.2, "reached": 0.021},
+        {"case": {}, "plain_ms": 0.01, "reached": 0.3},
+    ]
+    (tmp_path / "spin_reached.jsonl").write_text("".join(json.dumps(e) + "\n" for e in reached))
     walls = {
         "single_bench_batch_decode": {"wall_s": 10.0},
         "aa_bench_batch_decode": {"wall_s": 21.0},
@@ -43,6 +54,8 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
     aa = next(line for line in text.splitlines() if line.startswith("| decode | 1 |"))
     assert aa.count("|") == 9  # one case >= 20 us with its spread, holds-1 and verdict counts
     assert "| decode | 10.0 | 21.0 | 2.10 |" in text
+    assert re.search(r"\| decode \| 1 \| [01]/1 \(\d+%\) \|", text)  # (b): share called slower
+    assert "cases >= 50 us: median 2.10%, range 2.10% to 2.10%" in text
     assert "examples/sdpa_decode_plugin.py:make / torch over 1 cases" in text
     svg = (tmp_path / "backends_BatchDecodeWithPagedKVCacheWrapper.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<circle") == 1
