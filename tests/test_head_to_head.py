@@ -431,3 +431,39 @@ def test_resume_reruns_a_case_with_all_its_impls(tmp_path, quick_script, monkeyp
     again = _by_impl(rows)
     assert again[("1", "torch")]["time_ms"] == first[("1", "torch")]["time_ms"]  # kept
     assert again[("2", f"{PLUGIN}:same")]["paired_ratio"] != ""  # measured with its baseline
+
+
+def test_profiler_rounds_calibrate_each_impl_then_split_one_recording():
+    """ProfilerTimer's two round methods on a scripted profiler: one recording of one call
+    per impl, then one recording of all rounds, split back per impl."""
+    recordings = []
+    layout = []  # (impl, calls) of every batch the loop ran
+
+    def profile(body, sync):
+        recordings.append(body)
+        if body in calls_of:  # calibration: one call of one impl
+            return _events([(calls_of[body], 1)], lead=False)[1:]  # no flush either
+        body()
+        return _events(layout)
+
+    calls_of = {}
+    timer = timers.ProfilerTimer(
+        TimingOptions(attribution="sum"), torch.device("cpu"), None, profile=profile
+    )
+    base = Calibration(None, 1, flush_names=frozenset({"flush"}), lead_count=1)
+    sessions = [SimpleNamespace(fn=lambda: None, calibration=base, calls=[]) for _ in range(2)]
+    sessions[1].fn = lambda: 1
+    calls_of.update({sessions[0].fn: 0, sessions[1].fn: 1})
+    timer.calibrate_rounds(sessions)
+    assert [s.calibration.call_count for s in sessions] == [1, 2]
+
+    def loop():
+        for index, calls in [(0, 3), (1, 2), (1, 4), (0, 5)]:
+            sessions[index].calls.append(calls)
+            layout.append((index, calls))
+        return [0, 1, 1, 0]
+
+    found = timer.record_rounds(sessions, loop)
+    assert len(recordings) == 3
+    assert [[len(b.samples_ms) for b in batches] for batches in found] == [[3, 5], [2, 4]]
+    assert {s for b in found[1] for s in b.samples_ms} == {40 / 1e6}
