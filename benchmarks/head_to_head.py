@@ -26,6 +26,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,7 @@ AA_MIN_MS = 0.020
 SPIN_MIN_MS = 0.050
 SPIN_FRACTION = 0.02
 AA_BAND = 0.005  # the issue's +-0.5 %
+SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 _SPIN_CYCLES_PER_MS: list[float] = []
 
 
@@ -131,18 +133,27 @@ def spin(context):
 
 
 def _sweep(out: Path, tag: str, script: str, impls: Sequence[str], extra: Sequence[str]) -> float:
-    """One script's sweep into out/<tag>_<script>.csv; returns its wall seconds."""
+    """One script's sweep into out/<tag>_<script>.csv, its output passed through; records its
+    process wall time and the sweep's own (``Sweep wall time``, no start-up or JIT import) in
+    walls.json; returns the process wall seconds."""
     csv_path = out / f"{tag}_{Path(script).stem}.csv"
     argv = [sys.executable, script, "--output", str(csv_path), *extra]
     for impl in impls:
         argv += ["--impl", impl]
     print("$", " ".join(argv[1:]), flush=True)
     started = time.monotonic()
-    code = subprocess.run(argv, cwd=ROOT, check=False).returncode
+    sweep_s = None
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True) as process:
+        for line in process.stdout:
+            print(line, end="", flush=True)
+            found = SWEEP_WALL.search(line)
+            if found:
+                sweep_s = float(found.group(1))
     wall = time.monotonic() - started
-    print(f"  exit {code}, {wall:.1f} s", flush=True)
+    print(f"  exit {process.returncode}, {wall:.1f} s", flush=True)
     walls = _walls(out)
-    walls[f"{tag}_{Path(script).stem}"] = {"wall_s": wall, "exit": code}
+    entry = {"wall_s": wall, "sweep_s": sweep_s, "exit": process.returncode}
+    walls[f"{tag}_{Path(script).stem}"] = entry
     (out / "walls.json").write_text(json.dumps(walls, indent=1))
     return wall
 
@@ -270,25 +281,37 @@ def _spin_reached(out: Path) -> list[float]:
 
 
 def report_cost(out: Path, names) -> list[str]:
+    """Process wall time (start-up and imports included) and the sweeps' own wall time."""
     walls = _walls(out)
     lines = [
         "## (c) Cost: wall time of two interleaved impls against one",
         "",
-        "| script | one impl s | two impls (A/A) s | ratio |",
-        "|---|---:|---:|---:|",
+        "| script | one impl s | two impls (A/A) s | ratio | sweep only: one s | two s | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    total = [0.0, 0.0]
+    total = [0.0, 0.0, 0.0, 0.0]
     for name in names:
         stem = Path(SCRIPTS[name]).stem
         one, two = walls.get(f"single_{stem}"), walls.get(f"aa_{stem}")
-        if one and two:
-            total[0] += one["wall_s"]
-            total[1] += two["wall_s"]
-            ratio = two["wall_s"] / one["wall_s"]
-            lines.append(f"| {name} | {one['wall_s']:.1f} | {two['wall_s']:.1f} | {ratio:.2f} |")
+        if not (one and two):
+            continue
+        cells = [one["wall_s"], two["wall_s"], one.get("sweep_s") or 0.0, two.get("sweep_s") or 0.0]
+        total = [t + c for t, c in zip(total, cells, strict=True)]
+        lines.append(_cost_row(name, cells))
     if total[0]:
-        lines.append(f"| all | {total[0]:.1f} | {total[1]:.1f} | {total[1] / total[0]:.2f} |")
+        lines.append(_cost_row("all", total))
     return lines
+
+
+def _cost_row(name: str, cells: Sequence[float]) -> str:
+    def ratio(a: float, b: float) -> str:
+        return f"{b / a:.2f}" if a > 0 and b > 0 else "n/a"
+
+    one, two, sweep_one, sweep_two = cells
+    return (
+        f"| {name} | {one:.1f} | {two:.1f} | {ratio(one, two)} | {sweep_one:.1f} | "
+        f"{sweep_two:.1f} | {ratio(sweep_one, sweep_two)} |"
+    )
 
 
 def report_backends(out: Path, names) -> list[str]:

@@ -365,6 +365,7 @@ def test_one_row_per_case_and_impl_with_paired_columns(tmp_path, quick_script):
     assert plugin["check"] == "pass" and plugin["backend"] == ""
     assert plugin["baseline_impl"] == "torch" and float(plugin["paired_ratio"]) > 0
     assert int(plugin["paired_rounds"]) >= 1
+    assert f"--impl torch --impl {PLUGIN}:same" in plugin["repro"]
     assert rows[("1", "torch")]["paired_ratio"] == "" and rows[("1", "torch")]["backend"] == "torch"
 
 

@@ -45,15 +45,15 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
     ]
     (tmp_path / "spin_reached.jsonl").write_text("".join(json.dumps(e) + "\n" for e in reached))
     walls = {
-        "single_bench_batch_decode": {"wall_s": 10.0},
-        "aa_bench_batch_decode": {"wall_s": 21.0},
+        "single_bench_batch_decode": {"wall_s": 10.0, "sweep_s": 6.0},
+        "aa_bench_batch_decode": {"wall_s": 21.0, "sweep_s": 12.6},
     }
     (tmp_path / "walls.json").write_text(json.dumps(walls))
     assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
     text = (tmp_path / "report.md").read_text()
     aa = next(line for line in text.splitlines() if line.startswith("| decode | 1 |"))
     assert aa.count("|") == 9  # one case >= 20 us with its spread, holds-1 and verdict counts
-    assert "| decode | 10.0 | 21.0 | 2.10 |" in text
+    assert "| decode | 10.0 | 21.0 | 2.10 | 6.0 | 12.6 | 2.10 |" in text
     assert re.search(r"\| decode \| 1 \| [01]/1 \(\d+%\) \|", text)  # (b): share called slower
     assert "cases >= 50 us: median 2.10%, range 2.10% to 2.10%" in text
     assert "examples/sdpa_decode_plugin.py:make / torch over 1 cases" in text
@@ -66,3 +66,14 @@ def test_unknown_script_name_is_refused(tmp_path, h2h, capsys):
         h2h.main([str(tmp_path), "--part", "report", "--scripts", "nope"])
     assert exit_info.value.code == 2
     assert "unknown --scripts nope" in capsys.readouterr().err
+
+
+def test_sweep_runs_a_script_and_records_its_wall_times(tmp_path, h2h, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.001")
+    extra = ["--preset", "smoke", "--max-time-per-case", "0.1"]
+    impls = ["a=torch", "b=tests/h2h_plugins.py:same"]
+    h2h._sweep(tmp_path, "aa", "tests/fake_bench_script.py", impls, extra)
+    entry = json.loads((tmp_path / "walls.json").read_text())["aa_fake_bench_script"]
+    assert entry["exit"] == 0 and 0 < entry["sweep_s"] < entry["wall_s"]
+    rows = h2h._rows(tmp_path / "aa_fake_bench_script.csv")
+    assert sorted(row["impl"] for row in rows) == ["a", "a", "b", "b"]
