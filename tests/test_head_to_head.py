@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from types import SimpleNamespace
+from typing import Literal
 
 import pytest
 import torch
@@ -270,6 +271,22 @@ def test_backends_are_read_from_the_docstring():
 
     offer = fc.wrapper_backends(Wrapper, "AnyWrapper")
     assert offer == fc.BackendOffer(("auto", "fa2", "new-one"), "docstring")
+
+
+def test_backends_of_a_literal_or_an_open_signature():
+    class Typed:
+        def __init__(self, workspace, backend: Literal["fa2", "fa3"] = "fa2"):
+            pass
+
+    class Open:
+        def __init__(self, workspace, **kwargs):
+            pass
+
+    assert fc.wrapper_backends(Typed, "X") == fc.BackendOffer(("auto", "fa2", "fa3"), "signature")
+    api = "BatchMLAPagedAttentionWrapper"
+    assert fc.wrapper_backends(Open, api) == fc.BackendOffer(
+        fc.CANDIDATE_BACKENDS[api], "candidates"
+    )
 
 
 def test_unknown_backend_is_refused_listing_the_available_ones():

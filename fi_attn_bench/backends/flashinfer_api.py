@@ -325,12 +325,24 @@ def _documented_backends(cls: type) -> tuple[str, ...]:
     return ()
 
 
+def _literal_values(fn: Callable[..., Any], param: inspect.Parameter | None) -> tuple[str, ...]:
+    """The strings of a ``Literal[...]`` annotation of ``backend`` (postponed ones resolved)."""
+    if param is None:
+        return ()
+    try:
+        hint = typing.get_type_hints(fn).get("backend", param.annotation)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve names no values
+        hint = param.annotation
+    return tuple(v for v in typing.get_args(hint) if isinstance(v, str))
+
+
 def wrapper_backends(cls: type, api: str) -> BackendOffer:
     """What ``backend=`` of the installed wrapper ``cls`` accepts (see ``BackendOffer``)."""
-    param = _parameters(cls.__init__).get("backend")
-    if param is None:
+    params = _parameters(cls.__init__)
+    param = params.get("backend")
+    if param is None and not _accepts_any_keyword(params):
         return BackendOffer(("auto",), "none")
-    literal = tuple(str(v) for v in typing.get_args(param.annotation) if isinstance(v, str))
+    literal = _literal_values(cls.__init__, param)
     if literal:
         return BackendOffer(tuple(dict.fromkeys(("auto", *literal))), "signature")
     documented = _documented_backends(cls)
