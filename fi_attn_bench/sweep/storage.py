@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fi_attn_bench.backends.impls import DEFAULT_IMPL, Impl, backend_column
+from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl, backend_column
 from fi_attn_bench.cases.selection import case_key
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.errors import UsageError
@@ -66,8 +66,12 @@ def resume_todo(
 
 
 def row_identity(row: Mapping[str, object]) -> Mapping[str, object]:
-    """A stored row with its identity defaults filled in (a CSV from before ``impl``)."""
-    return {**row, **{k: v for k, v in IDENTITY_DEFAULTS.items() if not row.get(k)}}
+    """A stored row with its identity defaults filled in (a CSV from before ``impl``); a
+    ``--backend torch`` row of such a CSV measured the torch implementation."""
+    filled = {**row, **{k: v for k, v in IDENTITY_DEFAULTS.items() if not row.get(k)}}
+    if not row.get(IMPL_COLUMN) and row.get("backend") == TORCH_IMPL.name:
+        filled[IMPL_COLUMN] = TORCH_IMPL.name
+    return filled
 
 
 def _conflicts(row: Mapping[str, str], options: RunOptions) -> list[str]:
@@ -101,11 +105,12 @@ def load_resume_rows(
     for row in rows:
         if row.get("api") != spec.api:
             raise UsageError(f"--resume {path}: holds rows of {row.get('api')!r}, not {spec.api}")
+        row = dict(row_identity(row))
         if row.get("status") == STATUS_OK and _conflicts(row, options):
             raise UsageError(
                 f"--resume {path}: measured with {', '.join(_conflicts(row, options))}; pass the same options"
             )
-        key = case_key(row_identity(row), (*spec.case_fields, IMPL_COLUMN))
+        key = case_key(row, (*spec.case_fields, IMPL_COLUMN))
         if by_case.get(key, {}).get("status") != STATUS_OK or row.get("status") == STATUS_OK:
             by_case[key] = row
     return by_case
