@@ -170,6 +170,27 @@ def test_without_the_baseline_there_is_no_ratio():
     assert outcome.ratios == (None, None) and outcome.measurements[1] is not None
 
 
+def test_a_baseline_that_failed_before_the_rounds_gives_no_ratio():
+    outcome = paired.measure_paired(
+        [contender(1.0), contender(2.0)], DriftTimer(), OPTIONS, baseline=-1
+    )
+    assert outcome.ratios == (None, None)
+    assert all(m is not None for m in outcome.measurements)
+
+
+def test_a_baseline_that_fails_to_prepare_fails_its_row_and_no_ratio_is_written(
+    tmp_path, quick_script
+):
+    out = tmp_path / "h.csv"
+    argv = [f"b={PLUGIN}:raises_on_two", "--impl", "torch", "--impl", f"{PLUGIN}:same"]
+    assert run_main(["--impl", *argv, "--output", str(out), *FAST]) == 1
+    rows = _by_impl(read_rows(out))
+    assert rows[("2", "b")]["status"] == "failed"
+    assert rows[("2", "torch")]["paired_ratio"] == ""  # nothing to pair with
+    assert rows[("2", f"{PLUGIN}:same")]["paired_ratio"] == ""
+    assert rows[("1", f"{PLUGIN}:same")]["baseline_impl"] == "b"
+
+
 # ---------------------------------------------------------------- the profiler's split
 
 

@@ -280,7 +280,7 @@ def measure_paired(
     contenders: Sequence[Contender],
     timer: Timer,
     options: TimingOptions,
-    baseline: int = 0,
+    baseline: int = 0,  # position among ``contenders``; -1: not among them (it failed before)
     clock: Callable[[], float] = time.perf_counter,
     phases: PhaseClock | None = None,
 ) -> PairedOutcome:
@@ -312,9 +312,10 @@ def measure_paired(
             runs = sessions[index].runs_per_sample
             measurements[index] = _measurement(found[position], timer, runs)
             medians[index] = _round_medians(found[position])
+    has_baseline = 0 <= baseline < len(contenders) and measurements[baseline] is not None
     ratios = tuple(
         paired_ratio(medians[i], medians[baseline])
-        if i != baseline and measurements[i] is not None and measurements[baseline] is not None
+        if has_baseline and i != baseline and measurements[i] is not None
         else None
         for i in range(len(contenders))
     )
