@@ -506,3 +506,12 @@ def test_profiler_rounds_calibrate_each_impl_then_split_one_recording():
     assert len(recordings) == 3
     assert [[len(b.samples_ms) for b in batches] for batches in found] == [[3, 5], [2, 4]]
     assert {s for b in found[1] for s in b.samples_ms} == {40 / 1e6}
+
+
+def test_one_named_impl_is_its_rows_impl_and_its_repro(tmp_path, quick_script):
+    out = tmp_path / "h.csv"
+    argv = ["--impl", "mine=torch", "--filter", "batch_size=1", "--output", str(out), *FAST]
+    assert run_main(argv) == 0
+    (row,) = read_rows(out)
+    assert row["impl"] == "mine" and row["paired_ratio"] == "" and row["backend"] == "torch"
+    assert "--impl mine=torch" in row["repro"]

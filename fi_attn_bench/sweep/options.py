@@ -191,7 +191,7 @@ def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, i
     ]  # fmt: skip
     if options.device.type != "cpu":
         words += ["--timer", timing.timer, "--l2", timing.l2]
-    if options.paired or options.impls[0].target != options.backend:
+    if options.paired or options.impls[0].name != options.backend:
         for impl in options.impls:
             named = impl.name != impl.target
             words += ["--impl", f"{impl.name}={impl.target}" if named else impl.target]
