@@ -17,7 +17,9 @@ import torch
 
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import reference as attention_reference
-from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
+from fi_attn_bench.cases import serving
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings, VariedBatches
+from fi_attn_bench.cases.workloads import Batch
 from fi_attn_bench.cli import main_for
 
 API = "BatchDecodeWithPagedKVCacheWrapper"
@@ -25,6 +27,21 @@ CASE_FIELDS = ("batch_size", "seq_len_q", "seq_len_kv", "num_qo_heads", "num_kv_
 MAX_TOKENS_DEFAULT = 1 << 21
 """batch_size * seq_len_kv cap of the default sweep: 2M cached tokens (4 GiB fp16), ~2.5 ms."""
 MAX_TOKENS_FULL = 1 << 23
+SERVING = (
+    "4d@uniform:lo=512,hi=8k",
+    "16d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
+    "64d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
+    "256d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
+    "64d@lognormal:median=4k,sigma=0.8,min=128,max=128k",
+    "16d@bimodal:short=256,long=64k,p_long=0.25",
+    "128d@bimodal:short=512,long=32k,p_long=0.05",
+    "32d@pareto:min=256,alpha=1.1,max=128k",
+    "512d@uniform:lo=64,hi=4k",
+    "1d@128k+63d@1k",
+)
+"""The synthetic ``serving`` preset (README, "Serving-shaped batches"): chat-like log-normal
+contexts (median 1k), long-context, bimodal, long-tail and one-straggler batches of 4..512
+requests, at most ~1.1M cached tokens (~1.3 ms at 1.8 TB/s)."""
 
 
 def decode_case(batch_size: int, seq_len_kv: int, head_dim: int) -> dict[str, int]:
@@ -74,24 +91,24 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
     }
 
 
+def batch_of(case: Mapping[str, object]) -> Batch:
+    """The case's requests: its workload's, or batch_size x (seq_len_q, seq_len_kv)."""
+    return serving.case_batch(case, case["seq_len_q"], case["seq_len_kv"])
+
+
 def io_bytes(case: Mapping[str, int], element_size: int) -> float:
-    """q + K + V for the real cached tokens (not padded pages) + output, in bytes."""
-    b, d = case["batch_size"], case["head_dim"]
-    q_and_o = 2 * b * case["seq_len_q"] * case["num_qo_heads"] * d
-    kv = 2 * b * case["seq_len_kv"] * case["num_kv_heads"] * d
+    """q + K + V for the real cached tokens (not padded pages) + output, in bytes, summed
+    over the requests' own lengths."""
+    batch, d = batch_of(case), case["head_dim"]
+    q_and_o = 2 * sum(batch.q_lens) * case["num_qo_heads"] * d
+    kv = 2 * sum(batch.kv_lens) * case["num_kv_heads"] * d
     return float((q_and_o + kv) * element_size)
 
 
 def flops(case: Mapping[str, int]) -> float:
-    """4 * H_qo * kv_len * d per request: QK^T and PV, 2 FLOPs per multiply-add each."""
-    return float(
-        4
-        * case["batch_size"]
-        * case["seq_len_q"]
-        * case["num_qo_heads"]
-        * case["seq_len_kv"]
-        * case["head_dim"]
-    )
+    """4 * H_qo * q_len * kv_len * d per request: QK^T and PV, 2 FLOPs per multiply-add each."""
+    per_head = sum(r.q_len * r.kv_len for r in batch_of(case).requests)
+    return float(4 * per_head * case["num_qo_heads"] * case["head_dim"])
 
 
 def sm_scale(case: Mapping[str, int]) -> float:
@@ -113,8 +130,9 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> DecodeInputs:
     """Random q/K/V (deterministic per seed and case) on a shuffled page table."""
     dev, dt = settings.device, settings.dtype
     gen = bi.generator(settings.seed, dev)
-    b, hk, d = case["batch_size"], case["num_kv_heads"], case["head_dim"]
-    table = bi.paged_table([case["seq_len_kv"]] * b, settings.page_size, dev, settings.seed)
+    batch, hk, d = batch_of(case), case["num_kv_heads"], case["head_dim"]
+    b = len(batch.requests)
+    table = bi.paged_table(batch.kv_lens, settings.page_size, dev, settings.seed)
     cache_shape = (table.num_pages, settings.page_size, hk, d)
     return DecodeInputs(
         q=bi.randn((b, case["num_qo_heads"], d), dt, dev, gen),
@@ -185,6 +203,16 @@ SPEC = BenchmarkSpec(
     prepare=prepare,
     io_bytes=io_bytes,
     flops=flops,
+    varied=VariedBatches(
+        heads=decode_case(1, 1, 128),
+        shape_fields=lambda batch: {
+            "batch_size": len(batch.requests),
+            "seq_len_q": 1,
+            "seq_len_kv": serving.mean_length(sum(batch.kv_lens), len(batch.requests)),
+        },
+        decode_only=True,
+        presets={"serving": SERVING},
+    ),
 )
 
 

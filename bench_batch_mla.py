@@ -19,7 +19,9 @@ import torch
 
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import reference as attention_reference
-from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
+from fi_attn_bench.cases import serving
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings, VariedBatches
+from fi_attn_bench.cases.workloads import Batch
 from fi_attn_bench.cli import main_for
 
 API = "BatchMLAPagedAttentionWrapper"
@@ -32,6 +34,21 @@ CAUSAL = False
 MAX_TOKENS_DEFAULT = 1 << 21
 """batch_size * seq_len cap of the default sweep: 2M latent tokens (2.4 GB fp16)."""
 MAX_TOKENS_FULL = 1 << 22
+SERVING = (
+    "4d@uniform:lo=512,hi=8k",
+    "16d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
+    "64d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
+    "256d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
+    "64d@lognormal:median=4k,sigma=0.8,min=128,max=128k",
+    "16d@bimodal:short=256,long=64k,p_long=0.25",
+    "128d@bimodal:short=512,long=32k,p_long=0.05",
+    "32d@pareto:min=256,alpha=1.1,max=128k",
+    "512d@uniform:lo=64,hi=4k",
+    "1d@128k+63d@1k",
+)
+"""The synthetic ``serving`` preset (README, "Serving-shaped batches"): chat-like log-normal
+contexts (median 1k), long-context, bimodal, long-tail and one-straggler batches of 4..512
+requests, at most ~1.1M cached tokens (~1.3 ms at 1.8 TB/s)."""
 
 
 def mla_case(batch_size: int, seq_len: int, num_heads: int) -> dict[str, int]:
@@ -82,19 +99,26 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
     }
 
 
+def batch_of(case: Mapping[str, object]) -> Batch:
+    """The case's requests: its workload's, or batch_size x one query over seq_len tokens."""
+    return serving.case_batch(case, 1, case["seq_len"])
+
+
 def io_bytes(case: Mapping[str, int], element_size: int) -> float:
-    """q_nope + q_pe + ckv and kpe caches for the real tokens + output (H * ckv), in bytes."""
-    b, h = case["batch_size"], case["num_heads"]
+    """q_nope + q_pe + ckv and kpe caches for the real tokens + output (H * ckv), in bytes,
+    summed over the requests' own KV lengths."""
+    batch, h = batch_of(case), case["num_heads"]
+    b = len(batch.requests)
     ckv, kpe = case["head_dim_ckv"], case["head_dim_kpe"]
     queries = b * h * (ckv + kpe)
-    caches = b * case["seq_len"] * (ckv + kpe)
+    caches = sum(batch.kv_lens) * (ckv + kpe)
     output = b * h * ckv
     return float((queries + caches + output) * element_size)
 
 
 def flops(case: Mapping[str, int]) -> float:
     """2 * H * (2 * ckv + kpe) per query-key pair: scores over ckv + kpe, output over ckv."""
-    pairs = case["batch_size"] * case["seq_len"]  # one query per request, not causal
+    pairs = sum(batch_of(case).kv_lens)  # one query per request, not causal
     per_pair = 2 * case["num_heads"] * (2 * case["head_dim_ckv"] + case["head_dim_kpe"])
     return float(pairs * per_pair)
 
@@ -120,9 +144,10 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> MlaInputs:
     """Random queries and caches (deterministic per seed and case) on a shuffled page table."""
     dev, dt, ps = settings.device, settings.dtype, settings.page_size
     gen = bi.generator(settings.seed, dev)
-    b, h = case["batch_size"], case["num_heads"]
+    batch, h = batch_of(case), case["num_heads"]
+    b = len(batch.requests)
     ckv, kpe = case["head_dim_ckv"], case["head_dim_kpe"]
-    table = bi.paged_table([case["seq_len"]] * b, ps, dev, settings.seed)
+    table = bi.paged_table(batch.kv_lens, ps, dev, settings.seed)
     return MlaInputs(
         q_nope=bi.randn((b, h, ckv), dt, dev, gen),
         q_pe=bi.randn((b, h, kpe), dt, dev, gen),
@@ -199,6 +224,15 @@ SPEC = BenchmarkSpec(
     prepare=prepare,
     io_bytes=io_bytes,
     flops=flops,
+    varied=VariedBatches(
+        heads=mla_case(1, 1, 128),
+        shape_fields=lambda batch: {
+            "batch_size": len(batch.requests),
+            "seq_len": serving.mean_length(sum(batch.kv_lens), len(batch.requests)),
+        },
+        decode_only=True,
+        presets={"serving": SERVING},
+    ),
 )
 
 

@@ -18,7 +18,9 @@ import torch
 
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import reference as attention_reference
-from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
+from fi_attn_bench.cases import serving
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings, VariedBatches
+from fi_attn_bench.cases.workloads import Batch
 from fi_attn_bench.cli import main_for
 
 API = "BatchPrefillWithPagedKVCacheWrapper"
@@ -29,6 +31,23 @@ MAX_QUADRATIC_DEFAULT = 1 << 28
 """Default sweep caps: 64k tokens and batch * seq_len^2 <= 2^28 (one 16k prompt), ~6 ms."""
 MAX_TOKENS_FULL = 1 << 18
 MAX_QUADRATIC_FULL = 1 << 31
+SERVING = (
+    "8d@4k+2p512@2k",
+    "32d@lognormal:median=1k,sigma=1.0,min=16,max=32k+1p2k@8k",
+    "128d@lognormal:median=1k,sigma=1.0,min=16,max=32k+2p1k@lognormal:median=4k,sigma=1.0,min=1k,max=32k",
+    "256d@lognormal:median=2k,sigma=1.0,min=16,max=32k+4p512@8k",
+    "63d@uniform:lo=128,hi=8k+1p8k@32k",
+    "30d@2k+2p4k",
+    "4plognormal:median=512,sigma=1.0,min=16,max=8k",
+    "16plognormal:median=512,sigma=1.0,min=16,max=8k",
+    "64plognormal:median=256,sigma=1.0,min=16,max=4k",
+    "4puniform:lo=256,hi=8k",
+    "1p16k+15p512",
+    "16p1k@uniform:lo=1k,hi=16k",
+)
+"""The synthetic ``serving`` preset (README, "Serving-shaped batches"): chunked-prefill steps
+(decode requests with one or a few prefill chunks), whole varied prompts, and one long prompt
+among short ones; at most ~2.2 TFLOP (~6 ms at 400 TFLOP/s) per batch."""
 
 
 def prefill_case(batch_size: int, seq_len: int, head_dim: int) -> dict[str, int]:
@@ -81,17 +100,24 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
     }
 
 
+def batch_of(case: Mapping[str, object]) -> Batch:
+    """The case's requests: its workload's (chunks over longer contexts, decode tokens), or
+    batch_size whole prompts of seq_len tokens."""
+    return serving.case_batch(case, case["seq_len"], case["seq_len"])
+
+
 def io_bytes(case: Mapping[str, int], element_size: int) -> float:
-    """q + K + V for the real tokens (not padded pages) + output, in bytes."""
-    tokens = case["batch_size"] * case["seq_len"]
-    q_and_o = 2 * tokens * case["num_qo_heads"] * case["head_dim"]
-    kv = 2 * tokens * case["num_kv_heads"] * case["head_dim"]
+    """q + K + V for the real tokens (not padded pages) + output, in bytes, summed over the
+    requests' own query and KV lengths."""
+    batch = batch_of(case)
+    q_and_o = 2 * sum(batch.q_lens) * case["num_qo_heads"] * case["head_dim"]
+    kv = 2 * sum(batch.kv_lens) * case["num_kv_heads"] * case["head_dim"]
     return float((q_and_o + kv) * element_size)
 
 
 def flops(case: Mapping[str, int]) -> float:
-    """2 * H_qo * unmasked pairs * (d_qk + d_vo): only the causal triangle is computed."""
-    pairs = case["batch_size"] * bi.causal_pairs(case["seq_len"], case["seq_len"])
+    """2 * H_qo * unmasked pairs * (d_qk + d_vo): each request's causal (bottom-right) part."""
+    pairs = sum(bi.causal_pairs(r.q_len, r.kv_len) for r in batch_of(case).requests)
     return float(2 * case["num_qo_heads"] * pairs * 2 * case["head_dim"])
 
 
@@ -115,12 +141,12 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> PagedPrefillInpu
     """Random q/K/V (deterministic per seed and case) on a shuffled page table."""
     dev, dt = settings.device, settings.dtype
     gen = bi.generator(settings.seed, dev)
-    b, n, d = case["batch_size"], case["seq_len"], case["head_dim"]
-    table = bi.paged_table([n] * b, settings.page_size, dev, settings.seed)
+    batch, d = batch_of(case), case["head_dim"]
+    table = bi.paged_table(batch.kv_lens, settings.page_size, dev, settings.seed)
     cache_shape = (table.num_pages, settings.page_size, case["num_kv_heads"], d)
     return PagedPrefillInputs(
-        q=bi.randn((b * n, case["num_qo_heads"], d), dt, dev, gen),
-        qo_indptr=bi.indptr([n] * b, dev),
+        q=bi.randn((sum(batch.q_lens), case["num_qo_heads"], d), dt, dev, gen),
+        qo_indptr=bi.indptr(batch.q_lens, dev),
         k_cache=bi.randn(cache_shape, dt, dev, gen),
         v_cache=bi.randn(cache_shape, dt, dev, gen),
         table=table,
@@ -193,6 +219,15 @@ SPEC = BenchmarkSpec(
     prepare=prepare,
     io_bytes=io_bytes,
     flops=flops,
+    varied=VariedBatches(
+        heads=prefill_case(1, 1, 128),
+        shape_fields=lambda batch: {
+            "batch_size": len(batch.requests),
+            "seq_len": serving.mean_length(sum(batch.kv_lens), len(batch.requests)),
+        },
+        decode_only=False,
+        presets={"serving": SERVING},
+    ),
 )
 
 

@@ -18,7 +18,9 @@ import torch
 
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import reference as attention_reference
-from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
+from fi_attn_bench.cases import serving
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings, VariedBatches
+from fi_attn_bench.cases.workloads import Batch
 from fi_attn_bench.cli import main_for
 
 API = "BatchPrefillWithRaggedKVCacheWrapper"
@@ -40,6 +42,21 @@ MAX_QUADRATIC_DEFAULT = 1 << 28
 """Default sweep caps: 64k tokens and batch * seq_len^2 <= 2^28 (one 16k prompt), ~6 ms."""
 MAX_TOKENS_FULL = 1 << 18
 MAX_QUADRATIC_FULL = 1 << 31
+SERVING = (
+    "2plognormal:median=512,sigma=1.0,min=16,max=8k",
+    "16plognormal:median=512,sigma=1.0,min=16,max=8k",
+    "64plognormal:median=256,sigma=1.0,min=16,max=4k",
+    "256plognormal:median=128,sigma=0.8,min=8,max=2k",
+    "4puniform:lo=256,hi=8k",
+    "8pbimodal:short=256,long=8k,p_long=0.25",
+    "32ppareto:min=64,alpha=1.2,max=16k",
+    "1p16k+15p512",
+    "2p1k@4k+6p512@1k",
+    "8p512@uniform:lo=512,hi=16k",
+)
+"""The synthetic ``serving`` preset (README, "Serving-shaped batches"): varied whole prompts
+(log-normal, uniform, bimodal, long-tail), one long prompt among short ones, and chunks over
+longer contexts; at most ~2.5 TFLOP (~6 ms at 400 TFLOP/s) per batch."""
 
 
 def ragged_case(batch_size: int, seq_len: int, dims: tuple[int, int]) -> dict[str, int]:
@@ -93,18 +110,24 @@ def build_presets() -> dict[str, tuple[dict[str, int], ...]]:
     }
 
 
+def batch_of(case: Mapping[str, object]) -> Batch:
+    """The case's requests: its workload's, or batch_size whole prompts of seq_len tokens."""
+    return serving.case_batch(case, case["seq_len"], case["seq_len"])
+
+
 def io_bytes(case: Mapping[str, int], element_size: int) -> float:
-    """q and K at head_dim_qk, V and output at head_dim_vo, for the real tokens, in bytes."""
-    tokens = case["batch_size"] * case["seq_len"]
+    """q and output for the query tokens, K and V for the KV tokens (K at head_dim_qk, V and
+    output at head_dim_vo), summed over the requests' own lengths, in bytes."""
+    batch = batch_of(case)
     hq, hk = case["num_qo_heads"], case["num_kv_heads"]
     dqk, dvo = case["head_dim_qk"], case["head_dim_vo"]
-    elements = tokens * (hq * dqk + hk * dqk + hk * dvo + hq * dvo)
+    elements = sum(batch.q_lens) * hq * (dqk + dvo) + sum(batch.kv_lens) * hk * (dqk + dvo)
     return float(elements * element_size)
 
 
 def flops(case: Mapping[str, int]) -> float:
-    """2 * H_qo * unmasked pairs * (d_qk for QK^T + d_vo for PV)."""
-    pairs = case["batch_size"] * bi.causal_pairs(case["seq_len"], case["seq_len"])
+    """2 * H_qo * unmasked pairs * (d_qk for QK^T + d_vo for PV), causal per request."""
+    pairs = sum(bi.causal_pairs(r.q_len, r.kv_len) for r in batch_of(case).requests)
     return float(2 * case["num_qo_heads"] * pairs * (case["head_dim_qk"] + case["head_dim_vo"]))
 
 
@@ -128,14 +151,14 @@ def make_inputs(case: Mapping[str, int], settings: Settings) -> RaggedInputs:
     """Random q/k/v, deterministic per seed and case."""
     dev, dt = settings.device, settings.dtype
     gen = bi.generator(settings.seed, dev)
-    b, n, hk = case["batch_size"], case["seq_len"], case["num_kv_heads"]
-    tokens = b * n
+    batch, hk = batch_of(case), case["num_kv_heads"]
+    q_tokens, kv_tokens = sum(batch.q_lens), sum(batch.kv_lens)
     return RaggedInputs(
-        q=bi.randn((tokens, case["num_qo_heads"], case["head_dim_qk"]), dt, dev, gen),
-        k=bi.randn((tokens, hk, case["head_dim_qk"]), dt, dev, gen),
-        v=bi.randn((tokens, hk, case["head_dim_vo"]), dt, dev, gen),
-        qo_indptr=bi.indptr([n] * b, dev),
-        kv_indptr=bi.indptr([n] * b, dev),
+        q=bi.randn((q_tokens, case["num_qo_heads"], case["head_dim_qk"]), dt, dev, gen),
+        k=bi.randn((kv_tokens, hk, case["head_dim_qk"]), dt, dev, gen),
+        v=bi.randn((kv_tokens, hk, case["head_dim_vo"]), dt, dev, gen),
+        qo_indptr=bi.indptr(batch.q_lens, dev),
+        kv_indptr=bi.indptr(batch.kv_lens, dev),
     )
 
 
@@ -204,6 +227,15 @@ SPEC = BenchmarkSpec(
     prepare=prepare,
     io_bytes=io_bytes,
     flops=flops,
+    varied=VariedBatches(
+        heads=ragged_case(1, 1, DEEPSEEK),
+        shape_fields=lambda batch: {
+            "batch_size": len(batch.requests),
+            "seq_len": serving.mean_length(sum(batch.kv_lens), len(batch.requests)),
+        },
+        decode_only=False,
+        presets={"serving": SERVING},
+    ),
 )
 
 

@@ -27,7 +27,7 @@ PROPERTIES = (
     ("test_regression_mode_never_crashes", 0.15),
     ("test_scan_and_pandas_summaries_agree", 0.1),  # the pandas-free summary path
     ("test_scan_and_pandas_comparisons_agree", 0.2),  # the pandas-free regression path
-    ("test_scan_case_codes_sort_like_their_stripped_text", 0.05),
+    ("test_scan_case_codes_name_their_stripped_text", 0.05),
 )
 
 

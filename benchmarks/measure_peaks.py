@@ -2,7 +2,7 @@
 
 Run once per device, on the GPU machine, from the repository root:
 
-    python3 benchmarks/measure_peaks.py --markdown benchmarks/results/peaks_h200.md
+    python3 benchmarks/measure_peaks.py --markdown peaks.md
 
 It measures the device-to-device copy once and the dense GEMM for bf16 and fp16
 (``device_peaks.measure_peaks``), prints the published table and the measured one

@@ -10,23 +10,27 @@ from dataclasses import replace
 
 import torch
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends import impls
 from fi_attn_bench.backends.selection import Probe, concrete_device, resolve_backend
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
 from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
+    COMMAND_LINE_CASES,
     DEFAULT_TOLERANCE,
     RunOptions,
     preset_for,
     resolve_options,
-    select_for_preset,
+    selected_cases,
 )
 from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.timing.options import (
     ATTRIBUTIONS,
     STOP_RULES,
+    THROTTLE_POLICIES,
     TIMER_NAMES,
     TimingOptions,
 )
@@ -60,18 +64,21 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
-    """The command line shared by every bench_batch_*.py script."""
+def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.ArgumentParser:
+    """The command line shared by every bench_batch_*.py script (``prog``: the program the
+    user ran, when another one parses this command line, as bench_all.py does)."""
     parser = argparse.ArgumentParser(
-        prog=spec.script,
+        prog=prog or spec.script,
         description=f"Benchmark {spec.api}; one CSV row per case (schema v1).",
         epilog="Exit codes: 0 all ok, 1 a case failed, 2 bad arguments or backend unavailable, 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     cases = parser.add_argument_group("cases")
     cases.add_argument(
         "--preset",
-        choices=sorted(spec.presets),
-        help="case grid (default: 'default'; 'cpu' when running on the CPU)",
+        choices=serving.preset_names(spec),
+        help="case grid (default: 'default'; 'cpu' when running on the CPU; "
+        "'serving': varied-length batches)",
     )
     cases.add_argument(
         "--filter",
@@ -99,6 +106,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         default=DEFAULT_WORKSPACE_BYTES // 2**20,
         help="wrapper workspace size in MiB (default 128)",
     )
+    _add_serving_arguments(parser)
     where = parser.add_argument_group("backend and device")
     where.add_argument(
         "--backend",
@@ -167,7 +175,7 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     )
     timing.add_argument(
         "--min-time-ms",
-        "--min-measure-ms",  # its name before harness 0.3.0, when it counted wall time
+        "--min-measure-ms",  # the former name, kept so that old command lines still run
         dest="min_time_ms",
         type=_non_negative_float,
         default=TimingOptions.min_time_ms,
@@ -215,6 +223,30 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         default=TimingOptions.warmup_min_ms,
         help=f"minimum warm-up after the first call (default {TimingOptions.warmup_min_ms:g})",
     )
+    throttle = parser.add_argument_group("throttle policy (see README, 'Run conditions')")
+    throttle.add_argument(
+        "--throttle-policy",
+        choices=THROTTLE_POLICIES,
+        default=TimingOptions.throttle_policy,
+        help="off (default); discard: drop the samples of a batch during which the SM clock "
+        "read below --throttle-threshold of its maximum; pause: drop them and let the GPU "
+        "rest --cooldown-ms before the next batch (needs NVML clocks)",
+    )
+    throttle.add_argument(
+        "--throttle-threshold",
+        type=_positive(float),
+        metavar="PCT",
+        default=TimingOptions.throttle_threshold_pct,
+        help=f"%% of the maximum SM clock below which a batch counts as throttled "
+        f"(default {TimingOptions.throttle_threshold_pct:g}, nvbench's)",
+    )
+    throttle.add_argument(
+        "--cooldown-ms",
+        type=_non_negative_float,
+        default=TimingOptions.cooldown_ms,
+        help=f"rest after a throttled batch with --throttle-policy pause "
+        f"(default {TimingOptions.cooldown_ms:g})",
+    )
     check = parser.add_argument_group("correctness")
     check.add_argument(
         "--check",
@@ -245,6 +277,17 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
         help="rerun only the cases not ok in CSV (or measured by another harness version), updating it in place",
     )
     out.add_argument(
+        "--force",
+        action="store_true",
+        help="move an existing --output file (or samples file) aside to <name>.bak-<timestamp> "
+        "and start afresh; without it such a file is never touched",
+    )
+    out.add_argument(
+        "--samples-dir",
+        metavar="DIR",
+        help="also write each ok case's raw samples to DIR/<csv-stem>.samples.jsonl.gz",
+    )
+    out.add_argument(
         "--peak-bandwidth",
         type=_positive(float),
         metavar="GB/s",
@@ -262,12 +305,40 @@ def build_parser(spec: BenchmarkSpec) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """Varied-length batches (README, "Serving-shaped batches")."""
+    group = parser.add_argument_group("serving-shaped batches")
+    group.add_argument(
+        "--batch",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a varied-length batch instead of the preset, e.g. '8d@4k+2p512@2k' or "
+        "'64d@lognormal:median=1k,sigma=1,min=16,max=32k' (repeatable; lengths drawn from --seed)",
+    )
+    group.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="FILE[:LINE]",
+        help="JSON Lines file, one batch per line (ours or flashinfer-bench's); each line is a case",
+    )
+    group.add_argument(
+        "--imbalance",
+        action="store_true",
+        help="also time each varied case's uniform twin (as many requests and tokens) and "
+        "write uniform_twin_ms and imbalance_pct",
+    )
+
+
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
-def parse_command_line(spec: BenchmarkSpec, argv) -> argparse.Namespace | int:
+def parse_command_line(
+    spec: BenchmarkSpec, argv, prog: str | None = None
+) -> argparse.Namespace | int:
     try:
-        return build_parser(spec).parse_args(argv)
+        return build_parser(spec, prog).parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
 
@@ -299,13 +370,23 @@ def main_for(
 def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -> int:
     for text in args.filter:  # syntax first: no import, no device query for a typo
         parse_filter(text, spec.case_fields)
+    if args.batch or args.workload:  # a bad spec or workload line, before probing the machine
+        selected_cases(spec, args, COMMAND_LINE_CASES)
     if args.list:
         return list_cases(spec, args, probe)
     return execute(spec, plan(spec, args, probe), timer_factory)
 
 
-def plan(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
-    """Every check of the command line, no GPU work: raises UsageError (exit 2)."""
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def plan(
+    spec: BenchmarkSpec, args, probe: Probe, announce: Callable[[str], None] = _to_stderr
+) -> RunOptions:
+    """Every check of the command line, no GPU work: raises UsageError (exit 2).
+
+    ``announce`` prints the backend's note (bench_all.py prints it once for all scripts)."""
     wants_flashinfer = any(impls.names_flashinfer(text) for text in args.impl)
     choice = resolve_backend("flashinfer" if wants_flashinfer else args.backend, args.device, probe)
     chosen = impls.parse_impls(args.impl, spec.api, choice.flashinfer, default=choice.backend)
@@ -314,7 +395,7 @@ def plan(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
         raise UsageError("--fail-if-slower compares implementations: give two or more --impl")
     options = resolve_options(spec, args, choice, chosen, baseline)
     if choice.note:
-        print(choice.note, file=sys.stderr)
+        announce(choice.note)
     return options
 
 
@@ -322,6 +403,8 @@ def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactor
     """The sweep ``plan`` resolved: exit 0, 1 when a case failed, 130 when interrupted."""
     device = concrete_device(options.device)
     options = replace(options, device=device)
+    if serving.has_workloads(options.cases):
+        spec = serving.with_workload_field(spec)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     what = (
@@ -336,6 +419,7 @@ def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactor
         flush=True,
     )
     timer = timer_factory(options.timing, device, print if options.verbose else (lambda _: None))
+    timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
     return Sweep(spec, options, timer).run()
 
 
@@ -343,8 +427,10 @@ def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
     on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
     preset = preset_for(spec, args, torch.device("cpu" if on_cpu else "cuda"))
-    cases = select_for_preset(spec, preset, args.filter)
+    cases = selected_cases(spec, args, preset)
     print(f"{spec.api}: preset {preset}, {len(cases)} cases")
+    if serving.has_workloads(cases):
+        spec = serving.with_workload_field(spec)
     for case in cases:
         print(case_text(case, spec.case_fields))
     return 0

@@ -2,11 +2,11 @@
 
 The same sweeps and CSVs as running ``bench_batch_decode.py``, ``bench_batch_prefill_paged.py``,
 ``bench_batch_prefill_ragged.py`` and ``bench_batch_mla.py`` one after the other, minus three
-process starts and three profiler start-ups: on the H200 each process spent about 4 s starting
-and 5 s in its first profiler session (``benchmarks/results/h200_validation_v4``).
+process starts and three profiler start-ups, which cost seconds each (docs/DESIGN.md).
 
-Every option of the scripts applies, except ``--output`` and ``--resume`` (one CSV per script goes
-to ``--output-dir``).  A ``--filter`` term naming a field a script does not have leaves that script
+Every option of the scripts applies, except ``--output`` (one CSV per script goes to
+``--output-dir``, with ``bench_all.json`` recording the run) and ``--resume``, which here takes
+that directory: ``--resume DIR`` resumes each script's CSV and runs the scripts that never started.  A ``--filter`` term naming a field a script does not have leaves that script
 out, and so does a filter that none of its cases match; a field no script has is an error.
 Exit codes: 0 all cases ok, 1 some case failed, 2 bad input (before any GPU work), 130 interrupted.
 """
@@ -15,14 +15,25 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends.selection import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.cli import TimerFactory, execute, list_cases, parse_command_line, plan
 from fi_attn_bench.errors import NoMatchingCase, UsageError
+from fi_attn_bench.suite_record import (
+    RECORD_NAME,
+    SuiteRecord,
+    read_record,
+    scripts_in_order,
+    write_record,
+)
 from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.timing.timers import make_timer
 
@@ -32,15 +43,19 @@ SCRIPTS = (
     "bench_batch_prefill_ragged",
     "bench_batch_mla",
 )
-NOT_HERE = ("--output", "--resume")
+NOT_HERE = ("--output",)
 
 
 def load_specs(names: Sequence[str] = SCRIPTS) -> list[BenchmarkSpec]:
     return [importlib.import_module(name).SPEC for name in names]
 
 
+PROG = "bench_all.py"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="All four benchmark scripts in one process, one CSV each in --output-dir.",
         epilog="Every other option is the scripts' own: see python bench_batch_decode.py --help.",
     )
@@ -48,10 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--scripts",
         nargs="+",
         choices=SCRIPTS,
-        default=list(SCRIPTS),
         metavar="NAME",
         help=f"which scripts, in this order (default all: {' '.join(SCRIPTS)})",
     )
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help=f"finish the interrupted run whose --output-dir is DIR (its {RECORD_NAME}): resume "
+        "each script's CSV, run the scripts that never started; no other option but --verbose",
+    )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
 
 
@@ -77,7 +98,7 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
     the command line; UsageError on other bad input."""
     chosen = []
     for spec in specs:
-        args = parse_command_line(spec, argv)
+        args = parse_command_line(spec, argv, prog=PROG)
         if isinstance(args, int):
             return args
         given = [flag for flag in NOT_HERE if getattr(args, flag[2:])]
@@ -95,7 +116,7 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
         missing = sorted(named - set(spec.case_fields))
         if missing:
             print(
-                f"bench_all.py: {spec.script}: no field {', '.join(missing)}; left out",
+                f"{PROG}: {spec.script}: no field {', '.join(missing)}; left out",
                 file=sys.stderr,
             )
         else:
@@ -110,51 +131,114 @@ def main(
     timer_factory: TimerFactory = make_timer,
     specs: Sequence[BenchmarkSpec] | None = None,
 ) -> int:
-    own, rest = build_parser().parse_known_args(argv)
-    specs = list(specs) if specs is not None else load_specs(own.scripts)
-    probe = probe or Probe()
     try:
-        chosen = plan_all(specs, rest)
-        if isinstance(chosen, int):
-            return chosen
-        runs = _resolve(chosen, probe)
+        own, rest = build_parser().parse_known_args(argv)
+    except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        runs = _prepare(own, rest, probe or Probe(), specs)
     except UsageError as exc:
-        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    if runs is None:  # --list
+    if isinstance(runs, int):  # --list, or argparse refused the scripts' options
+        return runs
+    return _run_all(runs, shared_timers(timer_factory))
+
+
+def _prepare(own, rest, probe, specs) -> list[tuple[BenchmarkSpec, RunOptions]] | int:
+    """Every check and the run record, no GPU work; the scripts' options, or an exit code."""
+    if own.resume:
+        if own.scripts or any(word != "--verbose" for word in rest):
+            raise UsageError(
+                f"--resume {own.resume} repeats the interrupted run's options (recorded in its "
+                f"{RECORD_NAME}); give no other option but --verbose"
+            )
+        record = read_record(own.resume)
+        specs = scripts_in_order(specs if specs is not None else load_specs(), record)
+        rest = [*record.argv, "--output-dir", own.resume, *rest]
+    else:
+        specs = list(specs) if specs is not None else load_specs(own.scripts or SCRIPTS)
+    chosen = plan_all(specs, rest)
+    if isinstance(chosen, int):
+        return chosen
+    if own.resume:
+        chosen = [
+            (spec, _resumed(args, own.resume, record.csv_of(spec.script))) for spec, args in chosen
+        ]
+    runs = _resolve(chosen, probe)
+    if runs is None:
         return 0
-    timer = shared_timers(timer_factory)
+    directory = own.resume or chosen[0][1].output_dir
+    if not own.resume:
+        names = tuple(os.path.basename(options.output) for _, options in runs)
+        scripts = tuple(spec.script for spec, _ in runs)
+        moved = write_record(
+            directory, SuiteRecord(scripts, tuple(rest), names), force=chosen[0][1].force
+        )
+        if moved:
+            print(f"Moved the earlier run's {RECORD_NAME} aside to {moved}")
+    hint = shlex.join(["python", PROG, "--resume", directory])
+    return [(spec, replace(options, resume_command=hint)) for spec, options in runs]
+
+
+def _resumed(args: argparse.Namespace, directory: str, csv_name: str) -> argparse.Namespace:
+    """A script's options in a resumed run: its CSV resumed, or written afresh if never started."""
+    path = os.path.join(directory, csv_name)
+    started = os.path.exists(path)
+    return argparse.Namespace(
+        **{**vars(args), "resume": path if started else None, "output": None if started else path}
+    )
+
+
+def _run_all(runs, timer) -> int:
     codes = []
     try:
         for spec, options in runs:
             code = execute(spec, options, timer)
             codes.append(code)
             print(flush=True)
-            if code == 130:
+            if code == 130:  # the sweep printed how to continue
                 return 130
     except KeyboardInterrupt:
-        print("\nInterrupted.", file=sys.stderr)
+        print(f"\nInterrupted; continue with:\n  {runs[0][1].resume_command}", file=sys.stderr)
         return 130
+    except UsageError as exc:  # a timer's self-check failed (SelfCheckFailed)
+        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        return 2
     return max(codes, default=0)
 
 
 def _resolve(chosen, probe) -> list[tuple[BenchmarkSpec, RunOptions]] | None:
-    """Each chosen script's options (``plan``), or None after listing the cases (--list)."""
-    if chosen and chosen[0][1].list:
-        for spec, args in chosen:
-            list_cases(spec, args, probe)
-        return None
+    """Each chosen script's options (``plan``), or None after listing the cases (--list);
+    the same scripts are left out either way."""
+    listing = bool(chosen) and chosen[0][1].list
+    announce = _once(lambda text: print(text, file=sys.stderr))
     runs, left_out = [], []
     for spec, args in chosen:
         try:
-            runs.append((spec, plan(spec, args, probe)))
+            if listing:
+                list_cases(spec, args, probe)
+            else:
+                runs.append((spec, plan(spec, args, probe, announce)))
         except NoMatchingCase:
             left_out.append(spec.script)
-    if not runs:
+    if len(left_out) == len(chosen):
         raise UsageError("no script has a case that matches --filter")
     for script in left_out:
-        print(f"bench_all.py: {script}: no case matches --filter; left out", file=sys.stderr)
-    return runs
+        print(f"{PROG}: {script}: no case matches --filter; left out", file=sys.stderr)
+    return None if listing else runs
+
+
+def _once(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` for each distinct text once: the backend note is the same for every script."""
+    said: set[str] = set()
+
+    def once(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            say(text)
+
+    return once
 
 
 if __name__ == "__main__":

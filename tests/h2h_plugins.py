@@ -54,3 +54,14 @@ def no_argument():
 NOT_CALLABLE = 3
 
 raise_on_import = False
+
+
+SEEN_INPUTS: list[object] = []  # ``recording``'s log of the inputs each call was handed
+
+
+def recording(context: ImplContext) -> PluginRun:
+    """The SDPA decode example, noting which inputs object it was handed."""
+    from fi_attn_bench.backends.impls import load_factory
+
+    SEEN_INPUTS.append(context.inputs)
+    return load_factory("examples/sdpa_decode_plugin.py:make")(context)

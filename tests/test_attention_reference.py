@@ -15,15 +15,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fi_attn_bench.cases import checking
 from fi_attn_bench.cases import reference as ar
+from fi_attn_bench.cases.checking import CheckResult, Tolerance, check_output, poison_
 from fi_attn_bench.cases.reference import (
-    CheckResult,
-    Tolerance,
-    check_output,
     decode_reference,
     mla_reference,
     paged_prefill_reference,
-    poison_,
     ragged_prefill_reference,
 )
 
@@ -590,7 +588,7 @@ def test_sliced_comparison_matches_single_pass(monkeypatch):
     actual, _ = _perturb(e, 0.004, 3.0)
     actual[5, 1, 2] += 1.0
     whole = check_output(actual, e)
-    monkeypatch.setattr(ar, "_CHECK_CHUNK_ELEMS", 333)
+    monkeypatch.setattr(checking, "_CHECK_CHUNK_ELEMS", 333)
     sliced = check_output(actual, e)
     assert sliced == whole
     assert "(5, 1, 2)" in sliced.message

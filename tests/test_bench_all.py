@@ -57,7 +57,7 @@ def test_a_failed_case_gives_exit_1_and_the_next_script_still_runs(tmp_path, mon
     assert statuses == [["failed", "ok"], ["failed", "ok", "ok"]]
 
 
-@pytest.mark.parametrize("flag", ["--output", "--resume"])
+@pytest.mark.parametrize("flag", ["--output"])
 def test_one_csv_flags_are_refused_before_any_work(flag, tmp_path, capsys):
     made = []
     assert run([flag, str(tmp_path / "x.csv"), *FAST], made=made) == 2

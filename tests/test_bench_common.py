@@ -597,7 +597,7 @@ def test_sweep_freezes_the_objects_alive_before_its_first_case(tmp_path, monkeyp
 
 
 def test_case_whose_calls_waited_for_their_launch_gets_a_note(tmp_path, capsys):
-    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke"]
+    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke", "--force"]
     assert run_main(argv, timer=FakeTimer(starved=0)) == 0
     assert "started late" not in capsys.readouterr().out
     assert run_main(argv, timer=FakeTimer(starved=1)) == 0  # 1 of 10 samples per batch
@@ -608,7 +608,7 @@ def test_case_whose_calls_waited_for_their_launch_gets_a_note(tmp_path, capsys):
 
 
 def test_case_whose_samples_spread_wide_gets_a_note(tmp_path, capsys):
-    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke"]
+    argv = ["--output", str(tmp_path / "r.csv"), "--preset", "smoke", "--force"]
     narrow = (1.0, 1.01, 1.02, 1.0, 1.01, 1.02, 1.0, 1.01, 1.02, 1.0)  # IQR / median 2 %
     assert run_main(argv, timer=FakeTimer(samples=narrow)) == 0
     assert "samples spread" not in capsys.readouterr().out

@@ -20,7 +20,7 @@ import bench_batch_mla
 import bench_batch_prefill_paged
 import bench_batch_prefill_ragged
 from fi_attn_bench.backends import flashinfer_api as fc
-from fi_attn_bench.cases import reference as ar
+from fi_attn_bench.cases import checking
 from fi_attn_bench.cases.spec import Settings
 
 RELEASES = tuple(fake_flashinfer.RELEASES)
@@ -286,9 +286,9 @@ def test_prepare_drives_the_wrappers_correctly(fake, script):
     assert prepared.output is not None and prepared.plan_ms >= 0.0
     # plan() twice in prepare (a JIT-absorbing warm-up, then the timed one), never in run()
     assert len(_calls(fake, "plan")) == 2
-    ar.poison_(prepared.output)
+    checking.poison_(prepared.output)
     assert prepared.run() is prepared.output
-    result = ar.check_output(prepared.output, prepared.reference())
+    result = checking.check_output(prepared.output, prepared.reference())
     assert result.passed, result.message
     assert len(_calls(fake, "plan")) == 2
     run_args = _calls(fake, "run")[-1]
@@ -324,8 +324,8 @@ def test_decode_constructed_without_tensor_cores_and_backend_only_on_061(fake):
 def test_an_unwritten_output_fails_the_check(fake, script):
     """The harness's poison-then-check catches a run() that ignores ``out``."""
     prepared = script.prepare(script.SPEC.presets["cpu"][0], _cpu_settings())
-    ar.poison_(prepared.output)
-    assert not ar.check_output(prepared.output, prepared.reference()).passed
+    checking.poison_(prepared.output)
+    assert not checking.check_output(prepared.output, prepared.reference()).passed
 
 
 def test_torch_backend_never_imports_flashinfer(monkeypatch):

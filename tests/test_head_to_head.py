@@ -435,7 +435,8 @@ def test_fail_if_slower_exits_1_naming_the_slower_impl(tmp_path, quick_script, c
     out = tmp_path / "h.csv"
     base = ["--impl", "torch", "--impl", f"{PLUGIN}:slow", "--output", str(out), *FAST]
     assert run_main([*base, "--filter", "batch_size=1"]) == 0
-    assert run_main([*base, "--filter", "batch_size=1", "--fail-if-slower", "50"]) == 1
+    gate = ["--filter", "batch_size=1", "--fail-if-slower", "50", "--force"]
+    assert run_main([*base, *gate]) == 1
     printed = capsys.readouterr().out
     assert f"--fail-if-slower 50: {PLUGIN}:slow is slower than torch" in printed
     row = _by_impl(read_rows(out))[("1", f"{PLUGIN}:slow")]

@@ -111,6 +111,20 @@ def test_panels_are_capped_and_counted():
     assert panels[0][0] == "num_qo_heads=32"
 
 
+def test_panel_titles_leave_out_a_uniform_batchs_empty_workload():
+    rows = decode_grid(head_configs=2)
+    rows["workload"] = ["3d@40" if i % 2 else "" for i in range(len(rows))]
+    facets = report_plots._facet_columns(rows, ("seq_len_kv", "batch_size"))
+    assert facets == ["num_qo_heads", "workload"]
+    titles = sorted(title.replace("\n", " ") for title, _ in report_plots._panels(rows, facets)[0])
+    assert titles == [
+        "num_qo_heads=32",
+        "num_qo_heads=32, workload=3d@40",
+        "num_qo_heads=64",
+        "num_qo_heads=64, workload=3d@40",
+    ]
+
+
 def test_rows_without_sequence_length_get_only_a_roofline(tmp_path):
     rows = decode_grid().drop(columns=["seq_len_kv"])
     names = [p.name for p in report_plots.render_summary_plots(rows, tmp_path)]
@@ -183,3 +197,39 @@ def test_safe_file_stem_rewrites_unsafe_names_deterministically():
 def test_gate_speedup():
     assert report_plots.gate_speedup(5.0) == pytest.approx(1 / 1.05)
     assert report_plots.gate_speedup(0.0) == 1.0
+
+
+def test_speedup_plot_layout_keeps_labels_readable():
+    """Issue 21 #13: the y label was cut, the legend covered the gate label, and case
+    labels took about 60 % of the figure's height."""
+    from fi_attn_bench.summarizer.plots import speedup_figure
+
+    labels = [
+        f"batch_size={b}, seq_len_q=1, seq_len_kv={kv}, num_qo_heads=32, num_kv_heads=4, "
+        f"head_dim={hd}"
+        for b in (1, 8, 64)
+        for kv in (128, 1024, 4096, 16384)
+        for hd in (64, 128, 256)
+    ][:30]
+    speedups = [0.77, 0.9, 0.93, 0.98, 1.0, 1.1] * 5
+    states = ["regression" if s < 0.95 else "compared" for s in speedups]
+    rows = pd.DataFrame(
+        {"api": "Decode", "case_label": labels, "state": states, "speedup": speedups}
+    )
+    figure = speedup_figure("Decode", rows, 5.0)
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    box = figure.bbox
+    ax = figure.axes[0]
+    ylabel = ax.yaxis.label.get_window_extent(renderer)
+    assert (
+        box.x0 <= ylabel.x0 and ylabel.x1 <= box.x1 and box.y0 <= ylabel.y0 <= ylabel.y1 <= box.y1
+    )
+    gate_text = next(text for text in ax.texts if text.get_text().startswith("gate:"))
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not legend.overlaps(gate_text.get_window_extent(renderer))
+    ticks = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
+    tick_height = max(t.y1 for t in ticks) - min(t.y0 for t in ticks)
+    assert tick_height < 0.4 * box.height
+    assert "seq_len_q=1" not in ax.get_xticklabels()[0].get_text()  # shared: in the axis title
+    assert "seq_len_q=1, num_qo_heads=32" in ax.get_xlabel()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fi_attn_bench.results.schema import csv_fieldnames
@@ -69,7 +70,20 @@ def test_valid_summary_reports_counts_and_bests(tmp_path, capsys):
     code, out = summarize(tmp_path, csv_path, capsys=capsys)
     text = report(tmp_path)
     assert code == sr.EXIT_OK
-    assert out.out.strip() == f"Summary saved to {tmp_path / 'report.md'}"
+    lines = out.out.strip().splitlines()
+    assert lines[0] == "Verdict: PASS — all 2 case(s) ok"  # stdout: verdict and the cases
+    assert lines[1].split() == ["API", "Case", "Status", "Time", "ms", "GB/s", "TFLOPS"]
+    assert lines[2].startswith("Decode  batch_size=1 ") and lines[2].split()[-4:] == [
+        "ok",
+        "2",
+        "50",
+        "0.5",
+    ]
+    assert lines[4] == (
+        "(every case listed: seq_len_q=1, seq_len_kv=128, num_qo_heads=32, num_kv_heads=8, "
+        "head_dim=64)"
+    )
+    assert lines[-1] == f"Summary saved to {tmp_path / 'report.md'}"
     assert text.startswith("# FlashInfer Benchmark Summary\n")
     assert "**Verdict: PASS**" in text
     for line in (
@@ -337,6 +351,20 @@ def test_duplicate_cases_are_input_errors(tmp_path, capsys):
     assert failed is False
 
 
+def test_duplicate_cases_are_input_errors_in_summary_mode_too(tmp_path, capsys):
+    """Issue 21 #5: the same file twice summarized as "all 10 case(s) ok"."""
+    first = write(tmp_path / "a.csv", V1_HEADER, v1_row(1), v1_row(2))
+    second = write(tmp_path / "b.csv", V1_HEADER, v1_row(1), v1_row(2))
+    for paths in ([first, second], [first, first]):
+        code, out = summarize(tmp_path, *paths, capsys=capsys)
+        assert code == sr.EXIT_INPUT_ERROR
+        assert f"duplicate case also found at {first}:2: Decode (batch_size=1" in out.err
+        assert "PASS" not in report(tmp_path)
+    code, out = regress(tmp_path, [first, second], [first], capsys=capsys)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert f"{second}: duplicate case also found at {first}:2" in out.err
+
+
 def test_aggregates_geomean_and_total_ratio(tmp_path):
     base = write(
         tmp_path / "b.csv",
@@ -366,46 +394,48 @@ def test_aggregates_geomean_and_total_ratio(tmp_path):
 NOISE_HEADER = V1_HEADER + ",noise_pct,time_q1_ms,time_q3_ms"
 
 
-def test_noise_aware_gate(tmp_path):
+STATS_HEADER = V1_HEADER + ",samples,noise_pct,drift_pct,time_q1_ms,time_q3_ms"
+
+
+def test_gate_uses_the_uncertainty_of_the_median_not_the_spread(tmp_path):
+    """Issue 24: a 6.6 % slowdown with 6.8 % per-call spread but a tight median (500
+    samples: 1.57 * 6.8 / sqrt(500) = 0.48 % per side) is a regression; the old
+    rule called it within noise (6.6 < 6.8 + 6.8)."""
     base = write(
         tmp_path / "b.csv",
-        NOISE_HEADER,
-        v1_row(1, "1.0") + ",4,,",
-        v1_row(2, "1.0") + ",1,,",
-        v1_row(3, "1.0") + ",,,",
+        STATS_HEADER,
+        v1_row(1, "1.0") + ",500,6.8,,,",
+        v1_row(2, "1.0") + ",,,,0.95,1.05",  # quartiles but no sample count: gate alone
+        v1_row(3, "1.0") + ",500,6.8,5.0,,",  # drift_pct wins over the notch rule
+        v1_row(4, "1.0") + ",4,6.8,,,",  # 4 samples: 1.57 * 6.8 / 2 = 5.3 % per side
     )
     cand = write(
         tmp_path / "c.csv",
-        NOISE_HEADER,
-        v1_row(1, "1.06") + ",4,,",
-        v1_row(2, "1.06") + ",1,,",
-        v1_row(3, "1.06") + ",3,,",
+        STATS_HEADER,
+        v1_row(1, "1.066") + ",500,6.8,,,",
+        v1_row(2, "1.066") + ",,,,1.0,1.1",
+        v1_row(3, "1.066") + ",500,6.8,5.0,,",
+        v1_row(4, "1.066") + ",4,6.8,,,",
     )
     code, _ = regress(tmp_path, [base], [cand], gate=5)
     text = report(tmp_path)
-    # case 1: +6% past the 5% gate but inside 4%+4% noise; case 2: outside 1%+1%;
-    # case 3: baseline has no statistics, so the seed's gate alone decides.
-    assert (
-        "| within noise | 0.9434x | time\\_ms +6.00% past the 5% gate, within the measured noise (8.00%) |"
-        in text
-    )
-    assert (
-        "| regression | 0.9434x | time\\_ms +6.00% past the 5% gate, outside the measured noise (2.00%) |"
-        in text
-    )
-    assert "Case states: regression=2, within noise=1" in text
-    assert "Gate rule:" in text
     assert code == sr.EXIT_BENCHMARK_FAILURE
-    only_noise = write(tmp_path / "n.csv", NOISE_HEADER, v1_row(1, "1.06") + ",4,,")
-    base_one = write(tmp_path / "b1.csv", NOISE_HEADER, v1_row(1, "1.0") + ",4,,")
-    assert regress(tmp_path, [base_one], [only_noise], gate=5)[0] == sr.EXIT_OK
+    assert "Case states: regression=2, within noise=2" in text
+    assert "time\\_ms +6.60% past the 5% gate; medians' uncertainty ±0.68%" in text
+    assert "seq\\_len\\_kv" in text
+    matched = text[text.index("## Matched Cases") :]
+    assert matched.count("| within noise |") == 2  # batch 3 (±7.07 %) and 4 (±7.55 %)
+    assert "batch\\_size=3" in matched.split("| within noise |")[0].rsplit("\n", 1)[-1]
 
 
 def test_noise_from_quartiles_when_noise_pct_absent(tmp_path):
-    base = write(tmp_path / "b.csv", NOISE_HEADER, v1_row(1, "1.0") + ",,0.95,1.05")
-    cand = write(tmp_path / "c.csv", NOISE_HEADER, v1_row(1, "1.08") + ",,1.0,1.1")
+    header = V1_HEADER + ",samples,time_q1_ms,time_q3_ms"
+    base = write(tmp_path / "b.csv", header, v1_row(1, "1.0") + ",16,0.8,1.2")
+    cand = write(tmp_path / "c.csv", header, v1_row(1, "1.08") + ",16,0.86,1.3")
+    # 1.57 * 40 % / 4 = 15.7 %; 1.57 * (44/1.08) % / 4 = 15.99 %: root sum of squares 22.41 %
     assert regress(tmp_path, [base], [cand], gate=5)[0] == sr.EXIT_OK
-    assert "within the measured noise (19.26%)" in report(tmp_path)
+    assert "medians' uncertainty ±22.41%" not in report(tmp_path)  # within noise: not listed
+    assert "Case states: within noise=1" in report(tmp_path)
 
 
 def test_environment_per_side_and_mismatch_warning(tmp_path):
@@ -676,11 +706,15 @@ def test_seed_record_helpers_work_on_hand_built_records():
     assert "- Valid files: 2" in markdown and "- Total rows: 3" in markdown
     assert "- Minimum time_ms: 1 (batch\\_size=1; source=y)" in markdown
     assert "| y | 2 | failed=1, ok=1 |" in markdown
+    assert "**Verdict: INVALID INPUT**" in markdown  # A batch_size=1 is in x and y
+    assert "y: duplicate case also found at x:2: A (batch\\_size=1)" in markdown
 
 
 def test_summary_json_holds_every_row(tmp_path):
     json_path = tmp_path / "s.json"
-    assert summarize(tmp_path, NEW, LEGACY, extra=["--json", json_path])[0] == sr.EXIT_OK
+    legacy = tmp_path / "legacy.csv"  # other cases than NEW's: a repeated case is an input error
+    legacy.write_text(LEGACY.read_text().replace(",1,", ",2,"), encoding="utf-8")
+    assert summarize(tmp_path, NEW, legacy, extra=["--json", json_path])[0] == sr.EXIT_OK
     data = json.loads(json_path.read_text())
     assert data["verdict"] == "pass" and data["exit_code"] == 0 and data["total_rows"] == 6
     assert len(data["frame"]) == 6 and data["legacy_rows"] == 3
@@ -690,7 +724,9 @@ def test_summary_json_holds_every_row(tmp_path):
 def test_every_long_list_is_cut_under_the_limit(tmp_path):
     header = V1_HEADER + ",device"
     rows = [v1_row(i, api=f"api{i}", kv=str(i)) + f",GPU model {i}" for i in range(1500)]
-    rows += [v1_row(i, "", "", "", "failed", "e" * 50, api=f"api{i}") + ",x" for i in range(300)]
+    rows += [
+        v1_row(i, "", "", "", "failed", "e" * 50, api=f"api{i}", kv="x") + ",x" for i in range(300)
+    ]
     path = write(tmp_path / "many.csv", header, *rows)
     code, _ = summarize(tmp_path, path, extra=["--max-report-bytes", "8192"])
     text = report(tmp_path)
@@ -790,7 +826,7 @@ def test_regressions_worst_first_and_failures_not_crowded_out(tmp_path):
     text = report(tmp_path)
     assert code == sr.EXIT_BENCHMARK_FAILURE
     regressions = text[text.index("## Regressions") : text.index("## Failure Details")]
-    first = regressions.split("\n")[4]
+    first = regressions.split("\n")[6]
     assert "seq\\_len\\_kv=299," in first and "time\\_ms +39.90%" in first
     failures = text[text.index("## Failure Details") :]
     assert failures.count("| candidate | Decode |") == 5
@@ -815,7 +851,7 @@ def both_paths(tmp_path, capsys, monkeypatch, paths, extra=()):
     for scan in (True, False):
         with monkeypatch.context() as patch:
             if not scan:
-                patch.setattr(sr, "scan_inputs", lambda paths: None)
+                patch.setattr(sr, "scan_inputs", lambda paths, cases=False: None)
             code, captured = summarize(tmp_path, *paths, capsys=capsys, extra=extra)
         outcomes.append((code, captured.out, captured.err, report(tmp_path)))
     return outcomes
@@ -923,6 +959,18 @@ SCAN_CASES = {
         [OPT_HEADER, opt_row(1, extra="0,2.5,stopwatch,NVIDIA H200,50,40")],
         False,
     ),
+    "quoted cells as the harness writes them": (
+        [
+            V1_HEADER + ",repro,kernels",
+            v1_row(1) + ',"bench.py --filter a=1,b=2","k<1, 2>;k2"',
+            v1_row(2, "", "", "", "failed", '"x, ""y"""') + ',"r,1",""',
+            '1,"Decode",3,1,128,32,8,64,ok,1.0,100,1,,,"a ""b"", c",k',
+        ],
+        True,
+    ),
+    "quoted number": ([V1_HEADER, v1_row(1, '"1.5"')], False),
+    "stray quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", 'x"y')], False),
+    "text after a closing quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", '"x"y')], False),
     "quoted commas and newlines": (
         [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", '"multi\nline, error"')],
         False,
@@ -975,11 +1023,13 @@ def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypa
         tmp_path / "opt.csv", OPT_HEADER, opt_row(4, "0.25"), opt_row(5, extra="1,,wall,B,101,0")
     )
     legacy = write(tmp_path / "l.csv", LEGACY_HEADER, "Decode,9,1,128,32,8,64,0.125,30,3")
-    paths = [v1, opt, v1, legacy]
+    paths = [v1, opt, legacy]
     assert sr.scan_inputs(paths) is not None
     fast, slow = both_paths(tmp_path, capsys, monkeypatch, paths)
     assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
-    quoted = write(tmp_path / "q.csv", V1_HEADER, v1_row(3, "", "", "", "failed", '"a, b"'))
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [*paths, v1])
+    assert fast == slow and fast[0] == sr.EXIT_INPUT_ERROR  # v1's cases twice
+    quoted = write(tmp_path / "q.csv", V1_HEADER, v1_row(3, "", "", "", "failed", '"a\nb"'))
     assert sr.scan_inputs([*paths, quoted]) is None
     assert (
         both_paths(tmp_path, capsys, monkeypatch, [*paths, quoted])[0] == slow[:1] + slow[1:]
@@ -991,7 +1041,7 @@ def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypa
 
 def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypatch):
     """More bytes and rows than one scan block, the last row without its newline."""
-    from fi_attn_bench.summarizer import scan
+    from fi_attn_bench.summarizer import scan_file as scan
 
     rows = [
         v1_row(i % 7 + 1, f"{0.001 * (1 + i % 997):.6g}", f"{i * 0.37:.6g}", kv=str(i))
@@ -1164,7 +1214,17 @@ REGRESSION_SCAN_CASES = {
     "a quoted baseline file": (
         [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a, b"')]],
         [[V1_HEADER, v1_row(1)]],
+        True,
+    ),
+    "a quoted line break": (
+        [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a\nb"')]],
+        [[V1_HEADER, v1_row(1)]],
         False,
+    ),
+    "quoted case cells": (
+        [[V1_HEADER, '1,Decode,"1",1,128,32,8,64,ok,1.0,100,1,,']],
+        [[V1_HEADER, v1_row(1, "1.2")]],
+        True,
     ),
 }
 
@@ -1284,3 +1344,322 @@ def test_plain_comparison_never_imports_pandas(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == sr.EXIT_OK, result.stderr
+
+
+# ------------------------------------------------ issue 21: what a user meets
+
+
+def test_a_huge_error_cell_is_clipped_and_its_case_named(tmp_path):
+    """#4: a 5 MB error cell emptied the Failure Details table ("0 of 1 shown")."""
+    huge = "x" * 5_000_000
+    path = write(tmp_path / "a.csv", V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", huge))
+    assert summarize(tmp_path, path)[0] == sr.EXIT_BENCHMARK_FAILURE
+    text = report(tmp_path)
+    failures = text[text.index("## Failure Details") :]
+    assert "| Decode | batch\\_size=2, " in failures
+    assert "more characters; the CSV holds them all" in failures
+    assert "0 of 1 failures shown" not in text and len(text) < 100_000
+
+
+def test_report_to_stdout_with_dash_and_dev_stdout(tmp_path):
+    """#7: `--output -` wrote a file named "-"; /dev/stdout failed on its temp file."""
+    for target in ("-", "/dev/stdout"):
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "summarize_results.py"), str(SEED_V1), "--output", target],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("# FlashInfer Benchmark Summary\n")
+        assert "saved to" not in result.stdout and not (tmp_path / "-").exists()
+    redirected = tmp_path / "out.md"
+    with open(redirected, "w") as stream:
+        command = [sys.executable, str(ROOT / "summarize_results.py"), str(SEED_V1)]
+        subprocess.run(
+            [*command, "--output", "/dev/stdout"],
+            stdout=stream,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    assert redirected.read_text().startswith("# FlashInfer Benchmark Summary\n")
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot-dir", "--output"])
+def test_an_unwritable_output_writes_nothing(tmp_path, capsys, option):
+    """#12: `--json /proc/x.json` still wrote and announced out.md before exit 2."""
+    out = tmp_path / "out.md"
+    argv = [str(SEED_V1), "--output", str(out), option, "/proc/fi-attn-bench/x"]
+    code = sr.main(argv)
+    captured = capsys.readouterr()
+    assert code == sr.EXIT_INPUT_ERROR
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert "/proc/fi-attn-bench/x" in captured.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_wording_order_and_large_changes(tmp_path, capsys):
+    """#11: "9 regression"; within-noise rows in the Regressions table; text order
+    (seq_len_kv=200 before 37); a 2x slowdown without a gate got a plain PASS."""
+    kvs = ["37", "200", "1000"]
+    base = write(tmp_path / "b.csv", V1_HEADER, *(v1_row(1, "1.0", kv=kv) for kv in kvs))
+    cand = write(
+        tmp_path / "c.csv",
+        V1_HEADER,
+        *(v1_row(1, t, kv=kv) for t, kv in zip(["2.0", "1.2", "1.01"], kvs, strict=True)),
+    )
+    code, out = regress(tmp_path, [base], [cand], gate=5, capsys=capsys)
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    assert "**Verdict: FAIL** — 2 regressions" in text
+    matched = text[text.index("## Matched Cases") :]
+    assert matched.index("seq\\_len\\_kv=37,") < matched.index("seq\\_len\\_kv=200,")
+    assert matched.index("seq\\_len\\_kv=200,") < matched.index("seq\\_len\\_kv=1000,")
+    regressions = text[text.index("## Regressions") : text.index("## Matched Cases")]
+    assert regressions.index("kv=37,") < regressions.index("kv=200,")  # worst first
+    assert out.out.startswith("Verdict: FAIL — 2 regressions\n")
+    code, out = regress(tmp_path, [base], [cand], capsys=capsys)
+    text = report(tmp_path)
+    assert code == sr.EXIT_OK
+    assert "2 cases 10% or more slower (not gated: no --fail-on-regression)" in text
+    assert "## Large Changes (10% or more slower; not gated)" in text
+    assert "- Case states: compared=3" in text and "## Regressions" not in text
+
+
+def test_only_changed_and_stdout_table(tmp_path, capsys):
+    base = write(tmp_path / "b.csv", V1_HEADER, *(v1_row(b, "1.0") for b in range(1, 6)))
+    cand = write(
+        tmp_path / "c.csv", V1_HEADER, v1_row(1, "1.5"), *(v1_row(b, "1.0") for b in range(2, 6))
+    )
+    code, out = regress(tmp_path, [base], [cand], gate=5, capsys=capsys, extra=["--only-changed"])
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    changed = text[text.index("## Changed Cases (--only-changed)") :]
+    assert changed.count("| Decode |") == 1
+    rows = [line for line in out.out.splitlines() if line.startswith("Decode")]
+    assert len(rows) == 1 and rows[0].split()[-3:] == ["1", "1.5", "+50.00%"]
+
+
+def test_directory_arguments_and_version(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    (runs / "base" / "shard").mkdir(parents=True)
+    write(runs / "base" / "a.csv", V1_HEADER, v1_row(1))
+    write(runs / "base" / "shard" / "b.csv", V1_HEADER, v1_row(2))
+    write(runs / "cand.csv", V1_HEADER, v1_row(1), v1_row(2))
+    code, _ = summarize(tmp_path, runs / "base")
+    assert code == sr.EXIT_OK and "- Total rows: 2" in report(tmp_path)
+    code, _ = regress(tmp_path, [runs / "base"], [runs / "cand.csv"], gate=5)
+    assert code == sr.EXIT_OK and "- Matched cases: 2" in report(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        sr.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.startswith("summarize_results.py 0.")
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_environment_shows_run_metadata(tmp_path, monkeypatch, scan):
+    """Run metadata in the environment section; a timestamp per row shows as its range."""
+    header = V1_HEADER + ",host,git_commit,git_dirty,timestamp_utc"
+    stamps = ["2026-12-04T10:00:07.5+00:00", "2026-12-04T10:00:00Z", "2026-12-04T09:59:59+00:00"]
+    rows = [v1_row(b) + f",node7,abc123,no,{stamp}" for b, stamp in enumerate(stamps, 1)]
+    path = write(tmp_path / "a.csv", header, *rows)
+    if not scan:
+        monkeypatch.setattr(sr, "scan_inputs", lambda paths, cases=False: None)
+    summarize(tmp_path, path)
+    text = report(tmp_path).replace("\\_", "_")
+    for line in ("| host | node7 |", "| git_commit | abc123 |", "| git_dirty | no |"):
+        assert line in text
+    assert "| timestamp_utc | 2026-12-04T09:59:59+00:00 … 2026-12-04T10:00:07.5+00:00 |" in text
+
+
+# ------------------------------------- identity defaults, samples, shards, impls
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_old_baseline_without_impl_matches_new_rows(tmp_path, capsys, monkeypatch, scan):
+    """Issue 22: a baseline without impl/workload matches impl=flashinfer, workload=""."""
+    old = write(tmp_path / "old.csv", V1_HEADER, v1_row(1), v1_row(2))
+    header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,workload,")
+    new_rows = [
+        ",".join([*v1_row(b).split(",")[:8], "flashinfer", "", *v1_row(b).split(",")[8:]])
+        for b in (1, 2)
+    ]
+    new = write(tmp_path / "new.csv", header, *new_rows)
+    if not scan:
+        monkeypatch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
+    code, _ = regress(tmp_path, [old], [new], gate=5, capsys=capsys)
+    text = report(tmp_path)
+    assert code == sr.EXIT_OK, text
+    assert "- Matched cases: 2" in text and "- New candidate cases: 0" in text
+    assert "impl=flashinfer" in text
+
+
+def _samples_file(path: Path, rows) -> Path:
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as stream:
+        for batch, samples in rows:
+            case = dict(
+                zip(
+                    [
+                        "batch_size",
+                        "seq_len_q",
+                        "seq_len_kv",
+                        "num_qo_heads",
+                        "num_kv_heads",
+                        "head_dim",
+                    ],
+                    [str(batch), "1", "128", "32", "8", "64"],
+                    strict=True,
+                )
+            )
+            record = {"api": "Decode", "case": case, "impl": "flashinfer", "samples_ms": samples}
+            stream.write(json.dumps(record) + "\n")
+    return path
+
+
+def test_mann_whitney_matches_the_normal_approximation():
+    from fi_attn_bench.summarizer.samples import mann_whitney_p
+
+    # scipy.stats.mannwhitneyu(range(1, 6), range(6, 11), method="asymptotic") -> 0.01219
+    assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(0.01219, abs=2e-5)
+    # ties: [1, 2, 2, 3] vs [2, 3, 3, 4]: ranks 1, 3, 3, 6 -> U1 = 13 - 10 = 3, mean 8;
+    # variance 16/12 * (9 - 2 * 24 / 56) = 10.857; z = (5 - 0.5) / 3.295 = 1.366 -> 0.1720
+    assert mann_whitney_p([1, 2, 2, 3], [2, 3, 3, 4]) == pytest.approx(0.1720, abs=2e-4)
+    assert mann_whitney_p([1, 1], [1, 1]) == 1.0
+    assert math.isnan(mann_whitney_p([], [1.0]))
+
+
+def test_rank_test_on_raw_samples_decides_significance(tmp_path, capsys):
+    """Issue 21: with samples of both sides the rank test calls the change, not the
+    medians' interval (these rows state none, so the gate alone would flag both)."""
+    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"))
+    cand = write(tmp_path / "c.csv", V1_HEADER, v1_row(1, "1.1"), v1_row(2, "1.1"))
+    rng = np.random.default_rng(1)
+    base_samples = [
+        (1, (1.0 + 0.01 * rng.standard_normal(50)).tolist()),
+        (2, (1.0 + 0.5 * rng.random(50)).tolist()),
+    ]
+    cand_samples = [
+        (1, (1.1 + 0.01 * rng.standard_normal(50)).tolist()),
+        (2, (1.0 + 0.5 * rng.random(50)).tolist()),
+    ]
+    (tmp_path / "bs").mkdir()
+    _samples_file(tmp_path / "bs" / "b.samples.jsonl.gz", base_samples)
+    cs = _samples_file(tmp_path / "c.samples.jsonl.gz", cand_samples)
+    extra = ["--baseline-samples", tmp_path / "bs", "--candidate-samples", cs]
+    code, _ = regress(tmp_path, [base], [cand], gate=5, capsys=capsys, extra=extra)
+    text = report(tmp_path)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    assert "Case states: regression=1, within noise=1" in text
+    regressions = text[text.index("## Regressions") : text.index("## Matched Cases")]
+    assert "batch\\_size=1," in regressions and "Mann–Whitney p = " in regressions
+    assert regress(tmp_path, [base], [cand], gate=5)[0] == sr.EXIT_BENCHMARK_FAILURE
+
+
+def test_a_bad_samples_file_is_one_line_exit_two(tmp_path, capsys):
+    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1))
+    bad = tmp_path / "x.samples.jsonl.gz"
+    bad.write_text("not gzip")
+    extra = ["--baseline-samples", bad, "--candidate-samples", bad]
+    code, out = regress(tmp_path, [base], [base], capsys=capsys, extra=extra)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert out.err.count("\n") == 1 and "not a readable gzip samples file" in out.err
+    assert not (tmp_path / "report.md").exists()
+    empty = _samples_file(tmp_path / "e.samples.jsonl.gz", [(1, [])])
+    extra = ["--baseline-samples", empty, "--candidate-samples", empty]
+    code, out = regress(tmp_path, [base], [base], capsys=capsys, extra=extra)
+    assert code == sr.EXIT_INPUT_ERROR and "samples_ms must be a non-empty list" in out.err
+
+
+def test_shards_merge_and_a_missing_shard_is_an_incomplete_run(tmp_path, capsys):
+    header = V1_HEADER + ",shard,num_shards"
+    shards = [
+        write(tmp_path / f"s{index}.csv", header, v1_row(index + 1) + f",{index},4")
+        for index in range(4)
+    ]
+    code, _ = summarize(tmp_path, *shards, capsys=capsys)
+    assert code == sr.EXIT_OK and "- Total rows: 4" in report(tmp_path)
+    code, out = regress(tmp_path, shards, [shards[0], *shards[2:]], capsys=capsys)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert "candidate: candidate: incomplete sharded run: shard(s) 1 of 4 missing" in out.err
+    twice = write(tmp_path / "again.csv", header, v1_row(1) + ",1,4")
+    code, out = summarize(tmp_path, *shards, twice, capsys=capsys)
+    assert code == sr.EXIT_INPUT_ERROR
+    assert f"{twice}: duplicate case also found at {shards[0]}:2" in out.err
+
+
+def test_run_conditions_that_differ_are_named_next_to_the_case(tmp_path):
+    header = V1_HEADER + ",power_capped_pct,sm_clock_mean_MHz"
+    base = write(tmp_path / "b.csv", header, v1_row(1) + ",10,1980", v1_row(2) + ",10,1980")
+    cand = write(
+        tmp_path / "c.csv", header, v1_row(1, "1.1") + ",85,1700", v1_row(2, "1.01") + ",15,1970"
+    )
+    assert regress(tmp_path, [base], [cand], gate=5)[0] == sr.EXIT_BENCHMARK_FAILURE
+    text = report(tmp_path)
+    verdict = text.split("\n")[2]
+    assert "1 case ran under different conditions (clock or power limit)" in verdict
+    row = next(line for line in text.splitlines() if line.startswith("| Decode | batch\\_size=1"))
+    assert "power-capped 10% → 85%; SM clock 1980 → 1700 MHz" in row
+
+
+def test_head_to_head_table_for_several_implementations(tmp_path):
+    """Issue 22: one run, two impls: times side by side, speedup with its paired
+    interval, winner, geomean per API."""
+    header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,") + (
+        ",baseline_impl,paired_ratio,paired_ratio_lo,paired_ratio_hi"
+    )
+
+    def row(batch, impl, time_ms, paired=",,"):
+        cells = v1_row(batch, time_ms).split(",")
+        return ",".join([*cells[:8], impl, *cells[8:]]) + f",fa2,{paired}"
+
+    path = write(
+        tmp_path / "h.csv",
+        header,
+        row(1, "fa2", "1.0"),
+        row(1, "fa3", "0.5", "0.5,0.45,0.55"),
+        row(2, "fa2", "1.0"),
+        row(2, "fa3", "2.0"),
+    )
+    assert summarize(tmp_path, path)[0] == sr.EXIT_OK
+    text = report(tmp_path)
+    table = text[text.index("## Head to Head: Decode") :]
+    assert "| Case | fa2 ms | fa3 ms | fa3 speedup | Winner |" in table
+    assert "| 1 | 0.5 | 2.0000x [1.818, 2.222] | fa3 |" in table
+    assert "impl=" not in table.split("## Case Results")[0]  # cases named without impl
+    assert "| 1 | 2 | 0.5000x | fa2 |" in table
+    assert "Geomean speedup over fa2: fa3 1.0000x" in table
+
+
+def test_harness_shaped_csvs_take_the_numpy_path_and_agree_with_pandas(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 21: the harness quotes repro and kernels, so the pandas-free reader never
+    ran on its CSVs; now it does (several blocks, two threads) with the same report."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gen_csvs
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    base, cand = tmp_path / "b.csv", tmp_path / "c.csv"
+    gen_csvs.main(["--rows", "3000", "--out", str(base), "--failed-every", "700"])
+    gen_csvs.main(["--rows", "3000", "--out", str(cand), "--failed-every", "700", "--candidate"])
+    capsys.readouterr()
+    assert (
+        base.stat().st_size > 16 * (1 << 17)
+        and b'"python bench_batch_decode.py' in base.read_bytes()
+    )
+    assert sr.scan_inputs([base]) is not None and sr.scan_runs([base], [cand]) is not None
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [base])
+    assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
+    outcomes = []
+    for scan in (True, False):
+        with monkeypatch.context() as patch:
+            if not scan:
+                patch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
+            code, captured = regress(tmp_path, [base], [cand], gate=5, capsys=capsys)
+        outcomes.append((code, captured.out, captured.err, report(tmp_path)))
+    assert outcomes[0] == outcomes[1]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from fi_attn_bench.cases.workloads import Batch
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
 
 
@@ -38,6 +39,16 @@ class Prepared:
 
 
 @dataclass(frozen=True)
+class VariedBatches:
+    """How a script takes varied-length batches (``--batch``, ``--workload``, ``--preset serving``)."""
+
+    heads: Mapping[str, int]  # the non-length case fields of a --batch / --workload case
+    shape_fields: Callable[[Batch], Mapping[str, int]]  # batch_size and rounded mean lengths
+    decode_only: bool  # every request must have q_len 1
+    presets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> batch specs
+
+
+@dataclass(frozen=True)
 class BenchmarkSpec:
     """One script = one spec: its API, case fields, presets and named functions."""
 
@@ -48,6 +59,7 @@ class BenchmarkSpec:
     prepare: Callable[[Mapping[str, int], Settings], Prepared]
     io_bytes: Callable[[Mapping[str, int], int], float]
     flops: Callable[[Mapping[str, int]], float]
+    varied: VariedBatches | None = None  # None: uniform batches only
 
 
 DTYPES: Mapping[str, torch.dtype] = {"float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -8,8 +8,8 @@ Three sources, in order of precedence (``resolve_peaks``):
 3. *published*: the vendor's figures from ``PUBLISHED_PEAKS``, matched on
    ``torch.cuda.get_device_name()``.
 
-Measured peaks are what a kernel can actually reach (an H200 copies at about 4.3 TB/s
-against 4.8 TB/s published), so they make the better 100%. ``roofline_columns`` turns
+Measured peaks are what a kernel can actually reach (a copy falls short of the published
+bandwidth), so they make the better 100%. ``roofline_columns`` turns
 a row's bandwidth and TFLOPS into the registered ``pct_peak_bw`` / ``pct_peak_tflops``
 columns. A percentage above ``PLAUSIBLE_PCT_LIMIT`` is a measurement artefact (for
 example L2 cache hits), never a speed.
@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from fi_attn_bench import VERSION_TEXT
 
 CACHE_ENV = "FI_ATTN_BENCH_CACHE"
 CACHE_FILE_NAME = "peaks.json"
@@ -504,12 +506,21 @@ def measured_table_markdown(
     return "\n".join(lines)
 
 
+def program_name(argv0: str) -> str:
+    """How the user ran this program: the console script's name, or ``python -m ...``."""
+    name = os.path.basename(argv0)
+    return (
+        "python -m fi_attn_bench.device.peaks" if name in ("peaks.py", "__main__.py", "") else name
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="device_peaks.py",
+        prog=program_name(sys.argv[0] if sys.argv else ""),
         description="Measure a device's copy bandwidth and dense GEMM rate, print them as "
         "a Markdown table and optionally cache them for pct_peak_* columns.",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     parser.add_argument("--device", default="cuda", help="torch device (default: cuda)")
     parser.add_argument(
         "--dtype",

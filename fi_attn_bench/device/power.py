@@ -1,8 +1,7 @@
 """Was the GPU at its power limit while a case was measured? (NVML, read through ctypes.)
 
 A compute-bound case can hold a GPU at its board power limit; the limiter then lowers the SM
-clock, and the case's time follows the limiter and the temperature (H200, v10: 1260-1965 MHz
-under the 700 W cap, +2-3 % over ten seconds as the GPU warmed). Two counters NVML keeps
+clock, and the case's time follows the limiter and the temperature. Two counters NVML keeps
 tell this per case without sampling anything: the time the device spent clocked down for
 power (``nvmlDeviceGetViolationStatus``, cumulative ns) and its energy counter
 (``nvmlDeviceGetTotalEnergyConsumption``, mJ, Volta and later). Read before and after a
@@ -75,6 +74,41 @@ class PowerMonitor:
         return result, power_columns(before, self.read())
 
 
+@dataclass(frozen=True)
+class NvmlDevice:
+    """An initialized NVML library and the handle of one device in it."""
+
+    library: object
+    handle: ctypes.c_void_p
+
+
+def open_nvml_device(uuid: str, load=ctypes.CDLL) -> NvmlDevice | None:
+    """NVML's handle of the device with this UUID; None without NVML, its driver or the device."""
+    try:
+        library = load(NVML_LIBRARY)
+        if library.nvmlInit_v2() != NVML_SUCCESS:
+            return None
+        handle = ctypes.c_void_p()
+        found = library.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle))
+    except (OSError, AttributeError):
+        return None
+    return NvmlDevice(library, handle) if found == NVML_SUCCESS else None
+
+
+def cuda_device_uuid(device) -> str | None:
+    """NVML's name of a torch CUDA device; None for a CPU device, ROCm, or no UUID."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    if getattr(torch.version, "hip", None):
+        return None  # ROCm's torch.cuda is not NVML's
+    try:
+        return nvml_uuid(torch.cuda.get_device_properties(device))
+    except Exception:  # noqa: BLE001 - no properties, no NVML name
+        return None
+
+
 class NvmlCounters:
     """The two NVML counters of the device with this UUID (``GPU-...``)."""
 
@@ -83,15 +117,8 @@ class NvmlCounters:
 
     @classmethod
     def open(cls, uuid: str, load=ctypes.CDLL) -> NvmlCounters | None:
-        try:
-            library = load(NVML_LIBRARY)
-            if library.nvmlInit_v2() != NVML_SUCCESS:
-                return None
-            handle = ctypes.c_void_p()
-            found = library.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle))
-        except (OSError, AttributeError):
-            return None
-        return cls(library, handle) if found == NVML_SUCCESS else None
+        device = open_nvml_device(uuid, load)
+        return cls(device.library, device.handle) if device is not None else None
 
     def capped_ns(self) -> int | None:
         status = _ViolationTime()
@@ -115,16 +142,7 @@ def nvml_uuid(properties) -> str | None:
 
 def open_power_monitor(device) -> PowerMonitor | None:
     """A monitor for a CUDA device with NVML and at least one counter; otherwise ``None``."""
-    if getattr(device, "type", None) != "cuda":
-        return None
-    import torch
-
-    if getattr(torch.version, "hip", None):
-        return None  # ROCm's torch.cuda is not NVML's
-    try:
-        uuid = nvml_uuid(torch.cuda.get_device_properties(device))
-    except Exception:  # noqa: BLE001 - no properties, no monitor
-        return None
+    uuid = cuda_device_uuid(device)
     counters = NvmlCounters.open(uuid) if uuid else None
     if counters is None:
         return None

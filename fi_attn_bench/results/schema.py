@@ -25,11 +25,7 @@ from dataclasses import dataclass
 SCHEMA_VERSION = "1"
 # The harness's version, stamped on every row (``harness_version``) and the package's version
 # (pyproject.toml reads it from here).  Bumped whenever what ``time_ms`` means changes, so
-# the summarizer can warn when a baseline was measured another way.  0.2.0: no timing event
-# between the L2 flush and run(); cases under 0.1 ms read 1.4-4 us lower than with 0.1.x.
-# 0.3.0: a write-only L2 flush (was read+write); sampling until 0.5 s of timed GPU time.
-# 0.6.0: the 1000-sample cap on that wait holds only for calls under 0.1 ms (0.4.0 and 0.5.0,
-# longer windows for cases whose samples spread or drift, were tried and reverted).
+# the summarizer can warn when a baseline was measured another way (history: docs/DESIGN.md).
 HARNESS_VERSION = "0.6.0"
 # What a row of this harness that carries no ``harness_version`` was measured with.
 UNRECORDED_HARNESS_VERSION = "before 0.2.0 (not recorded)"
@@ -163,6 +159,9 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     Column("git_commit", _E, Kind.TEXT, "git commit of the code under test, when known"),
     Column("git_dirty", _E, Kind.CHOICE, "uncommitted changes in that checkout", ("yes", "no")),
     Column("timestamp_utc", _E, Kind.TEXT, "when the case finished, UTC, ISO 8601"),
+    # The sweep's case selection, so that --resume CSV alone reruns the same cases.
+    Column("preset", _M, Kind.TEXT, "case grid the sweep selected its cases from"),
+    Column("filter", _M, Kind.TEXT, "the sweep's --filter terms, ','-joined (empty: none)"),
     # Head to head: implementations measured in interleaved rounds against a baseline one.
     Column("baseline_impl", _P, Kind.TEXT, "implementation the paired ratio is taken against"),
     Column("paired_rounds", _P, Kind.COUNT, "interleaved rounds behind the paired ratio"),

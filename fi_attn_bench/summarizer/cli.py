@@ -3,6 +3,8 @@
 Summary mode:    summarize_results.py A.csv B.csv ... [--output summary.md]
 Regression mode: summarize_results.py --baseline B.csv... --candidate C.csv...
                  [--fail-on-regression PERCENT] [--output report.md]
+A directory argument stands for every *.csv under it; ``--output -`` writes the
+report to standard output.  Otherwise the verdict and a compact table go to stdout.
 
 Exit codes: 0 valid input and nothing failed; 1 a failed case, a candidate missing a
 baseline case, or a regression beyond the gate; 2 bad arguments, unreadable or
@@ -23,8 +25,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fi_attn_bench.results.schema import CASE_COLUMN_ORDER
+from fi_attn_bench.results.schema import CASE_COLUMN_ORDER, HARNESS_VERSION
 from fi_attn_bench.summarizer.frames import case_labels, frame_case_columns
+from fi_attn_bench.summarizer.inputs import expand_paths
 from fi_attn_bench.summarizer.loading import (
     INTERNAL_COLUMNS,
     LEGACY_SCHEMAS,
@@ -54,8 +57,9 @@ from fi_attn_bench.summarizer.model import (
     summarize,
     summary_plot_rows,
 )
-from fi_attn_bench.summarizer.output import model_json, write_atomically
+from fi_attn_bench.summarizer.output import is_stdout, model_json, unwritable, write_report
 from fi_attn_bench.summarizer.scan import scan_inputs, scan_runs
+from fi_attn_bench.summarizer.terminal import regression_console, summary_console, terminal_width
 
 __all__ = [
     "CASE_COLUMN_ORDER",
@@ -176,37 +180,46 @@ def build_regression_markdown(
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """Where and how big the reports are."""
+    """Where and how big the reports are, and what they list."""
 
     output: Path
     json_path: Path | None
     max_bytes: int
     plot_dir: Path | None
+    only_changed: bool = False
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="summarize_results.py", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("csv", nargs="*", type=Path, help="Benchmark CSV files for summary mode.")
     parser.add_argument(
-        "--baseline", nargs="+", type=Path, help="Baseline CSV files for regression mode."
+        "csv", nargs="*", type=Path, help="Benchmark CSV files or directories for summary mode."
     )
     parser.add_argument(
-        "--candidate", nargs="+", type=Path, help="Candidate CSV files for regression mode."
+        "--baseline",
+        nargs="+",
+        type=Path,
+        help="Baseline CSV files or directories (one run) for regression mode.",
+    )
+    parser.add_argument(
+        "--candidate",
+        nargs="+",
+        type=Path,
+        help="Candidate CSV files or directories (one run) for regression mode.",
     )
     parser.add_argument(
         "--fail-on-regression",
         type=float,
         metavar="PERCENT",
-        help="Return 1 when a metric regresses by more than this percentage "
-        "(and, when both rows state their noise, by more than that noise).",
+        help="Return 1 when a metric regresses by more than this percentage and the change "
+        "is significant (rank test on raw samples, else beyond the medians' uncertainty).",
     )
     parser.add_argument(
         "--output",
         type=Path,
         default=Path("flashinfer_benchmark_summary.md"),
-        help="Markdown report output path.",
+        help="Markdown report output path; '-' writes it to standard output.",
     )
     parser.add_argument(
         "--json", type=Path, metavar="PATH", help="Also write the complete result as JSON."
@@ -225,6 +238,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="Write PNG plots here (needs matplotlib) and link them from the report.",
     )
+    parser.add_argument(
+        "--only-changed",
+        action="store_true",
+        help="Regression mode: list only changed cases (state other than compared, or a "
+        "large change) in the matched table and on stdout.",
+    )
+    parser.add_argument(
+        "--baseline-samples",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="Raw samples of the baseline (*.samples.jsonl.gz files or directories): "
+        "a Mann-Whitney U test decides significance where both sides have them.",
+    )
+    parser.add_argument(
+        "--candidate-samples",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="Raw samples of the candidate (see --baseline-samples).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {HARNESS_VERSION}")
     return parser
 
 
@@ -248,6 +283,12 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error("--fail-on-regression must not be negative")
     if args.max_report_bytes < MIN_REPORT_BYTES:
         parser.error(f"--max-report-bytes must be at least {MIN_REPORT_BYTES}")
+    if not regression_mode:
+        for name in ("only_changed", "baseline_samples", "candidate_samples"):
+            if getattr(args, name):
+                parser.error(f"--{name.replace('_', '-')} requires regression mode")
+    if is_stdout(args.json) or (args.json is not None and args.json == args.output):
+        parser.error("--json needs a file of its own")
     return args
 
 
@@ -268,18 +309,47 @@ def main(argv=None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    options = ReportOptions(args.output, args.json, args.max_report_bytes, args.plot_dir)
+    options = ReportOptions(
+        args.output, args.json, args.max_report_bytes, args.plot_dir, args.only_changed
+    )
+    error = _output_error(options)
     plots_module = None
-    if options.plot_dir is not None:
+    if error is None and options.plot_dir is not None:
         plots_module, error = _import_plots()
-        if error:
-            print(f"error: {error}", file=sys.stderr)
-            return EXIT_INPUT_ERROR
+    if error is None:
+        _expand_arguments(args)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     if args.baseline is not None:
         model = _regression(args, options, plots_module)
+        if model is None:
+            return EXIT_INPUT_ERROR
     else:
         model = _summary(args.csv, options, plots_module)
     return _report(model, options, plots_module)
+
+
+def _output_error(options: ReportOptions) -> str | None:
+    """Why one of the outputs cannot be written, checked before anything is written."""
+    for path, what, folder in (
+        (options.output, "summary report", False),
+        (options.json_path, "json report", False),
+        (options.plot_dir, "plots", True),
+    ):
+        why = None if path is None else unwritable(path, directory=folder)
+        if why:
+            return f"cannot write {what} to {path}: {why}"
+    return None
+
+
+def _expand_arguments(args: argparse.Namespace) -> None:
+    """Directories become the CSV files under them (sorted), in place; one without any
+    stays, and the reader reports it as an input error."""
+    for name in ("csv", "baseline", "candidate"):
+        paths = getattr(args, name)
+        if paths:
+            setattr(args, name, expand_paths(paths, "*.csv")[0])
 
 
 def _summary(paths, options: ReportOptions, plots_module):
@@ -288,23 +358,43 @@ def _summary(paths, options: ReportOptions, plots_module):
     the row frame, and any file that reader declines goes the pandas way."""
     scanned = None
     if options.json_path is None and plots_module is None:
-        scanned = scan_inputs(paths)
+        scanned = scan_inputs(paths, cases=True)
     return summarize(scanned if scanned is not None else load_inputs(paths))
 
 
 def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
-    """The regression model.  A Markdown-only comparison of files the pandas-free
-    reader accepts skips pandas, as a summary does; anything else goes the pandas way."""
+    """The regression model, or None after printing why a samples file is unusable.
+    A Markdown-only comparison of files the pandas-free reader accepts skips pandas,
+    as a summary does; anything else goes the pandas way."""
     from fi_attn_bench.summarizer.regression import compare, compare_scanned
 
+    samples = None
+    if args.baseline_samples or args.candidate_samples:
+        samples = _run_samples(args.baseline_samples or [], args.candidate_samples or [])
+        if samples is None:
+            return None
     gate = Gate(args.fail_on_regression)
     if options.json_path is None and plots_module is None:
         scanned = scan_runs(args.baseline, args.candidate)
         if scanned is not None:
-            return compare_scanned(*scanned, gate)
+            return compare_scanned(*scanned, gate, samples)
     return compare(
-        load_inputs(args.baseline, "baseline"), load_inputs(args.candidate, "candidate"), gate
+        load_inputs(args.baseline, "baseline"),
+        load_inputs(args.candidate, "candidate"),
+        gate,
+        samples,
     )
+
+
+def _run_samples(baseline, candidate):
+    """Both sides' raw samples, or None after printing the one-line reason."""
+    from fi_attn_bench.summarizer.samples import RunSamples, SamplesError, read_samples
+
+    try:
+        return RunSamples(read_samples(baseline), read_samples(candidate))
+    except SamplesError as exc:
+        print(f"error: samples: {exc}", file=sys.stderr)
+        return None
 
 
 def _report(model, options: ReportOptions, plots_module) -> int:
@@ -318,23 +408,31 @@ def _report(model, options: ReportOptions, plots_module) -> int:
     except Exception as exc:  # noqa: BLE001 - a broken plot must not hide the verdict
         print(f"error: plotting failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         links, plots_failed = [], True
-    render = regression_markdown if hasattr(model, "matched") else summary_markdown
-    markdown = render(model, options.max_bytes, links)
+    regression = hasattr(model, "matched")
+    render = regression_markdown if regression else summary_markdown
+    markdown = render(model, options.max_bytes, links, only_changed=options.only_changed)
+    to_stdout = is_stdout(options.output)
+    if not to_stdout:
+        console = regression_console if regression else summary_console
+        print(console(model, terminal_width(), only_changed=options.only_changed), flush=True)
     if not _write(options.output, markdown, "Summary"):
         return EXIT_INPUT_ERROR
-    if options.json_path is not None and not _write(options.json_path, model_json(model), "JSON"):
+    if options.json_path is not None and not _write(
+        options.json_path, model_json(model), "JSON", quiet=to_stdout
+    ):
         return EXIT_INPUT_ERROR
     _print_issues(model.issues)
     return EXIT_INPUT_ERROR if plots_failed else model.exit_code
 
 
-def _write(path: Path, text: str, what: str) -> bool:
+def _write(path: Path, text: str, what: str, quiet: bool = False) -> bool:
     try:
-        write_atomically(path, text)
+        write_report(path, text)
     except OSError as exc:
         print(f"error: cannot write {what.lower()} report to {path}: {exc}", file=sys.stderr)
         return False
-    print(f"{what} saved to {path}")
+    if not is_stdout(path) and not quiet:
+        print(f"{what} saved to {path}")
     return True
 
 

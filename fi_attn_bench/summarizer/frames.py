@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fi_attn_bench.results.schema import (
+    IDENTITY_DEFAULTS,
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMN_BY_NAME,
     STATUS_FAILED,
@@ -31,6 +32,10 @@ def side_frame(result: LoadResult):
     for name in _numeric_names(frame.columns):
         if frame[name].dtype != np.float64:
             frame[name] = pd.to_numeric(frame[name], errors="coerce").astype(np.float64)
+    for name, default in IDENTITY_DEFAULTS.items():
+        if name in frame.columns:  # rows of files without the column, or empty cells
+            values = frame[name].to_numpy(dtype=object)
+            frame[name] = np.where(pd.isna(values) | (values == ""), default, values)
     return frame.reset_index(drop=True)
 
 
@@ -118,6 +123,20 @@ def noise_pct(view) -> np.ndarray:
     return np.where(np.isnan(stated), from_quartiles, stated)
 
 
+def median_ci_pct(view, notch: float) -> np.ndarray:
+    """Half-width of each row's 95 % interval of its median, in % of time_ms.
+
+    ``drift_pct`` where the row has it (the harness's interval from consecutive blocks,
+    which also covers clock drift); else the notch rule ``notch * IQR / sqrt(samples)``
+    from the quartiles (or ``noise_pct``) and the sample count; NaN without them.
+    """
+    drift = view.floats("drift_pct")
+    samples = view.floats("samples")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        from_spread = notch * noise_pct(view) / np.sqrt(samples)
+    return np.where(np.isnan(drift), from_spread, drift)
+
+
 class FrameView:
     """The columns a summary reads, from a row frame (scan.ScannedView is the other
     source): both answer the same questions, so one summary model serves both paths."""
@@ -139,8 +158,16 @@ class FrameView:
     def objects(self, name: str) -> np.ndarray:
         return self.frame[name].to_numpy(dtype=object)
 
-    def labels(self, rows) -> np.ndarray:
-        return case_labels(self.frame.iloc[np.asarray(rows, dtype=np.int64)], self.case_columns)
+    def labels(self, rows, columns=None) -> np.ndarray:
+        names = self.case_columns if columns is None else columns
+        return case_labels(self.frame.iloc[np.asarray(rows, dtype=np.int64)], names)
+
+    def text_range(self, name: str) -> list[str] | None:
+        """[smallest, largest] non-empty value of a column (one item when equal)."""
+        values = self.distinct(name)
+        if not values:
+            return None
+        return [values[0]] if len(values) == 1 else [values[0], values[-1]]
 
     def distinct(self, name: str) -> list[str] | None:
         """Sorted distinct non-empty values of a column; None when the frame lacks it."""

@@ -46,7 +46,13 @@ _LEGACY_CASES = (
     ("batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo"),
 )
 LEGACY_SCHEMAS = tuple(frozenset(("api", *NUMERIC_COLUMNS, *cases)) for cases in _LEGACY_CASES)
-NUMERIC_OPTIONAL_KINDS = (Kind.COUNT, Kind.POSITIVE, Kind.NON_NEGATIVE)
+NUMERIC_OPTIONAL_KINDS = (
+    Kind.COUNT,
+    Kind.POSITIVE,
+    Kind.NON_NEGATIVE,
+    Kind.FINITE,
+    Kind.NON_NEGATIVE_INT,
+)
 _FIELD_LIMIT = 1 << 30
 FAST_READER_MIN_BYTES = 256 * 1024  # below this, pandas' fixed cost outweighs its speed
 
@@ -464,9 +470,13 @@ def bad_optional(column, values: np.ndarray) -> np.ndarray:
     values = values.astype(np.float64)
     with np.errstate(invalid="ignore"):
         bad = np.isinf(values)
+        fractional = ~np.isnan(values) & (values != np.floor(values))
         if column.kind is Kind.COUNT:
-            fractional = ~np.isnan(values) & (values != np.floor(values))
             return bad | (values < 1) | fractional
+        if column.kind is Kind.NON_NEGATIVE_INT:
+            return bad | (values < 0) | fractional
+        if column.kind is Kind.FINITE:
+            return bad
         if column.kind is Kind.POSITIVE:
             return bad | (values <= 0)
         return bad | (values < 0)

@@ -12,18 +12,23 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from fi_attn_bench.results.schema import NUMERIC_COLUMNS
 from fi_attn_bench.summarizer.model import PEAK_PCT_LIMIT, SummaryModel
+from fi_attn_bench.summarizer.regression import Selection, condition_text
 
 DEFAULT_MAX_REPORT_BYTES = 1 << 20
+MAX_CELL_CHARS = 500  # a longer CSV cell (a 50 MB error text) is clipped, its row kept
 NOTE_RESERVE = 320  # bytes kept for each table's cut note
 GATE_RULE = (
     "A case is a `regression` when time_ms grows, or bandwidth_GB_s or tflops shrink, "
-    "by more than the gate. When both rows state their noise (`noise_pct`, else the "
-    "`time_q1_ms`..`time_q3_ms` range over `time_ms`), the change must also exceed the "
-    "sum of both noises; a change past the gate but inside that noise is `within noise` "
-    "and does not fail the run. Rows without statistics are judged by the gate alone. "
-    "Improvements never fail."
+    "by more than the gate, and the change is significant: with raw samples of both "
+    "sides, a two-sided Mann–Whitney U test at p < {alpha:g}; else the change must exceed "
+    "the uncertainty of the two medians (root sum of squares of their 95 % half-widths: "
+    "`drift_pct`, else {notch:g} × IQR / √samples). A change past the gate that is not "
+    "significant is `within noise` and does not fail the run. Rows without statistics "
+    "are judged by the gate alone. Improvements never fail."
 )
 COMPATIBILITY_NOTE = (
     "- `legacy_inferred_ok` means the legacy CSV had no explicit status column; success "
@@ -60,6 +65,19 @@ def escape_markdown(value) -> str:
         parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         return "<br>".join(part.translate(_ESCAPE_TABLE) for part in parts)
     return text.translate(_ESCAPE_TABLE)
+
+
+def clip(value, limit: int = MAX_CELL_CHARS) -> str:
+    """A cell's text cut to ``limit`` characters, saying how much was left out."""
+    text = str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters; the CSV holds them all)"
+
+
+def cell(value) -> str:
+    """A CSV value as one Markdown table cell: clipped, then escaped."""
+    return escape_markdown(clip(value))
 
 
 def format_metric(value) -> str:
@@ -136,11 +154,7 @@ def _cut_note(shown: int, total: int, what: str, limit: int) -> str:
 def issue_table(issues) -> list[Block | Table]:
     if not issues:
         return []
-    rows = (
-        f"- **{escape_markdown(i.group)}** — {escape_markdown(i.source)}: "
-        f"{escape_markdown(i.message)}"
-        for i in issues
-    )
+    rows = (f"- **{cell(i.group)}** — {cell(i.source)}: {cell(i.message)}" for i in issues)
     return [Table(["## Input Errors", ""], rows, len(issues), "input errors")]
 
 
@@ -153,7 +167,7 @@ def failure_table(failures, with_run: bool) -> list[Block | Table]:
     rule = "|---|---|---|---|---|" if with_run else "|---|---|---|---|"
     columns = (["run"] if with_run else []) + ["api", "case", "source", "error"]
     rows = (
-        "| " + " | ".join(escape_markdown(value) for value in values) + " |"
+        "| " + " | ".join(cell(value) for value in values) + " |"
         for values in zip(*(failures[name].tolist() for name in columns), strict=True)
     )
     return [Table(["## Failure Details", "", head, rule], rows, len(failures), "failures")]
@@ -162,19 +176,23 @@ def failure_table(failures, with_run: bool) -> list[Block | Table]:
 def plot_block(links: list[str]) -> list[Block]:
     if not links:
         return []
-    return [Block(["## Plots", "", *(f"![{escape_markdown(link)}]({link})" for link in links), ""])]
+    return [Block(["## Plots", "", *(f"![{cell(link)}]({link})" for link in links), ""])]
 
 
 # ---------------------------------------------------------------------- summary
 
 
-def summary_markdown(model: SummaryModel, limit: int, plots: list[str] = ()) -> str:
+def summary_markdown(
+    model: SummaryModel, limit: int, plots: list[str] = (), only_changed: bool = False
+) -> str:
     """The summary report: verdict and counts first, long lists after."""
     parts: list[Block | Table] = [Block(_summary_head(model))]
     parts += issue_table(model.issues)
     parts += failure_table(model.failures, with_run=False)
     parts.append(_input_files(model))
     parts.append(_api_sections(model))
+    parts += head_to_head_tables(model.head_to_head)
+    parts += _case_results(model)
     parts += _artefact_table(model.artefacts)
     parts += _environment_block({"Value": model.environment})
     if model.legacy_rows:
@@ -202,10 +220,7 @@ def _summary_head(model: SummaryModel) -> list[str]:
 
 
 def _input_files(model: SummaryModel) -> Table:
-    rows = (
-        f"| {escape_markdown(f.source)} | {f.rows} | {escape_markdown(f.status)} |"
-        for f in model.files
-    )
+    rows = (f"| {cell(f.source)} | {f.rows} | {cell(f.status)} |" for f in model.files)
     head = ["## Input Files", "", "| File | Rows | Status |", "|---|---:|---|"]
     return Table(head, rows, len(model.files), "input files")
 
@@ -218,16 +233,16 @@ def _api_sections(model: SummaryModel) -> Table:
 def _api_section(api, first: bool) -> str:
     lines = [] if first else [""]
     lines += [
-        f"## API: {escape_markdown(api.api)}",
+        f"## API: {cell(api.api)}",
         "",
         f"- Rows: {api.rows}",
-        f"- Status: {escape_markdown(api.status)}",
+        f"- Status: {cell(api.status)}",
     ]
     for best in api.best:
         label = "Minimum" if best.column == "time_ms" else "Maximum"
         lines.append(
             f"- {label} {best.column}: {format_metric(best.value)} "
-            f"({escape_markdown(best.case)}; source={escape_markdown(best.source)})"
+            f"({cell(best.case)}; source={cell(best.source)})"
         )
     if api.artefacts:
         lines.append(
@@ -235,6 +250,71 @@ def _api_section(api, first: bool) -> str:
             "peak, left out of the maxima"
         )
     return "\n".join(lines)
+
+
+def _case_results(model: SummaryModel) -> list[Table]:
+    if model.cases is None or not len(model.cases):
+        return []
+    head = [
+        "## Case Results",
+        "",
+        "| API | Case | Status | Time ms | Bandwidth GB/s | TFLOPS |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    return [Table(head, _case_result_lines(model.cases), len(model.cases), "case results")]
+
+
+def _case_result_lines(cases) -> Iterator[str]:
+    for start in range(0, len(cases), CHUNK_ROWS):
+        for row in cases.rows(start, start + CHUNK_ROWS):
+            yield (
+                f"| {cell(row.api)} | {cell(row.case)} | {cell(row.status)} | "
+                f"{_number(row.time_ms)} | {_number(row.bandwidth_GB_s)} | {_number(row.tflops)} |"
+            )
+
+
+def head_to_head_tables(comparisons) -> list[Block | Table]:
+    """Per API: time per implementation, speedup against the baseline one (with its
+    paired 95 % interval), the winner; then the geomean speedups."""
+    parts: list[Block | Table] = []
+    for api in comparisons:
+        names = [cell(impl) for impl in api.impls]
+        head = [
+            f"## Head to Head: {cell(api.api)}",
+            "",
+            f"Speedup = {names[0]} time / implementation time (above 1: faster than the "
+            "baseline implementation); [interval] from the paired rounds where measured.",
+            "",
+            "| Case | "
+            + " | ".join(f"{name} ms" for name in names)
+            + " | "
+            + " | ".join(f"{name} speedup" for name in names[1:])
+            + " | Winner |",
+            "|---|" + "---:|" * (2 * len(names) - 1) + "---|",
+        ]
+        rows = (_head_to_head_line(api, case) for case in api.cases)
+        parts.append(Table(head, rows, len(api.cases), f"{api.api} cases"))
+        geomean = ", ".join(
+            f"{cell(impl)} {_ratio(api.geomean_speedup[impl])}" for impl in api.impls[1:]
+        )
+        parts.append(Block([f"Geomean speedup over {cell(api.impls[0])}: {geomean}", ""]))
+    return parts
+
+
+def _head_to_head_line(api, case) -> str:
+    found = {result.impl: result for result in case.results}
+    times = [_number(found[impl].time_ms) if impl in found else "n/a" for impl in api.impls]
+    speedups = [_speedup_cell(found.get(impl)) for impl in api.impls[1:]]
+    return f"| {cell(case.case)} | " + " | ".join(times + speedups) + f" | {cell(case.winner)} |"
+
+
+def _speedup_cell(result) -> str:
+    if result is None:
+        return "n/a"
+    text = _ratio(result.speedup)
+    if result.speedup_lo == result.speedup_lo and result.speedup_hi == result.speedup_hi:
+        text += f" [{result.speedup_lo:.3f}, {result.speedup_hi:.3f}]"
+    return text
 
 
 def _artefact_table(artefacts) -> list[Table]:
@@ -251,7 +331,7 @@ def _artefact_table(artefacts) -> list[Table]:
         "|---|---|---|---:|---:|---:|",
     ]
     rows = (
-        f"| {escape_markdown(api)} | {escape_markdown(case)} | {escape_markdown(source)} | "
+        f"| {cell(api)} | {cell(case)} | {cell(source)} | "
         f"{_number(bw)} | {_number(pct_bw)} | {_number(pct_tf)} |"
         for api, case, source, bw, pct_bw, pct_tf in zip(
             *(artefacts[name].tolist() for name in artefacts.columns), strict=True
@@ -280,9 +360,7 @@ def _environment_block(sides: dict[str, dict[str, list[str]]]) -> list[Block]:
     lines = ["## Environment", "", "| Column | " + " | ".join(sides) + " |"]
     lines.append("|---|" + "---|" * len(sides))
     for name in names:
-        cells = [
-            escape_markdown(_values_text(side.get(name, ["unknown"]))) for side in sides.values()
-        ]
+        cells = [cell(_values_text(side.get(name, ["unknown"]))) for side in sides.values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [Block([*lines, ""])]
 
@@ -290,11 +368,15 @@ def _environment_block(sides: dict[str, dict[str, list[str]]]) -> list[Block]:
 # ------------------------------------------------------------------- regression
 
 
-def regression_markdown(model, limit: int, plots: list[str] = ()) -> str:
+def regression_markdown(
+    model, limit: int, plots: list[str] = (), only_changed: bool = False
+) -> str:
     """The regression report: verdict, aggregates, regressions, failures, then all cases."""
     parts: list[Block | Table] = [Block(_regression_head(model))]
     parts.append(_aggregate_table(model.aggregates))
     parts += _regression_rows(model)
+    parts += _large_change_rows(model)
+    parts += _condition_rows(model)
     parts += failure_table(model.failures, with_run=True)
     parts += _case_list(
         "## Missing Candidate Cases", model, model.missing, "baseline", "missing cases"
@@ -304,7 +386,7 @@ def regression_markdown(model, limit: int, plots: list[str] = ()) -> str:
     parts += _environment_block(
         {"Baseline": model.environment["baseline"], "Candidate": model.environment["candidate"]}
     )
-    parts.append(_matched_table(model))
+    parts.append(_matched_table(model, only_changed))
     parts += plot_block(list(plots))
     return render(parts, limit)
 
@@ -333,7 +415,8 @@ def _regression_head(model) -> list[str]:
             f"- Measurement artefacts: {model.artefact_rows} row(s) above {PEAK_PCT_LIMIT:g}% "
             "of a hardware peak (e.g. L2 cache hits); their bandwidth is not a speed"
         )
-    return [*lines, "", f"Gate rule: {GATE_RULE}", ""]
+    rules = model.gate.rules
+    return [*lines, "", f"Gate rule: {GATE_RULE.format(alpha=rules.alpha, notch=rules.notch)}", ""]
 
 
 def _mismatch_warning(model) -> str:
@@ -342,9 +425,8 @@ def _mismatch_warning(model) -> str:
         f"{name}: {_values_text(base[name])} → {_values_text(cand[name])}"
         for name in model.mismatches
     )
-    return (
-        "> **Warning: baseline and candidate ran on different hardware or software** — "
-        + escape_markdown(diffs)
+    return "> **Warning: baseline and candidate ran on different hardware or software** — " + cell(
+        diffs
     )
 
 
@@ -360,7 +442,7 @@ def _aggregate_table(aggregates) -> Table:
         "|---|---:|---:|---|---:|",
     ]
     rows = (
-        f"| {escape_markdown(agg.scope)} | {agg.cases} | {_ratio(agg.geomean_speedup)} | "
+        f"| {cell(agg.scope)} | {agg.cases} | {_ratio(agg.geomean_speedup)} | "
         f"{format_metric(agg.baseline_total_ms)} → {format_metric(agg.candidate_total_ms)} | "
         f"{_ratio(agg.total_time_ratio)} |"
         for agg in aggregates
@@ -389,31 +471,102 @@ def _regression_rows(model) -> list[Table]:
     head = [
         "## Regressions",
         "",
-        "| API | Case | State | Speedup | Why |",
-        "|---|---|---|---:|---|",
+        "Worst first.",
+        "",
+        "| API | Case | Speedup | Why | Run conditions |",
+        "|---|---|---:|---|---|",
     ]
-    return [Table(head, _regression_lines(model, rows), len(rows), "regressed cases")]
+    return [Table(head, _regression_lines(model, rows), len(rows), "regressions")]
+
+
+def _large_change_rows(model) -> list[Table]:
+    """Without a gate, cases significantly slower by large_change_pct or more."""
+    if model.gate.threshold_pct is not None:
+        return []
+    rows = model.large_changes()
+    if not len(rows):
+        return []
+    pct = model.gate.rules.large_change_pct
+    head = [
+        f"## Large Changes ({pct:g}% or more slower; not gated)",
+        "",
+        "| API | Case | Speedup | Why | Run conditions |",
+        "|---|---|---:|---|---|",
+    ]
+    return [Table(head, _regression_lines(model, rows), len(rows), "large changes")]
+
+
+CONDITION_NAMES = (
+    "power_capped_pct_baseline",
+    "power_capped_pct_candidate",
+    "sm_clock_mean_MHz_baseline",
+    "sm_clock_mean_MHz_candidate",
+)
+
+
+def _condition_rows(model) -> list[Table]:
+    """Cases whose baseline and candidate ran under clearly different conditions."""
+    rows = np.flatnonzero(np.asarray(model.matched["conditions_differ"], dtype=bool))
+    if not len(rows):
+        return []
+    rules = model.gate.rules
+    head = [
+        "## Run Conditions Differ",
+        "",
+        f"power_capped_pct apart by more than {rules.power_capped_diff_pp:g} points, or "
+        f"sm_clock_mean_MHz by more than {rules.sm_clock_diff_pct:g}%: the change of these "
+        "cases may be the machine's, not the kernel's.",
+        "",
+        "| API | Case | Time Δ | Run conditions |",
+        "|---|---|---:|---|",
+    ]
+    lines = _condition_lines(model, Selection(model.matched, rows))
+    return [Table(head, lines, len(rows), "cases run under other conditions")]
+
+
+def _condition_lines(model, table) -> Iterator[str]:
+    for chunk, labels in _labelled_chunks(model, table):
+        texts = _condition_texts(model, chunk)
+        for api, label, delta, text in zip(
+            chunk["api"].tolist(), labels, chunk["time_ms_delta_pct"].tolist(), texts, strict=True
+        ):
+            yield f"| {cell(api)} | {cell(label)} | {_delta_text(delta)} | {cell(text)} |"
+
+
+def _condition_texts(model, chunk) -> list[str]:
+    columns = [chunk[name].tolist() for name in CONDITION_NAMES]
+    return [condition_text(*values, model.gate.rules) for values in zip(*columns, strict=True)]
+
+
+def _delta_text(value: float) -> str:
+    return "n/a" if value != value else format_delta(value)
 
 
 def _regression_lines(model, rows) -> Iterator[str]:
-    names = ("api", "state", "speedup", "reason_metric", "noise_pct")
+    names = ("api", "speedup", "reason_metric", "uncertainty_pct", "p_value")
     for chunk, labels in _labelled_chunks(model, rows):
         deltas = {metric: chunk[f"{metric}_delta_pct"].tolist() for metric in NUMERIC_COLUMNS}
-        for index, (api, state, speedup, metric, noise) in enumerate(
+        notes = _condition_texts(model, chunk)
+        for index, (api, speedup, metric, uncertainty, p_value) in enumerate(
             zip(*(chunk[name].tolist() for name in names), strict=True)
         ):
-            why = _reason_text(metric, deltas[metric][index], noise, state, model.gate)
+            conditions = notes[index]
+            why = reason_text(metric or "time_ms", deltas, index, uncertainty, p_value, model.gate)
             yield (
-                f"| {escape_markdown(api)} | {escape_markdown(labels[index])} | {state} | "
-                f"{_ratio(speedup)} | {escape_markdown(why)} |"
+                f"| {cell(api)} | {cell(labels[index])} | {_ratio(speedup)} | {cell(why)} | "
+                f"{cell(conditions)} |"
             )
 
 
-def _reason_text(metric: str, delta: float, noise: float, state: str, gate) -> str:
-    text = f"{metric} {delta:+.2f}% past the {gate.threshold_pct:g}% gate"
-    if noise == noise:
-        relation = "outside" if state == "regression" else "within"
-        text += f", {relation} the measured noise ({noise:.2f}%)"
+def reason_text(metric: str, deltas, index: int, uncertainty, p_value, gate) -> str:
+    """Why a case is listed: its change, the gate, and the evidence it is real."""
+    text = f"{metric} {_delta_text(deltas[metric][index])}"
+    if gate.threshold_pct is not None:
+        text += f" past the {gate.threshold_pct:g}% gate"
+    if p_value == p_value:
+        text += f"; Mann–Whitney p = {p_value:.2g}"
+    elif uncertainty == uncertainty:
+        text += f"; medians' uncertainty ±{uncertainty:.2f}%"
     return text
 
 
@@ -428,30 +581,40 @@ def _case_lines(model, cases, side: str) -> Iterator[str]:
         for api, label, source in zip(
             chunk["api"].tolist(), labels, chunk["source"].tolist(), strict=True
         ):
-            yield (
-                f"- {escape_markdown(api)}: {escape_markdown(label)} "
-                f"({side} source={escape_markdown(source)})"
-            )
+            yield (f"- {cell(api)}: {cell(label)} ({side} source={cell(source)})")
 
 
-def _matched_table(model) -> Table:
-    head = ["## Matched Cases", "", MATCHED_HEAD, "|---|---|---|---|---|---|---|"]
-    return Table(head, _matched_rows(model), len(model.matched), "matched cases")
+def _matched_table(model, only_changed: bool = False) -> Table:
+    table = model.matched
+    title = "## Matched Cases"
+    if only_changed:
+        changed = np.flatnonzero(np.asarray(model.matched["changed"], dtype=bool))
+        table = Selection(model.matched, changed)
+        title = "## Changed Cases (--only-changed)"
+    head = [
+        title,
+        "",
+        "By API and case parameters.",
+        "",
+        MATCHED_HEAD,
+        "|---|---|---|---|---|---|---|",
+    ]
+    return Table(head, _matched_rows(model, table), len(table), "matched cases")
 
 
-def _matched_rows(model) -> Iterator[str]:
+def _matched_rows(model, table) -> Iterator[str]:
     names = ["api", "state", "source_baseline", "source_candidate"]
     for name in NUMERIC_COLUMNS:
         names += [f"{name}_baseline", f"{name}_candidate", f"{name}_delta_pct"]
-    for chunk, labels in _labelled_chunks(model, model.matched):
+    for chunk, labels in _labelled_chunks(model, table):
         columns = [chunk[name].tolist() for name in names]
         for label, values in zip(labels, zip(*columns, strict=True), strict=True):
             api, state, source_b, source_c = values[:4]
             cells = [_metric_cell(*values[4 + 3 * i : 7 + 3 * i]) for i in range(3)]
             yield (
-                f"| {escape_markdown(api)} | {escape_markdown(label)} | {escape_markdown(state)} | "
-                + " | ".join(escape_markdown(cell) for cell in cells)
-                + f" | {escape_markdown(f'{source_b} → {source_c}')} |"
+                f"| {cell(api)} | {cell(label)} | {cell(state)} | "
+                + " | ".join(cell(text) for text in cells)
+                + f" | {cell(f'{source_b} → {source_c}')} |"
             )
 
 

@@ -27,6 +27,9 @@ from fi_attn_bench.summarizer.frames import (
     optional_floats,
     side_frame,
 )
+from fi_attn_bench.summarizer.headtohead import head_to_head
+from fi_attn_bench.summarizer.identity import case_ids, unique_cases
+from fi_attn_bench.summarizer.inputs import missing_shards
 from fi_attn_bench.summarizer.loading import SUCCESS_STATUSES, InputIssue, LoadResult
 
 EXIT_OK = 0
@@ -39,6 +42,8 @@ ENVIRONMENT_COLUMNS = tuple(
     for column in OPTIONAL_COLUMNS
     if column.role is Role.ENVIRONMENT or column.name in ("timer", "l2", "dtype")
 )
+# Environment columns that differ row by row: shown as their range, first … last.
+RANGE_COLUMNS = ("timestamp_utc",)
 # A difference in these means the two runs are not measuring the same hardware/software.
 MISMATCH_COLUMNS = (
     "device",
@@ -81,16 +86,37 @@ FAILING_STATES = (CaseState.REGRESSION, CaseState.CANDIDATE_FAILED, CaseState.BO
 
 
 @dataclass(frozen=True)
+class GateRules:
+    """The documented thresholds of the regression decision (README, docs/DESIGN.md)."""
+
+    notch: float = 1.57  # median's 95 % half-width = notch * IQR / sqrt(n) (McGill notches)
+    alpha: float = 0.05  # two-sided Mann-Whitney U level when both sides have raw samples
+    large_change_pct: float = 10.0  # highlighted without a gate: this much slower, significant
+    power_capped_diff_pp: float = 20.0  # power_capped_pct apart by more: other conditions
+    sm_clock_diff_pct: float = 3.0  # sm_clock_mean_MHz apart by more (in %): other conditions
+
+    def __post_init__(self):
+        if not (0 < self.alpha < 1 and self.notch > 0 and self.large_change_pct > 0):
+            raise ValueError("gate rules: 0 < alpha < 1, notch > 0, large_change_pct > 0")
+
+
+RULES = GateRules()
+
+
+@dataclass(frozen=True)
 class Gate:
     """When a slower case fails the run.
 
-    A metric regresses when it is worse by more than ``threshold_pct``.  When both
-    rows state their noise (``noise_pct``, or quartiles), it must also be worse by
-    more than the sum of both noises; otherwise the case is ``within noise``.
-    ``threshold_pct=None`` only reports.
+    A metric regresses when it is worse by more than ``threshold_pct`` and the change
+    is significant: with raw samples on both sides, a two-sided Mann-Whitney U test at
+    ``rules.alpha``; else the change must exceed the uncertainty of the two medians
+    (root sum of squares of their 95 % half-widths, ``frames.median_ci_pct``).  A change
+    past the gate that is not significant is ``within noise``; rows without statistics
+    are judged by the gate alone.  ``threshold_pct=None`` only reports.
     """
 
     threshold_pct: float | None = None
+    rules: GateRules = RULES
 
     def __post_init__(self):
         if self.threshold_pct is not None and not (
@@ -146,10 +172,48 @@ class SummaryModel:
     verdict: Verdict
     reason: str
     frame: object = field(repr=False)  # the validated rows, for plots and JSON
+    cases: object = field(default=None, repr=False)  # CaseList: per-case results, in order
+    head_to_head: list = field(default_factory=list)  # headtohead.ApiComparison per API
+
+    JSON_EXCLUDE = ("cases",)
 
     @property
     def exit_code(self) -> int:
         return self.verdict.exit_code
+
+
+@dataclass(frozen=True)
+class CaseRow:
+    """One row of the per-case results table."""
+
+    api: str
+    case: str
+    status: str
+    time_ms: float
+    bandwidth_GB_s: float
+    tflops: float
+
+
+@dataclass(frozen=True)
+class CaseList:
+    """Every row of a run, by API and case parameters (numbers by value); rows are
+    made only for the part someone reads."""
+
+    view: object
+    order: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def rows(self, start: int, stop: int) -> list[CaseRow]:
+        picked = self.order[start:stop]
+        apis, states = self.view.objects("api")[picked], self.view.objects("status")[picked]
+        labels = self.view.labels(picked)
+        metrics = [self.view.floats(name)[picked].tolist() for name in NUMERIC_COLUMNS]
+        return [
+            CaseRow(str(api), str(label), str(status), *values)
+            for api, label, status, *values in zip(apis, labels, states, *metrics, strict=True)
+        ]
 
 
 def summarize(result) -> SummaryModel:
@@ -168,13 +232,16 @@ def summarize(result) -> SummaryModel:
 
 def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryModel:
     """The summary model from a column view: frames.FrameView or scan.ScannedView."""
+    read_issues = issues
+    ids = case_ids([view], ["api", *view.case_columns])[0] if view.rows else np.zeros(0, int)
+    issues = [*issues, *duplicate_cases(view, ids), *missing_shards(view, "input")]
     status = _StatusCodes(view)
     artefact = artefact_mask(view)
     failed_rows = status.count(STATUS_FAILED)
     verdict, reason = _summary_verdict(len(issues), failed_rows, view.rows)
     return SummaryModel(
         paths=[str(path) for path in paths],
-        files=_file_summaries(view, paths, issues, status),
+        files=_file_summaries(view, paths, read_issues, status),
         valid_files=valid_files,
         total_rows=view.rows,
         apis=_api_summaries(view, status, artefact),
@@ -186,7 +253,16 @@ def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryM
         verdict=verdict,
         reason=reason,
         frame=frame,
+        cases=CaseList(view, np.argsort(ids, kind="stable")),
+        head_to_head=head_to_head(view, ids),
     )
+
+
+def duplicate_cases(view, ids, group: str = "input") -> tuple[InputIssue, ...]:
+    """A case present twice in one run: an input error, as in a comparison."""
+    if not view.rows:
+        return ()
+    return unique_cases(view, ids, view.labels, group).issues
 
 
 class _StatusCodes:
@@ -355,6 +431,11 @@ def environment_of(view) -> dict[str, list[str]]:
     which measured differently: said as such, so a comparison with a newer run warns."""
     found = {}
     for name in ENVIRONMENT_COLUMNS:
+        if name in RANGE_COLUMNS:  # one value per row: the first and last are what matter
+            texts = view.text_range(name)
+            if texts:
+                found[name] = [" … ".join(texts)]
+            continue
         texts = view.distinct(name)
         if texts:
             found[name] = texts

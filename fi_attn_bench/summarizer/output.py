@@ -1,12 +1,62 @@
-"""Report files: written atomically, so a killed run never leaves half a report."""
+"""Report files: written atomically, so a killed run never leaves half a report.
+
+``-`` (and ``/dev/stdout``) is standard output; other targets that are not regular
+files (a pipe, /dev/null, /proc/self/fd/N) are written directly.  Every output path
+is checked before any is written (``unwritable``), so a bad path writes nothing.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import asdict, is_dataclass
 from enum import Enum
 from pathlib import Path
+
+STDOUT_NAMES = ("-", "/dev/stdout")
+
+
+def is_stdout(path) -> bool:
+    """Whether an output path means standard output."""
+    return path is not None and str(path) in STDOUT_NAMES
+
+
+def write_report(path, text: str) -> None:
+    """Write a report: to standard output for ``-``, else ``write_atomically``."""
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    write_atomically(Path(path), text)
+
+
+def unwritable(path, directory: bool = False) -> str | None:
+    """Why ``path`` cannot be written (None when it can), found without writing
+    anything that stays: a probe file is created and removed in the nearest existing
+    folder.  ``directory``: the path is a folder to create or fill (``--plot-dir``)."""
+    if is_stdout(path):
+        return None
+    path = Path(path)
+    if path.exists():
+        if directory and not path.is_dir():
+            return "exists and is not a directory"
+        if not directory and path.is_dir():
+            return "is a directory"
+        if not directory and not path.is_file():
+            return None if os.access(path, os.W_OK) else "permission denied"
+    folder = path if directory and path.is_dir() else path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    try:
+        handle, probe = _new_file_beside(folder / ".probe")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(handle)
+    os.unlink(probe)
+    return None
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fi_attn_bench.results.schema import STATUS_LEGACY_OK, STATUS_OK, case_columns
+from fi_attn_bench.summarizer.identity import short_labels
 
 PLOTTED_STATUSES = (STATUS_OK, STATUS_LEGACY_OK)
 SEQ_LEN_COLUMNS = ("seq_len_kv", "seq_len", "seq_len_q")  # first present one is the x axis
@@ -29,6 +30,7 @@ MODEL_COLUMNS = frozenset({"case_label", "arithmetic_intensity", "state", "speed
 MAX_PANELS = 6
 PANEL_COLUMNS = 3
 MAX_CASE_TICKS = 40
+MAX_TICK_CHARS = 48
 MAX_BARS = 80  # more cases than this are drawn as dots
 LOG_SPEEDUP_RATIO = 4.0  # a speedup axis spanning more than this ratio is logarithmic
 DPI = 100
@@ -89,6 +91,10 @@ def _format_value(value) -> str:
     return str(value)
 
 
+def _empty(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
 def _format_tokens(value: float, _position=None) -> str:
     if value >= 1024 and value % 1024 == 0:
         return f"{int(value) // 1024}k"
@@ -111,11 +117,10 @@ def _batch_colors(values: Sequence) -> dict:
 
 
 def _sorted_unique(series) -> list:
-    values = series.dropna().unique().tolist()
-    try:
-        return sorted(values)
-    except TypeError:
-        return sorted(values, key=str)
+    """Distinct values, numbers by value (batch_size 8 before 64)."""
+    from fi_attn_bench.summarizer.identity import natural_key
+
+    return sorted(series.dropna().unique().tolist(), key=lambda value: natural_key(str(value)))
 
 
 # --------------------------------------------------------------------------- summary
@@ -146,7 +151,9 @@ def _panels(frame, facets: Sequence[str]) -> tuple[list[tuple[str, object]], int
     for index in kept:
         key, rows = groups[index]
         key = key if isinstance(key, tuple) else (key,)
-        label = ", ".join(f"{c}={_format_value(v)}" for c, v in zip(facets, key, strict=True))
+        terms = zip(facets, key, strict=True)
+        # an empty cell (a uniform batch's workload) names no parameter, as in case labels
+        label = ", ".join(f"{c}={_format_value(v)}" for c, v in terms if not _empty(v)) or "n/a"
         panels.append(("\n".join(textwrap.wrap(label, 44)), rows))
     return panels, len(groups) - len(kept)
 
@@ -376,7 +383,16 @@ def _draw_speedups(ax, ranked, speedup, colors: Mapping[str, str]) -> None:
     else:
         ax.scatter(x, speedup, s=10, color=point_colors)
     handles = [Patch(color=color, label=state or "(no state)") for state, color in colors.items()]
-    ax.legend(handles=handles, fontsize="x-small", loc="upper left", title="state")
+    # Above the axes, in one row: never over a bar or the gate's label.
+    ax.legend(
+        handles=handles,
+        fontsize="x-small",
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        ncol=len(handles),
+        frameon=False,
+        borderaxespad=0.2,
+    )
 
 
 def _style_speedup_axis(ax, low: float, high: float) -> None:
@@ -392,10 +408,18 @@ def _style_speedup_axis(ax, low: float, high: float) -> None:
     else:
         margin = 0.06 * (high - low)
         ax.set_ylim(low - margin, high + margin)
-    ax.set_ylabel("speedup (baseline time / candidate time)")
+    ax.set_ylabel("speedup\n(baseline time / candidate time)")
 
 
 def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Path | None:
+    figure = speedup_figure(api, rows, gate_pct)
+    if figure is None:
+        return None
+    return _save(figure, out_dir / f"{safe_file_stem(api)}_speedup.png")
+
+
+def speedup_figure(api: str, rows, gate_pct: float | None):
+    """The speedup figure of one API, or None when no case has a speedup."""
     speedup = _numeric(rows, "speedup")
     keep = speedup.notna() & (speedup > 0) & speedup.map(math.isfinite)
     if not keep.any():
@@ -405,7 +429,12 @@ def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Pa
     ranked = ranked.sort_values(sort_by, kind="mergesort")
     count = len(ranked)
     labelled = count <= MAX_CASE_TICKS and "case_label" in ranked
-    figure = _figure(max(7.0, 0.28 * count + 2.5) if labelled else 10.0, 7.5 if labelled else 5.0)
+    ticks, common = (
+        short_labels(ranked["case_label"].astype(str).tolist(), MAX_TICK_CHARS)
+        if labelled
+        else ([], "")
+    )
+    figure = _figure(max(7.0, 0.3 * count + 2.5) if labelled else 10.0, 6.0 if labelled else 5.0)
     ax = figure.subplots()
     states = ranked["state"].fillna("").astype(str).unique().tolist() if "state" in ranked else []
     _draw_speedups(ax, ranked, ranked["_speedup"].tolist(), _state_colors(states))
@@ -423,23 +452,23 @@ def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Pa
             ha="right",
             fontsize="small",
             transform=ax.get_yaxis_transform(),
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
         )
         low = min(low, gate)
     _style_speedup_axis(ax, min(low, 1.0), max(high, 1.0))
     ax.set_xlim(0.3, count + 0.7)
     if labelled:
         ax.set_xticks(range(1, count + 1))
-        ax.set_xticklabels(
-            ranked["case_label"].astype(str).tolist(), rotation=90, fontsize="x-small"
-        )
-        ax.set_xlabel("case (sorted by speedup)")
+        ax.set_xticklabels(ticks, rotation=60, ha="right", fontsize="x-small")
+        ax.set_xlabel("case (sorted by speedup)" + (f"; all: {common}" if common else ""))
     else:
         ax.set_xlabel("case rank (sorted by speedup, slowest first)")
     ax.grid(True, axis="y", which="both", alpha=0.3)
     skipped = len(rows) - count
     note = f"; {skipped} not ok in both runs, not shown" if skipped else ""
-    ax.set_title(_wrap(f"{api}: speedup per case, {count} cases{note}", figure.get_figwidth()))
-    return _save(figure, out_dir / f"{safe_file_stem(api)}_speedup.png")
+    title = _wrap(f"{api}: speedup per case, {count} cases{note}", figure.get_figwidth() * 0.7)
+    ax.set_title(title, loc="left")
+    return figure
 
 
 def render_regression_plots(matched, gate_pct: float | None, out_dir: Path) -> list[Path]:

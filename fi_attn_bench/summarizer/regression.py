@@ -10,19 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
-from fi_attn_bench.results.schema import NUMERIC_COLUMNS, case_columns
+from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, NUMERIC_COLUMNS, case_columns
 from fi_attn_bench.summarizer.frames import (
     FrameView,
     case_labels,
     failed_mask,
     frame_case_columns,
-    noise_pct,
+    median_ci_pct,
     side_frame,
     success_mask,
 )
+from fi_attn_bench.summarizer.identity import case_ids, unique_cases
+from fi_attn_bench.summarizer.inputs import missing_shards
 from fi_attn_bench.summarizer.loading import InputIssue, LoadResult
 from fi_attn_bench.summarizer.model import (
     FAILING_STATES,
@@ -34,8 +37,8 @@ from fi_attn_bench.summarizer.model import (
     environment_of,
     failure_table,
 )
-from fi_attn_bench.summarizer.scan import joint_codes
 
+CONDITION_COLUMNS = ("power_capped_pct", "sm_clock_mean_MHz")
 # A metric is worse when time grows or throughput shrinks.
 WORSE_SIGN = {"time_ms": 1.0, "bandwidth_GB_s": -1.0, "tflops": -1.0}
 
@@ -90,11 +93,34 @@ class RegressionModel:
         return self.verdict.exit_code
 
     def regressions(self):
-        """Cases past the gate (regression or within noise), the slowest first."""
-        states = np.asarray(self.matched["state"])
-        rows = np.flatnonzero((states == "regression") | (states == "within noise"))
-        speedup = np.asarray(self.matched["speedup"], dtype=np.float64)[rows]
-        return self.matched.iloc[rows[np.argsort(speedup, kind="stable")]]
+        """Cases in state ``regression``, the slowest first."""
+        return self._worst_first(np.asarray(self.matched["state"]) == "regression")
+
+    def large_changes(self):
+        """Cases significantly slower by GateRules.large_change_pct or more, slowest first."""
+        return self._worst_first(np.asarray(self.matched["large_change"], dtype=bool))
+
+    def changes(self, only_changed: bool = True):
+        """Matched cases by change, the worst regression first, then by slowdown;
+        ``only_changed``: only cases marked ``changed``."""
+        keep = np.ones(len(self.matched), dtype=bool)
+        if only_changed:
+            keep = np.asarray(self.matched["changed"], dtype=bool)
+        return self._worst_first(keep)
+
+    def _worst_first(self, keep: np.ndarray):
+        """Rows of ``keep``: failing states first, then by time change, largest first."""
+        rows = np.flatnonzero(keep)
+        states = np.asarray(self.matched["state"])[rows]
+        failing = np.isin(states, [state.value for state in FAILING_STATES])
+        delta = np.asarray(self.matched["time_ms_delta_pct"], dtype=np.float64)[rows]
+        order = np.lexsort((np.nan_to_num(-delta, nan=np.inf), ~failing))
+        return Selection(self.matched, rows[order])
+
+    @property
+    def condition_cases(self) -> int:
+        """Matched cases whose two sides ran under clearly different conditions."""
+        return int(np.asarray(self.matched["conditions_differ"], dtype=bool).sum())
 
     def case_labels(self, case_ids) -> np.ndarray:
         """describe_case of these cases; labels are made only for rows someone reads."""
@@ -111,34 +137,33 @@ class RegressionModel:
         return [*self.input_issues, *self.comparison_issues]
 
 
-def compare(baseline: LoadResult, candidate: LoadResult, gate: Gate) -> RegressionModel:
+def compare(
+    baseline: LoadResult, candidate: LoadResult, gate: Gate, samples=None
+) -> RegressionModel:
     """Match baseline and candidate cases by api + case parameters and judge each."""
     import pandas as pd
 
     base, cand = side_frame(baseline), side_frame(candidate)
     keys = ["api", *frame_case_columns(pd.concat([base.head(0), cand.head(0)]))]
     base, cand = _with_keys(base, keys), _with_keys(cand, keys)
-    ids_b, ids_c = _case_ids(_frame_key_codes(base, cand, keys), len(base))
+    views = (FrameView(base), FrameView(cand))
+    ids_b, ids_c = case_ids(views, keys)
     runs = (
-        Run("baseline", baseline.paths, FrameView(base), ids_b, _frame_labels(base, keys[1:])),
-        Run("candidate", candidate.paths, FrameView(cand), ids_c, _frame_labels(cand, keys[1:])),
+        Run("baseline", baseline.paths, views[0], ids_b, _frame_labels(base, keys[1:])),
+        Run("candidate", candidate.paths, views[1], ids_c, _frame_labels(cand, keys[1:])),
     )
-    return judge(runs, gate, [*baseline.issues, *candidate.issues], keys[1:])
+    return judge(runs, gate, [*baseline.issues, *candidate.issues], keys[1:], samples)
 
 
-def compare_scanned(base, cand, gate: Gate) -> RegressionModel:
+def compare_scanned(base, cand, gate: Gate, samples=None) -> RegressionModel:
     """compare() of two runs the pandas-free reader accepted (scan.ScannedView)."""
     keys = ["api", *case_columns({*base.case_columns, *cand.case_columns})]
-    codes = []
-    for name in keys:
-        joined, texts = joint_codes([base.sorted_codes(name), cand.sorted_codes(name)])
-        codes.append((joined, len(texts)))
-    ids_b, ids_c = _case_ids(codes, base.rows)
+    ids_b, ids_c = case_ids((base, cand), keys)
     runs = (
-        Run("baseline", base.paths, base, ids_b, base.labels),
-        Run("candidate", cand.paths, cand, ids_c, cand.labels),
+        Run("baseline", base.paths, base, ids_b, partial(base.labels, columns=keys[1:])),
+        Run("candidate", cand.paths, cand, ids_c, partial(cand.labels, columns=keys[1:])),
     )
-    return judge(runs, gate, [], keys[1:])
+    return judge(runs, gate, [], keys[1:], samples)
 
 
 @dataclass(frozen=True)
@@ -153,18 +178,25 @@ class Run:
     labels: Callable[[np.ndarray], np.ndarray]
 
 
-def judge(runs: tuple[Run, Run], gate: Gate, input_issues, case_columns) -> RegressionModel:
+def judge(
+    runs: tuple[Run, Run], gate: Gate, input_issues, case_columns, samples=None
+) -> RegressionModel:
     """The model of two runs: match unique cases by id, judge, aggregate."""
     base, cand = runs
-    rows_b, ids_b, base_dups = _unique_cases(base)
-    rows_c, ids_c, cand_dups = _unique_cases(cand)
+    unique_b = unique_cases(base.view, base.ids, base.labels, base.group)
+    unique_c = unique_cases(cand.view, cand.ids, cand.labels, cand.group)
+    rows_b, ids_b, base_dups = unique_b.rows, unique_b.ids, list(unique_b.issues)
+    rows_c, ids_c, cand_dups = unique_c.rows, unique_c.ids, list(unique_c.issues)
     ids = _sorted_union(ids_b, ids_c)
     at_b, in_b = _positions(ids_b, ids)
     at_c, in_c = _positions(ids_c, ids)
     both, only_b, only_c = in_b & in_c, in_b & ~in_c, in_c & ~in_b
-    side_b = _side_columns(base, rows_b[at_b[both]])
-    side_c = _side_columns(cand, rows_c[at_c[both]])
-    matched = _matched_table(base.view.table, ids[both], side_b, side_c, gate)
+    side_b = _side_columns(base, rows_b[at_b[both]], gate.rules)
+    side_c = _side_columns(cand, rows_c[at_c[both]], gate.rules)
+    p_value = np.full(int(both.sum()), np.nan)
+    if samples is not None:
+        p_value = samples.p_values(base, cand, rows_b[at_b[both]], rows_c[at_c[both]], case_columns)
+    matched = _matched_table(base.view.table, ids[both], side_b, side_c, gate, p_value)
     missing = _side_table(base, rows_b[at_b[only_b]], ids[only_b])
     new = _side_table(cand, rows_c[at_c[only_c]], ids[only_c])
     status_b, status_c = base.view.objects("status"), cand.view.objects("status")
@@ -178,12 +210,17 @@ def judge(runs: tuple[Run, Run], gate: Gate, input_issues, case_columns) -> Regr
     failing = np.isin(states, [state.value for state in _FAILING])
     new_failed = int((np.asarray(new["status"]) == "failed").sum())
     comparison_failed = bool(failing.any() or len(missing) or new_failed)
-    comparison_issues = [*base_dups, *cand_dups]
+    comparison_issues = [
+        *base_dups,
+        *cand_dups,
+        *missing_shards(base.view, "baseline"),
+        *missing_shards(cand.view, "candidate"),
+    ]
     environment = {
         "baseline": environment_of(base.view),
         "candidate": environment_of(cand.view),
     }
-    verdict, reason = _verdict(input_issues, comparison_issues, states, missing, new_failed)
+    verdict, reason = _verdict(input_issues, comparison_issues, matched, missing, new_failed, gate)
     representative = np.where(in_b, _rows_at(rows_b, at_b, in_b), _rows_at(rows_c, at_c, in_c))
     return RegressionModel(
         baseline_paths=[str(path) for path in base.paths],
@@ -209,6 +246,29 @@ def judge(runs: tuple[Run, Run], gate: Gate, input_issues, case_columns) -> Regr
 
 
 _FAILING = FAILING_STATES
+
+
+class Selection:
+    """Some rows of a table, in an order; rows are copied only for the part read
+    (``len``, ``iloc[positions]``), not for a 200k-row table at once."""
+
+    def __init__(self, table, rows: np.ndarray):
+        self.table, self.rows = table, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def iloc(self) -> _SelectedRows:
+        return _SelectedRows(self)
+
+
+class _SelectedRows:
+    def __init__(self, selection: Selection):
+        self.selection = selection
+
+    def __getitem__(self, positions):
+        return self.selection.table.iloc[self.selection.rows[positions]]
 
 
 class CaseRows:
@@ -242,83 +302,12 @@ def _with_keys(frame, keys: list[str]):
     when judging (``_side_columns``)."""
     missing = [name for name in keys if name not in frame.columns]
     if missing:
-        frame = frame.assign(**{name: np.nan for name in missing})
+        frame = frame.assign(**{name: IDENTITY_DEFAULTS.get(name, np.nan) for name in missing})
     return frame
-
-
-def _frame_key_codes(base, cand, keys: list[str]) -> list[tuple[np.ndarray, int]]:
-    """(code per row of both runs, distinct values) of each key column: factorized
-    over both runs together, sorted, -1 where absent."""
-    import pandas as pd
-
-    found = []
-    for name in keys:
-        values = np.concatenate(
-            [base[name].to_numpy(dtype=object), cand[name].to_numpy(dtype=object)]
-        )
-        codes, uniques = pd.factorize(values, sort=True)
-        found.append((codes, len(uniques)))
-    return found
 
 
 def _frame_labels(frame, columns: list[str]) -> Callable[[np.ndarray], np.ndarray]:
     return lambda rows: case_labels(frame.iloc[rows], columns)
-
-
-def _case_ids(key_codes, base_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """One int64 per row naming its case; ids sort like the tuples of key values.
-
-    ``key_codes``: per key column, the sorted code of each row of both runs (-1:
-    absent, first) and the number of distinct values.  The codes are combined in
-    mixed radix, re-compressed before they could overflow.
-    """
-    ids = np.zeros(len(key_codes[0][0]), dtype=np.int64)
-    span = 1
-    for codes, distinct in key_codes:
-        radix = distinct + 1
-        if span * radix >= 1 << 62:
-            values, ids = np.unique(ids, return_inverse=True)
-            span = len(values)
-        ids = ids * radix + (codes + 1)
-        span *= radix
-    return ids[:base_rows], ids[base_rows:]
-
-
-def _unique_cases(run: Run) -> tuple[np.ndarray, np.ndarray, list[InputIssue]]:
-    """(rows whose case is unique in the run, their ids, both sorted by id) and one
-    issue per repeated row."""
-    order = np.argsort(run.ids, kind="stable")
-    ids = run.ids[order]
-    repeated = np.zeros(len(ids), dtype=bool)
-    same = ids[1:] == ids[:-1]
-    repeated[1:] |= same
-    repeated[:-1] |= same
-    if not repeated.any():
-        return order, ids, []
-    in_rows = np.zeros(len(ids), dtype=bool)
-    in_rows[order] = repeated
-    return order[~repeated], ids[~repeated], _duplicate_issues(run, np.flatnonzero(in_rows))
-
-
-def _duplicate_issues(run: Run, rows: np.ndarray) -> list[InputIssue]:
-    """One issue per repeated row after the first of its case, in row order."""
-    labels = run.labels(rows)
-    sources, lines, apis = (run.view.texts(name, rows) for name in ("_source", "_line", "api"))
-    first_of: dict[int, int] = {}
-    issues = []
-    for index, case in enumerate(run.ids[rows].tolist()):
-        first = first_of.setdefault(case, index)
-        if first == index:
-            continue
-        issues.append(
-            InputIssue(
-                str(sources[index]),
-                f"duplicate case also found at {sources[first]}:{lines[first]}: "
-                f"{apis[index]} ({labels[index]})",
-                run.group,
-            )
-        )
-    return issues
 
 
 def _sorted_union(left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -345,14 +334,14 @@ def _rows_at(rows: np.ndarray, at: np.ndarray, found: np.ndarray) -> np.ndarray:
     return picked
 
 
-def _side_columns(run: Run, rows: np.ndarray) -> dict[str, np.ndarray]:
+def _side_columns(run: Run, rows: np.ndarray, rules) -> dict[str, np.ndarray]:
     """What judging reads of one side, for these rows (keys name these arrays, not
     columns of the run)."""
     view = run.view
     columns = {name: view.objects(name)[rows] for name in ("api", "status", "_source")}
-    for name in NUMERIC_COLUMNS:
+    for name in (*NUMERIC_COLUMNS, *CONDITION_COLUMNS):
         columns[name] = view.floats(name)[rows]
-    columns["noise"] = noise_pct(view)[rows]
+    columns["ci"] = median_ci_pct(view, rules.notch)[rows]
     return columns
 
 
@@ -376,7 +365,7 @@ def percent_delta(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
     return np.where(zero, np.where(cand == 0, 0.0, np.inf), delta)
 
 
-def _matched_table(make_table, ids: np.ndarray, base: dict, cand: dict, gate: Gate):
+def _matched_table(make_table, ids, base: dict, cand: dict, gate: Gate, p_value):
     """One row per matched case: both sides' numbers, deltas, state, reason, speedup."""
     ok_b, ok_c = success_mask(base["status"]), success_mask(cand["status"])
     both_ok = ok_b & ok_c
@@ -386,9 +375,11 @@ def _matched_table(make_table, ids: np.ndarray, base: dict, cand: dict, gate: Ga
         table[f"{name}_delta_pct"] = np.where(
             both_ok, percent_delta(base[name], cand[name]), np.nan
         )
-    noise = base["noise"] + cand["noise"]
-    table["noise_pct"] = np.where(both_ok, noise, np.nan)
-    gate_hit, beyond = _gate_masks(table, gate, noise)
+    uncertainty = np.hypot(base["ci"], cand["ci"])
+    table["uncertainty_pct"] = np.where(both_ok, uncertainty, np.nan)
+    table["p_value"] = np.where(both_ok, p_value, np.nan)
+    significant = _significant(table, gate.rules)
+    gate_hit, beyond = _gate_masks(table, gate, significant)
     table["state"] = np.select(
         [
             both_ok & beyond,
@@ -411,27 +402,70 @@ def _matched_table(make_table, ids: np.ndarray, base: dict, cand: dict, gate: Ga
         table["speedup"] = np.where(
             both_ok, table["time_ms_baseline"] / table["time_ms_candidate"], np.nan
         )
+    _mark_changes(table, gate, significant)
+    for name in CONDITION_COLUMNS:
+        table[f"{name}_baseline"], table[f"{name}_candidate"] = base[name], cand[name]
+    table["conditions_differ"] = conditions_differ(table, gate.rules)
     table["source_baseline"] = base["_source"]
     table["source_candidate"] = cand["_source"]
     return make_table(table)
 
 
-def _gate_masks(table, gate: Gate, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(past the gate, past the gate and outside the noise) per case; ``table``: the
-    matched columns (name -> array)."""
-    size = len(noise)
+def _significant(table, rules) -> np.ndarray:
+    """Whether each case's time change is real: the rank test where both sides had
+    samples, else the change past the medians' combined uncertainty, else (no
+    statistics) True: the gate alone decides."""
+    delta = np.abs(table["time_ms_delta_pct"])
+    p_value, uncertainty = table["p_value"], table["uncertainty_pct"]
+    with np.errstate(invalid="ignore"):
+        by_interval = np.isnan(uncertainty) | (delta > uncertainty)
+        return np.where(np.isnan(p_value), by_interval, p_value < rules.alpha)
+
+
+def _mark_changes(table, gate: Gate, significant: np.ndarray) -> None:
+    """``large_change``: significantly slower by rules.large_change_pct or more;
+    ``changed``: a state other than compared, or a significant change past the gate
+    (past large_change_pct without a gate), in either direction."""
+    delta = table["time_ms_delta_pct"]
+    limit = gate.rules.large_change_pct if gate.threshold_pct is None else gate.threshold_pct
+    with np.errstate(invalid="ignore"):
+        table["large_change"] = significant & (delta >= gate.rules.large_change_pct)
+        moved = significant & (np.abs(delta) > limit)
+    table["changed"] = moved | (table["state"] != CaseState.COMPARED.value)
+
+
+def conditions_differ(table, rules) -> np.ndarray:
+    """Whether each case's two sides ran under clearly different conditions: the
+    power-capped share or the mean SM clock apart by more than the rules allow."""
+    capped_b, capped_c = table["power_capped_pct_baseline"], table["power_capped_pct_candidate"]
+    clock_b, clock_c = table["sm_clock_mean_MHz_baseline"], table["sm_clock_mean_MHz_candidate"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        capped = np.abs(capped_c - capped_b) > rules.power_capped_diff_pp
+        clocked = np.abs(clock_c / clock_b - 1.0) * 100.0 > rules.sm_clock_diff_pct
+    return capped | clocked
+
+
+def condition_text(capped_b, capped_c, clock_b, clock_c, rules) -> str:
+    """How one case's run conditions differed beyond the rules ("" when they did not)."""
+    parts = []
+    if abs(capped_c - capped_b) > rules.power_capped_diff_pp:
+        parts.append(f"power-capped {capped_b:.0f}% → {capped_c:.0f}%")
+    if clock_b and abs(clock_c / clock_b - 1.0) * 100.0 > rules.sm_clock_diff_pct:
+        parts.append(f"SM clock {clock_b:.0f} → {clock_c:.0f} MHz")
+    return "; ".join(parts)
+
+
+def _gate_masks(table, gate: Gate, significant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(past the gate, past the gate and significant) per case; ``table``: the matched
+    columns (name -> array)."""
+    size = len(significant)
     if gate.threshold_pct is None:
         return np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)
     gate_hit = np.zeros(size, dtype=bool)
-    beyond = np.zeros(size, dtype=bool)
-    no_noise = np.isnan(noise)
     for name, sign in WORSE_SIGN.items():
-        worse = sign * table[f"{name}_delta_pct"]
         with np.errstate(invalid="ignore"):
-            hit = worse > gate.threshold_pct
-            gate_hit |= hit
-            beyond |= hit & (no_noise | (worse > noise))
-    return gate_hit, beyond
+            gate_hit |= sign * table[f"{name}_delta_pct"] > gate.threshold_pct
+    return gate_hit, gate_hit & significant
 
 
 def _reason_metrics(table) -> np.ndarray:
@@ -484,19 +518,51 @@ def _mismatches(environment: dict[str, dict[str, list[str]]]) -> list[str]:
     ]
 
 
-def _verdict(input_issues, comparison_issues, states, missing, new_failed) -> tuple[Verdict, str]:
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """ "1 regression", "9 regressions"."""
+    return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"
+
+
+STATE_NOUNS = {
+    CaseState.REGRESSION: ("regression", "regressions"),
+    CaseState.CANDIDATE_FAILED: ("case failed in the candidate", "cases failed in the candidate"),
+    CaseState.BOTH_FAILED: ("case failed in both runs", "cases failed in both runs"),
+}
+
+
+def _verdict(input_issues, comparison_issues, matched, missing, new_failed, gate):
     issues = len(input_issues) + len(comparison_issues)
     if issues:
         return Verdict.INVALID_INPUT, f"{issues} input error(s); the comparison cannot be trusted"
+    states = np.asarray(matched["state"])
     reasons = [
-        f"{int((states == state.value).sum())} {state.value}"
+        plural(int((states == state.value).sum()), *STATE_NOUNS[state])
         for state in _FAILING
         if (states == state.value).any()
     ]
     if len(missing):
-        reasons.append(f"{len(missing)} missing candidate case(s)")
+        reasons.append(plural(len(missing), "missing candidate case"))
     if new_failed:
-        reasons.append(f"{new_failed} failed new candidate case(s)")
+        reasons.append(plural(new_failed, "failed new candidate case"))
+    notes = _verdict_notes(matched, gate)
     if reasons:
-        return Verdict.FAIL, ", ".join(reasons)
-    return Verdict.PASS, f"{len(states)} matched case(s), none failing"
+        return Verdict.FAIL, ", ".join(reasons) + notes
+    return Verdict.PASS, f"{plural(len(states), 'matched case')}, none failing" + notes
+
+
+def _verdict_notes(matched, gate) -> str:
+    """Large changes without a gate, and cases whose conditions differed."""
+    notes = []
+    large = int(np.asarray(matched["large_change"], dtype=bool).sum())
+    if gate.threshold_pct is None and large:
+        notes.append(
+            f"{plural(large, 'case')} {gate.rules.large_change_pct:g}% or more slower "
+            "(not gated: no --fail-on-regression)"
+        )
+    conditions = int(np.asarray(matched["conditions_differ"], dtype=bool).sum())
+    if conditions:
+        notes.append(
+            f"{plural(conditions, 'case')} ran under different conditions (clock or power "
+            "limit): the change may be the machine's, not the kernel's"
+        )
+    return "".join(f"; {note}" for note in notes)

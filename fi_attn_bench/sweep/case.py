@@ -6,16 +6,19 @@ import gc
 import importlib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from fi_attn_bench.backends.impls import DEFAULT_IMPL, Impl, prepare_impl
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
 from fi_attn_bench.device.power import PowerMonitor
+from fi_attn_bench.device.telemetry import Telemetry
 from fi_attn_bench.seed_api import synchronize
 from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.loop import PhaseClock, measure
 from fi_attn_bench.timing.options import (
     CPU_TIMER,
@@ -68,17 +71,17 @@ def verify_output(
         synchronize(options.device)
         _require_finite(_output_of(prepared, result))
         return {"check": "skipped"}
-    reference_module = importlib.import_module("fi_attn_bench.cases.reference")
+    checking = importlib.import_module("fi_attn_bench.cases.checking")
     if prepared.output is not None:
-        reference_module.poison_(prepared.output)
+        checking.poison_(prepared.output)
     result = prepared.run()
     synchronize(options.device)
     actual = _output_of(prepared, result)
     if not isinstance(actual, torch.Tensor):
         raise TypeError("nothing to check: Prepared.output is None and run() returned no tensor")
     expected = prepared.reference()
-    tolerance = reference_module.Tolerance(rtol=options.rtol, atol=options.atol)
-    outcome = reference_module.check_output(actual, expected, tolerance)
+    tolerance = checking.Tolerance(rtol=options.rtol, atol=options.atol)
+    outcome = checking.check_output(actual, expected, tolerance)
     del expected, actual, result
     return {
         "check": "pass" if outcome.passed else "fail",
@@ -114,6 +117,8 @@ class CaseRunner:
     batch_gpu_ms: float = 0.0  # GPU time of the timed batches, L2 flushes included
     phases: PhaseClock = field(default_factory=PhaseClock)  # where the sweep's wall time went
     power: PowerMonitor | None = None  # the GPU's power-limit counters around each case
+    telemetry: Telemetry | None = None  # clocks, temperature, throttle reasons (none: empty)
+    conditions: CaseConditions | None = None  # made on the first case; keeps the max clock
 
     def __call__(self, case: Mapping[str, int]) -> tuple[CaseResult, ...]:
         """One CaseResult per ``--impl`` (their order); never raises an Exception: a
@@ -163,17 +168,33 @@ class CaseRunner:
                 f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
             )
         check = self._checker(prepared, impl, columns)
+        conditions = self._conditions()
 
         def timed() -> Measurement:
             return measure(
-                prepared.run, self.timer, timing, after_warm_up=check, phases=self.phases
+                prepared.run,
+                self.timer,
+                timing,
+                after_warm_up=check,
+                phases=self.phases,
+                watch=conditions,
             )
 
-        if self.power is None:
-            return timed()
-        measurement, power = self.power.around(timed)
-        columns.update(power)
-        return measurement
+        conditions.begin()
+        try:
+            if self.power is None:
+                return timed()
+            measurement, power = self.power.around(timed)
+            columns.update(power)
+            return measurement
+        finally:
+            conditions.end()
+            columns.update(conditions.columns())
+
+    def _conditions(self) -> CaseConditions:
+        if self.conditions is None:
+            self.conditions = CaseConditions(self.telemetry, self.options.timing)
+        return self.conditions
 
     def _paired(self, case) -> tuple[CaseResult, ...]:
         """Every --impl of the case in interleaved rounds (``measure_paired``)."""
@@ -196,18 +217,20 @@ class CaseRunner:
             )
         del shared
         try:
-            outcome, power = self._rounds(contenders)
+            outcome, power = self._rounds(contenders, columns)
         except Exception as exc:  # noqa: BLE001 - the rounds failed: every measured impl fails
             return tuple(
                 CaseResult(None, columns[i], error=errors[i] or exc) for i in range(len(impls))
             )
         return self._paired_results(contenders, outcome, power, columns, errors)
 
-    def _rounds(self, contenders: Mapping[int, Contender]):
+    def _rounds(self, contenders: Mapping[int, Contender], columns: list[dict[str, object]]):
         positions = list(contenders)
         baseline = (
             positions.index(self.options.baseline) if self.options.baseline in contenders else -1
         )
+
+        conditions = self._conditions()
 
         def timed() -> PairedOutcome:
             return measure_paired(
@@ -216,13 +239,20 @@ class CaseRunner:
                 self.options.timing,
                 baseline=baseline,
                 phases=self.phases,
+                watch=conditions,
             )
 
         if not contenders:
             return None, {}
-        if self.power is None:
-            return timed(), {}
-        return self.power.around(timed)
+        conditions.begin()
+        try:
+            if self.power is None:
+                return timed(), {}
+            return self.power.around(timed)
+        finally:
+            conditions.end()
+            for index in contenders:  # the case's conditions: every measured impl's row
+                columns[index].update(conditions.columns())
 
     def _paired_results(
         self, contenders, outcome, power, columns, errors
@@ -255,6 +285,8 @@ class CaseRunner:
 
     def _notes(self, measurement: Measurement) -> tuple[str, ...]:
         notes = [_describe(measurement)] if self.options.timing.verbose else []
+        if self.options.timing.verbose and self.options.timing.throttle_policy != "off":
+            notes.append(_throttle_note(measurement, self.conditions))
         if measurement.starved_fraction > STARVED_WARN_FRACTION:
             notes.append(_starved_note(measurement))
         if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
@@ -270,6 +302,30 @@ def _describe(measurement: Measurement) -> str:
     return (
         f"  {len(measurement.samples)} samples{how}, median {measurement.median:.4f} ms, "
         f"min {measurement.min:.4f} ms, noise {measurement.noise_pct:.2f}%; kernels: {kernels}"
+    )
+
+
+def _throttle_note(measurement: Measurement, conditions: CaseConditions | None) -> str:
+    policy = conditions.options.throttle_policy if conditions else "off"
+    if conditions is None or not conditions.policy_active:
+        return (
+            f"  note: --throttle-policy {policy} inactive: the SM clock or its maximum is not "
+            "readable here (see fi-attn-bench-doctor's telemetry check); every sample kept"
+        )
+    threshold = f"{conditions.threshold_mhz:.0f} MHz"
+    if measurement.throttled_samples and not measurement.discarded_samples:
+        return (
+            f"  note: every batch ran below {threshold} (--throttle-policy {policy}); "
+            f"all {measurement.throttled_samples} samples kept"
+        )
+    if conditions.throttled_batches and not measurement.throttled_samples:
+        return (
+            f"  note: {conditions.throttled_batches} batches ran below {threshold} but none was "
+            "dropped: the profiler's recording could not be split by batch (one mean sample)"
+        )
+    return (
+        f"  note: --throttle-policy {policy} discarded {measurement.discarded_samples} samples "
+        f"({conditions.throttled_batches} batches with an SM clock below {threshold})"
     )
 
 
@@ -319,3 +375,41 @@ def case_work(spec: BenchmarkSpec, case, options: RunOptions) -> tuple[float, fl
     """(io_bytes, flops) of one run(), from the script's formulas, known before the run."""
     element_size = torch.empty((), dtype=DTYPES[options.dtype_name]).element_size()
     return float(spec.io_bytes(case, element_size)), float(spec.flops(case))
+
+
+def with_uniform_twin(
+    runner: CaseRunner, case, results: tuple[CaseResult, ...]
+) -> tuple[CaseResult, ...]:
+    """A measured varied case's results with their uniform twin's time (``uniform_twin_ms``,
+    ``imbalance_pct``), the twin measured by the same runner as any case (every --impl, the
+    twin of each result at its position); a twin that fails leaves both columns out of that
+    result and adds a note."""
+    measured = [r for r in results if r.error is None and _positive(r.measurement.median)]
+    if serving.workload_of(case) is None or not measured:  # a failed row fails on its own
+        return results
+    twins = runner(serving.twin_case(runner.spec, case))
+    return tuple(
+        _with_twin(runner, result, twin) for result, twin in zip(results, twins, strict=True)
+    )
+
+
+def _with_twin(runner: CaseRunner, result: CaseResult, twin: CaseResult) -> CaseResult:
+    if result.error is not None or not _positive(result.measurement.median):
+        return result
+    error = twin.error
+    if error is None and not _positive(twin.measurement.median):
+        error = ValueError(f"time_ms {twin.measurement.median!r} is not positive")
+    if error is not None:
+        release_memory(runner.options.device)
+        note = f"  uniform twin failed: {type(error).__name__}: {error}"
+        return replace(result, notes=(*result.notes, note))
+    twin_ms = twin.measurement.median
+    imbalance = {
+        "uniform_twin_ms": twin_ms,
+        "imbalance_pct": (result.measurement.median / twin_ms - 1.0) * 100.0,
+    }
+    return replace(result, columns={**result.columns, **imbalance})
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0

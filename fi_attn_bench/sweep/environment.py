@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
+import socket
+import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -33,7 +38,63 @@ def _query(fn: Callable[[], object]) -> str:
         return ""
 
 
-def environment_columns(options: RunOptions) -> dict[str, object]:
+GIT_TIMEOUT_S = 5.0  # a hung git (network file system, lock) must not hold up a sweep
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    """The git commit of the code under test and whether its tracked files were changed;
+    empty when it is not a git checkout or git is missing."""
+
+    commit: str = ""
+    dirty: str = ""  # "yes", "no" or ""
+
+
+def _git(directory: str, *words: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", directory, *words],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def code_version(directory: str) -> CodeVersion:
+    """``git rev-parse HEAD`` and ``git status --porcelain`` of the checkout holding
+    ``directory``; untracked files do not count, since results CSVs land in the checkout."""
+    commit = _git(directory, "rev-parse", "HEAD")
+    if not commit:
+        return CodeVersion()
+    status = _git(directory, "status", "--porcelain", "--untracked-files=no")
+    dirty = "" if status is None else ("yes" if status.strip() else "no")
+    return CodeVersion(commit.strip(), dirty)
+
+
+def code_directory(prepare: Callable) -> str:
+    """The directory of the script being run: where its ``prepare`` is defined."""
+    try:
+        return os.path.dirname(os.path.abspath(inspect.getfile(prepare)))
+    except (TypeError, OSError):
+        return os.getcwd()
+
+
+def timestamp_utc() -> str:
+    """Now, UTC, ISO 8601 to the second (``2026-12-04T17:11:50Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def run_metadata(code_dir: str) -> dict[str, str]:
+    """Host and code version: computed once per sweep."""
+    version = code_version(code_dir)
+    return {"host": socket.gethostname(), "git_commit": version.commit, "git_dirty": version.dirty}
+
+
+def environment_columns(options: RunOptions, code_dir: str | None = None) -> dict[str, object]:
     device = options.device
     if device.type == "cuda":
         name = _query(lambda: torch.cuda.get_device_name(device))
@@ -51,6 +112,9 @@ def environment_columns(options: RunOptions) -> dict[str, object]:
         "harness_version": HARNESS_VERSION,
         "dtype": options.dtype_name,
         "page_size": options.page_size,
+        "preset": options.preset,
+        "filter": ",".join(options.filters),
+        **(run_metadata(code_dir) if code_dir is not None else {}),
     }
 
 

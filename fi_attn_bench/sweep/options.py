@@ -13,10 +13,24 @@ import torch
 from fi_attn_bench.backends import flashinfer_api as flashinfer_compat
 from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl
 from fi_attn_bench.backends.selection import BackendChoice
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
+from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
-from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, get_csv_path
+from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
+from fi_attn_bench.sweep.outputs import (
+    check_new_output,
+    default_csv_path,
+    probe_directory,
+    samples_path,
+)
+from fi_attn_bench.sweep.selection_record import (
+    Selection,
+    check_unrecorded_cases,
+    recorded_selection,
+    resume_selection,
+)
 from fi_attn_bench.timing.options import (
     TimingOptions,
 )
@@ -46,6 +60,11 @@ class RunOptions:
     peak_bandwidth: float | None = None
     peak_tflops: float | None = None
     flashinfer_version: str = ""
+    force: bool = False  # move existing outputs aside (checked by plan: nothing else is there)
+    samples: str = ""  # gzip JSON Lines of each ok case's raw samples; "" = not written
+    filters: tuple[str, ...] = ()  # the --filter texts behind ``cases``
+    resume_command: str = ""  # printed after Ctrl-C; "" = this script's own --resume command
+    imbalance: bool = False  # also time each varied case's uniform twin
     # Head to head (--impl, --baseline-impl, --fail-if-slower): the implementations measured
     # per case, which one the paired ratios are taken against, and the CI gate's threshold.
     chosen_impls: tuple[Impl, ...] = ()  # empty: the one --backend names
@@ -108,33 +127,121 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         min_time_ms=0.0 if device.type == "cpu" else args.min_time_ms,
         enough_samples=args.enough_samples,
         verbose=args.verbose,
+        **_throttle_options(args),
     )
 
 
-def select_for_preset(spec: BenchmarkSpec, preset: str, filters: Sequence[str]) -> tuple[dict, ...]:
+def _throttle_options(args) -> dict[str, object]:
+    """The throttle policy's fields of TimingOptions (a threshold above 100 % is bad input)."""
+    if args.throttle_threshold > 100:
+        raise UsageError(
+            f"--throttle-threshold is a % of the maximum clock (<= 100), got {args.throttle_threshold:g}"
+        )
+    return {
+        "throttle_policy": args.throttle_policy,
+        "throttle_threshold_pct": args.throttle_threshold,
+        "cooldown_ms": args.cooldown_ms,
+    }
+
+
+def select_for_preset(
+    spec: BenchmarkSpec, preset: str, filters: Sequence[str], seed: int = 0
+) -> tuple[dict, ...]:
+    """The preset's cases (varied-length ones drawn under ``seed``) that pass ``filters``."""
+    return _filtered(
+        spec, serving.resolve_all(spec, serving.preset_cases(spec, preset), seed), filters, preset
+    )
+
+
+def _filtered(spec, cases, filters: Sequence[str], source: str) -> tuple[dict, ...]:
     terms = [term for text in filters for term in parse_filter(text, spec.case_fields)]
-    cases = select_cases(spec.presets[preset], terms)
-    if not cases:
-        raise NoMatchingCase(f"no case of preset {preset!r} matches --filter {' '.join(filters)}")
-    return tuple(cases)
+    kept = select_cases(cases, terms)
+    if not kept:
+        raise NoMatchingCase(f"no case of {source} matches --filter {' '.join(filters)}")
+    return tuple(kept)
+
+
+def selected_cases(
+    spec: BenchmarkSpec, args, preset: str, filters: Sequence[str] | None = None
+) -> tuple[dict, ...]:
+    """The cases of ``--batch`` / ``--workload`` when given, else of the preset; filtered by
+    ``filters`` (default: ``--filter``)."""
+    filters = args.filter if filters is None else filters
+    batches, files = getattr(args, "batch", None) or [], getattr(args, "workload", None) or []
+    if not (batches or files):
+        return select_for_preset(spec, preset, filters, args.seed)
+    if args.preset:
+        raise UsageError("--batch and --workload replace --preset; give one or the other")
+    cases = serving.command_line_cases(spec, batches, files, args.seed)
+    return _filtered(spec, cases, filters, COMMAND_LINE_CASES)
 
 
 def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
+    """The CSV and whether it is resumed; every output checked writable, nothing overwritten."""
     if args.resume:
         if args.output and os.path.abspath(args.output) != os.path.abspath(args.resume):
             raise UsageError("--resume CSV updates that file; do not give a different --output")
         if not os.path.isfile(args.resume):
             raise UsageError(f"--resume: no such file {args.resume!r}")
+        probe_directory(os.path.dirname(args.resume), "--resume")
         return args.resume, True
-    return args.output or get_csv_path(spec.api, args.output_dir), False
+    if args.output:
+        check_new_output(args.output, "--output", force=args.force, results_of=spec)
+        return args.output, False
+    probe_directory(args.output_dir, "--output-dir")
+    return default_csv_path(spec.api, args.output_dir), False
+
+
+def _samples_path(args, output: str, resume: bool) -> str:
+    if not args.samples_dir:
+        return ""
+    path = samples_path(args.samples_dir, output)
+    if resume:  # a resumed sweep appends to its samples file
+        probe_directory(args.samples_dir, "--samples-dir")
+    else:
+        check_new_output(path, "--samples-dir", force=args.force)
+    return path
 
 
 def preset_for(spec: BenchmarkSpec, args, device: torch.device) -> str:
+    if getattr(args, "batch", None) or getattr(args, "workload", None):
+        return COMMAND_LINE_CASES
     if args.preset:
         return args.preset
     if device.type == "cpu" and "cpu" in spec.presets:
         return "cpu"
     return "default" if "default" in spec.presets else sorted(spec.presets)[0]
+
+
+def _selection(spec: BenchmarkSpec, args, device, output: str, resume: bool):
+    """The sweep's preset, filters and cases; a resumed sweep's come from its CSV."""
+    default_preset = preset_for(spec, args, device)
+    if not resume:
+        selection = Selection(default_preset, tuple(args.filter))
+        return selection, selected_cases(spec, args, selection.preset)
+    recorded = recorded_selection(output, spec)
+    _check_resumed_source(args, recorded, output)
+    selection = resume_selection(spec, args, recorded, output, default_preset)
+    cases = selected_cases(spec, args, selection.preset, selection.filters)
+    if recorded is None:
+        check_unrecorded_cases(output, spec, selection, cases)
+    return selection, cases
+
+
+def _check_resumed_source(args, recorded: Selection | None, output: str) -> None:
+    """A sweep of --batch/--workload cases is resumed with them, a preset's without them."""
+    given = bool(getattr(args, "batch", None) or getattr(args, "workload", None))
+    if recorded is None or given == (recorded.preset == COMMAND_LINE_CASES):
+        return
+    if given:
+        raise UsageError(
+            f"--resume {output}: the interrupted sweep selected {recorded.options_text()}; "
+            "give no --batch/--workload to finish it"
+        )
+    raise UsageError(
+        f"--resume {output}: the interrupted sweep measured --batch/--workload cases; "
+        "give the same --batch/--workload options to finish it"
+    )
 
 
 def resolve_options(
@@ -145,16 +252,16 @@ def resolve_options(
     baseline: int = 0,
 ) -> RunOptions:
     device = choice.device
-    preset = preset_for(spec, args, device)
     output, resume = _output_path(spec, args)
+    selection, cases = _selection(spec, args, device, output, resume)
     version = (
         flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
         if choice.flashinfer is not None
         else ""
     )
     return RunOptions(
-        preset=preset,
-        cases=select_for_preset(spec, preset, args.filter),
+        preset=selection.preset,
+        cases=cases,
         backend=choice.backend,
         device=device,
         dtype_name=args.dtype,
@@ -174,16 +281,17 @@ def resolve_options(
         chosen_impls=impls,
         baseline=baseline,
         fail_if_slower_pct=getattr(args, "fail_if_slower", None),
+        force=args.force,
+        samples=_samples_path(args, output, resume),
+        filters=selection.filters,
+        imbalance=bool(getattr(args, "imbalance", False)),
     )
 
 
-def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
-    """One command line that reruns exactly this case with the same settings."""
+def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
+    """The options, other than the case selection, that a rerun must repeat."""
     timing = options.timing
     words = [
-        "python", spec.script,
-        "--filter", case_text(case, spec.case_fields),
-        "--preset", options.preset,
         "--dtype", options.dtype_name,
         "--page-size", str(options.page_size),
         "--backend", options.backend,
@@ -203,12 +311,40 @@ def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, i
         words += ["--attribution", timing.attribution]
     if timing.stop_rule != TimingOptions.stop_rule:
         words += ["--stop-rule", timing.stop_rule]
+    if timing.throttle_policy != TimingOptions.throttle_policy:
+        words += ["--throttle-policy", timing.throttle_policy]
+        words += ["--throttle-threshold", f"{timing.throttle_threshold_pct:g}"]
+        words += ["--cooldown-ms", f"{timing.cooldown_ms:g}"]
     if options.workspace_bytes != DEFAULT_WORKSPACE_BYTES:
         words += ["--workspace-mb", str(options.workspace_bytes // 2**20)]
     if options.seed:
         words += ["--seed", str(options.seed)]
+    if options.imbalance:
+        words.append("--imbalance")
     if not options.check:
         words.append("--no-check")
     elif (options.rtol, options.atol) != (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE):
         words += ["--rtol", repr(options.rtol), "--atol", repr(options.atol)]
+    return words
+
+
+def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
+    """One command line that reruns exactly this case with the same settings."""
+    workload = serving.workload_of(case)
+    fields = [name for name in spec.case_fields if name != serving.WORKLOAD_FIELD]
+    source = list(workload.source) if workload else ["--preset", options.preset]
+    words = ["python", spec.script, "--filter", case_text(case, fields), *source]
+    words += _setting_words(spec, options)
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def resume_command(spec: BenchmarkSpec, options: RunOptions) -> str:
+    """The command that finishes this sweep (its CSV records the case selection)."""
+    if options.resume_command:
+        return options.resume_command
+    words = ["python", spec.script, "--resume", options.output, *_setting_words(spec, options)]
+    if options.preset == COMMAND_LINE_CASES:  # the CSV cannot rebuild these cases
+        words += [word for case in options.cases for word in serving.workload_of(case).source]
+    if options.samples:
+        words += ["--samples-dir", os.path.dirname(options.samples) or "."]
     return " ".join(shlex.quote(word) for word in words)

@@ -88,5 +88,11 @@ def _one_line(message: str) -> str:
 def summary_line(index: int, total: int, text: str, record: Mapping[str, object]) -> str:
     head = f"[{index}/{total}] {text}: "
     if record["status"] == STATUS_OK:
-        return f"{head}{record['time_ms']:.3f}ms, {record['bandwidth_GB_s']:.2f} GB/s, {record['tflops']:.2f} TFLOPs"
+        twin = record.get("uniform_twin_ms")
+        imbalance = (
+            f"; uniform twin {twin:.3f}ms, imbalance {record['imbalance_pct']:+.1f}%"
+            if isinstance(twin, float)
+            else ""
+        )
+        return f"{head}{record['time_ms']:.3f}ms, {record['bandwidth_GB_s']:.2f} GB/s, {record['tflops']:.2f} TFLOPs{imbalance}"
     return f"{head}FAILED: {record['error_type']}: {_one_line(str(record['error']))}"

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 import torch
 
 from fi_attn_bench.backends.impls import backend_column
+from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.device.power import open_power_monitor
+from fi_attn_bench.device.telemetry import open_telemetry
 from fi_attn_bench.results.schema import (
     IMPL_COLUMN,
     STATUS_OK,
@@ -26,10 +28,18 @@ from fi_attn_bench.sweep.case import (
     case_work,
     freeze_startup_objects,
     release_memory,
+    with_uniform_twin,
 )
-from fi_attn_bench.sweep.environment import environment_columns, load_roofline
-from fi_attn_bench.sweep.options import RunOptions, repro_command
+from fi_attn_bench.sweep.environment import (
+    code_directory,
+    environment_columns,
+    load_roofline,
+    timestamp_utc,
+)
+from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
+from fi_attn_bench.sweep.outputs import move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
+from fi_attn_bench.sweep.samples import append_samples, samples_line
 from fi_attn_bench.sweep.storage import (
     ResultStore,
     load_resume_rows,
@@ -65,17 +75,22 @@ class Sweep:
             )
             if not todo:
                 return 0
-        elif os.path.exists(options.output):
-            self.log(f"Overwriting {options.output}")
-            os.remove(options.output)
-        metadata = {**environment_columns(options), **method_columns(self.timer)}
+        else:
+            for path in (options.output, options.samples):
+                if path and os.path.lexists(path):  # plan allowed it: --force
+                    self.log(f"Moved the existing {path} aside to {move_aside(path)}")
+        metadata = {
+            **environment_columns(options, code_directory(spec.prepare)),
+            **method_columns(self.timer),
+        }
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)
 
     def _loop(self, todo, store, metadata, roofline) -> int:
         spec, options = self.spec, self.options
         power = open_power_monitor(options.device)
-        runner = CaseRunner(spec, options, self.timer, self.log, power=power)
+        telemetry = open_telemetry(options.device)
+        runner = CaseRunner(spec, options, self.timer, self.log, power=power, telemetry=telemetry)
         freeze_startup_objects()
         progress = Progress.start(len(todo) * len(options.impls))
         failed, index, started = 0, 0, time.monotonic()
@@ -109,7 +124,8 @@ class Sweep:
             self.log(
                 f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
             )
-            self.log(f"Results saved to {options.output}; continue with --resume {options.output}")
+            self.log(f"Results saved to {options.output}; continue with:")
+            self.log(f"  {resume_command(spec, options)}")
             return 130
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
@@ -136,7 +152,11 @@ class Sweep:
         ]
 
     def _one(self, runner: CaseRunner, case, metadata) -> tuple[list[dict], tuple[CaseResult, ...]]:
-        known = {**metadata, "repro": repro_command(self.spec, self.options, case)}
+        known = {
+            **metadata,
+            "repro": repro_command(self.spec, self.options, case),
+            **serving.shape_columns(case),  # known before the run: failed rows carry them too
+        }
         impls = self.options.impls
         try:
             io_bytes, flops = case_work(self.spec, case, self.options)
@@ -145,6 +165,8 @@ class Sweep:
         else:
             known.update(io_bytes=io_bytes, flops=flops)
             results = runner(case)
+            if self.options.imbalance:
+                results = with_uniform_twin(runner, case, results)
         records = []
         for impl, result in zip(impls, results, strict=True):
             metrics = None if result.error else (result.measurement.median, io_bytes, flops)
@@ -157,6 +179,10 @@ class Sweep:
                 error=result.error,
             )
             record["error"] = clip_error(str(record["error"]))
+            record["timestamp_utc"] = timestamp_utc()
+            if self.options.samples and record["status"] == STATUS_OK:
+                line = samples_line(record, self.spec.case_fields, result.measurement.samples)
+                append_samples(self.options.samples, line)
             records.append(record)
         return records, results
 

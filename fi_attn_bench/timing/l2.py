@@ -29,13 +29,8 @@ def l2_flush_bytes(properties) -> tuple[int, str]:
 class L2Flusher:
     """Evicts the L2 by writing a buffer twice its size (allocated on first use).
 
-    Write only, a new byte value each time (41 us on the H200), not read and write
-    (``bitwise_not_``, 79 us; harness 0.2 and earlier): both leave the L2 full of the
-    buffer's dirty lines, so run() meets the same cache either way, and the flush is most
-    of the GPU time a short case's sample costs.  The read+write flush was chosen when the
-    smallest decode cases outran the CPU's launches behind the shorter flush
-    (``benchmarks/results/h200_validation_v4``); the queue-ahead spin ahead of each batch
-    has kept the queue full since.
+    Write only, a new byte value each time, as nvbench's and flashinfer.testing's flush: it
+    leaves the L2 as full of dirty lines as read+write does, in about half the GPU time.
     """
 
     def __init__(self, device: torch.device, log: Callable[[str], None] = lambda _: None):

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import torch
 
+from fi_attn_bench.timing.conditions import BatchWatch, KeepEveryBatch
 from fi_attn_bench.timing.options import CPU_TIMER, TimingOptions
 from fi_attn_bench.timing.statistics import Batch, Measurement, clamp, quantile, stop_noise_pct
 from fi_attn_bench.timing.timers import Timer, TimerSession
@@ -66,11 +67,9 @@ def should_stop(
     ``min_samples``, once the samples add up to ``min_time_ms`` of timed GPU time or (calls
     shorter than ``enough_samples_below_ms``) number ``enough_samples``, whichever first.
 
-    The blocks' interval (``drift_ci_pct``) does not decide: sampling on while the blocks
-    disagreed followed the GPU into its slower clock state (H200 v9, harness 0.5.0: five
-    decode and ragged cases that sampled on read 2-4 % slower than in the invocations where
-    they stopped at the usual window, and 6 of 61 cases >= 50 us had a CV above 1 %).  It is
-    reported instead (``Measurement.drift_pct``: the row, and the wide-spread note)."""
+    The blocks' interval (``drift_ci_pct``) does not decide, because sampling on while the
+    blocks disagree follows the GPU into its slower clock state; it is reported instead
+    (``Measurement.drift_pct``: the row, and the wide-spread note)."""
     if not samples:
         return False
     if elapsed_s >= options.max_time_s:
@@ -112,11 +111,21 @@ class MeasureLoop:
     # "timing": the loop itself; "readout": the rest (profiler start, stop and trace reading)
     phases: PhaseClock = field(default_factory=lambda: PhaseClock())  # defined below
 
-    def run(self, session: TimerSession, estimate_ms: float, timer: Timer) -> Measurement:
-        samples: list[float] = []  # what the stop hook sees
+    def run(
+        self,
+        session: TimerSession,
+        estimate_ms: float,
+        timer: Timer,
+        watch: BatchWatch | None = None,
+    ) -> Measurement:
+        """Sample until the stop hook says enough; ``watch`` reads the device between
+        batches and may drop a batch's samples (the throttle policy)."""
+        watch = watch or KeepEveryBatch()
+        samples: list[float] = []  # what the stop hook sees: the kept batches' samples
         start = self.clock()
         runs = session.runs_per_sample
         batches: list[Batch] = []
+        kept: list[bool] = []  # per batch: what the watch said
         looped = [start, start]  # when the loop body began and ended
 
         def loop() -> None:
@@ -128,16 +137,23 @@ class MeasureLoop:
 
         def sample_until_stop() -> None:
             per_call = estimate_ms
+            watch.batches_start()
             while True:
                 remaining = self.options.max_time_s - (self.clock() - start)
                 calls = batch_calls(per_call * runs, remaining, estimate_ms * runs, self.options)
                 self.batches.append(calls)
                 batch = session.batch(calls)
                 batches.append(batch)
-                samples.extend(batch.samples_ms)
-                if self.stop(samples, self.clock() - start, self.options, runs):
+                kept.append(watch.batch_done())
+                if kept[-1]:
+                    samples.extend(batch.samples_ms)
+                elapsed = self.clock() - start
+                if self.stop(samples, elapsed, self.options, runs):
                     break
-                per_call = max(quantile(sorted(samples), 0.5), 1e-6)
+                if not samples and elapsed >= self.options.max_time_s:
+                    break  # every batch judged throttled: kept_batches keeps them all
+                if samples:
+                    per_call = max(quantile(sorted(samples), 0.5), 1e-6)
 
         with gc_paused():
             recorded = session.record(loop)
@@ -146,7 +162,22 @@ class MeasureLoop:
         body = looped[1] - looped[0]
         self.phases.add("timing", body)
         self.phases.add("readout", self.clock() - start - body)
-        return _measurement(batches, timer, runs)
+        kept_ones, throttled, discarded = kept_batches(batches, kept)
+        return _measurement(kept_ones, timer, runs, throttled, discarded)
+
+
+def kept_batches(batches: Sequence[Batch], kept: Sequence[bool]) -> tuple[list[Batch], int, int]:
+    """The batches the watch kept, the samples it judged throttled, and those dropped.
+
+    Nothing is dropped when every batch was judged throttled (a GPU that never reached the
+    threshold still gets a time; the verbose note says so) or when the batches cannot be
+    matched with the judgements (a recording that gave one mean sample)."""
+    if len(batches) != len(kept):
+        return list(batches), 0, 0
+    throttled = sum(len(b.samples_ms) for b, keep in zip(batches, kept, strict=True) if not keep)
+    if all(kept) or not any(kept):
+        return list(batches), throttled, 0
+    return [b for b, keep in zip(batches, kept, strict=True) if keep], throttled, throttled
 
 
 @contextlib.contextmanager
@@ -163,14 +194,27 @@ def gc_paused():
             gc.enable()
 
 
-def _measurement(batches: Sequence[Batch], timer: Timer, runs: int) -> Measurement:
+def _measurement(
+    batches: Sequence[Batch], timer: Timer, runs: int, throttled: int = 0, discarded: int = 0
+) -> Measurement:
     samples = tuple(sample for batch in batches for sample in batch.samples_ms)
     kernels = {name for batch in batches for name in batch.kernels}
     names = tuple(sorted({shorten_kernel_name(k) for k in kernels}))
     split = all(batch.per_call for batch in batches)
     gpu_ms = sum(batch.gpu_ms for batch in batches)
     starved = sum(batch.starved for batch in batches)
-    return Measurement(samples, timer.name, timer.l2, names, runs, split, gpu_ms, starved)
+    return Measurement(
+        samples,
+        timer.name,
+        timer.l2,
+        names,
+        runs,
+        split,
+        gpu_ms,
+        starved,
+        throttled_samples=throttled,
+        discarded_samples=discarded,
+    )
 
 
 def is_steady(chunk_ms: Sequence[float], elapsed_ms: float, options: TimingOptions) -> bool:
@@ -244,6 +288,7 @@ def measure(
     clock: Callable[[], float] = time.perf_counter,
     after_warm_up: Callable[[], object] = lambda: None,
     phases: PhaseClock | None = None,
+    watch: BatchWatch | None = None,
 ) -> Measurement:
     """Set the timer up, warm up, run ``after_warm_up`` (the correctness check), hold the GPU
     at steady state, open the timer, sample until the stop hook.
@@ -258,4 +303,4 @@ def measure(
     phases.run("sustain", lambda: sustain(fn, timer, options, estimate, clock))
 
     session = phases.run("calibrate", lambda: timer.open(fn, estimate))
-    return MeasureLoop(options, clock, phases=phases).run(session, estimate, timer)
+    return MeasureLoop(options, clock, phases=phases).run(session, estimate, timer, watch)

@@ -16,6 +16,9 @@ ATTRIBUTIONS = ("auto", "sum", "span", "stream")
 STOP_RULES = ("spread", "median_ci")
 
 
+THROTTLE_POLICIES = ("off", "discard", "pause")  # see fi_attn_bench.timing.conditions
+
+
 class TimingError(RuntimeError):
     """The timer could not produce a trustworthy sample."""
 
@@ -33,8 +36,7 @@ class TimingOptions:
     kernel_pattern: str | None = None
     # Per-call sample from the profiler: "sum" of kernel durations; "span", first start ->
     # last end; "stream", end of the GPU work before the call (its L2 flush) -> last end: the
-    # time the call held the stream, launch gaps between dependent kernels included (H200:
-    # 1.4 us before a paged prefill kernel; decode's kernels overlap the flush's tail).
+    # time the call held the stream, launch gaps between dependent kernels included.
     # "auto" is stream when L2 is cold and sum when warm (back-to-back warm calls of small
     # cases outrun the CPU's launches, so anything but the sum would count host gaps).
     attribution: str = "auto"
@@ -52,7 +54,7 @@ class TimingOptions:
     batch_target_ms: float = 50.0  # GPU time per batch: how often the stop hook looks
     # Back-to-back calls before timing, so that clocks and power reach the steady state a
     # busy server sees: a GPU fresh from idle runs a compute-bound kernel ~10% faster for
-    # the first tens of ms (H200: prefill 4.2 ms vs 4.7 ms sustained, sweep-to-sweep CV 8%).
+    # the first tens of ms.
     sustain_ms: float = 200.0
     # ... ending earlier, after at least sustain_min_ms, once the last SUSTAIN_STEADY_CHUNKS
     # chunks of calls took GPU times within sustain_steady_pct of each other: a GPU that
@@ -67,10 +69,8 @@ class TimingOptions:
     # (~0.1 ms of host time), which a 15 us case would otherwise pay 30,000 times ...
     enough_samples: int = 1000
     # ... for a case whose calls are shorter than this (ms): a longer call's sample costs
-    # less host time than GPU time, so it always waits for min_time_ms.  Calls of ~0.2 ms
-    # that switch clocks for stretches otherwise stopped after ~200 ms of them, and their
-    # median moved with the mix of clocks that window caught (H200 v8, v9: CV 1.0-2.8 %;
-    # with the full window, v9 call 3: 0.2-0.4 %, all 61 cases >= 50 us within 1 %).
+    # less host time than GPU time, so it always waits for min_time_ms (a shorter window
+    # catches a random mix of a power-limited GPU's clock states).
     enough_samples_below_ms: float = 0.1
     min_batch_calls: int = 10
     max_batch_calls: int = 1000
@@ -82,6 +82,12 @@ class TimingOptions:
     queue_ahead_min_ms: float = 0.05
     queue_ahead_max_ms: float = 20.0
     verbose: bool = False
+    # Throttle policy (nvbench's): a batch during which the SM clock read below
+    # throttle_threshold_pct of the maximum has its samples discarded ("discard"), and the
+    # GPU rests cooldown_ms before the next batch as well ("pause").
+    throttle_policy: str = "off"
+    throttle_threshold_pct: float = 75.0
+    cooldown_ms: float = 50.0
 
     @property
     def effective_attribution(self) -> str:
@@ -95,5 +101,9 @@ class TimingOptions:
             raise ValueError(f"attribution must be one of {', '.join(ATTRIBUTIONS)}")
         if self.stop_rule not in STOP_RULES:
             raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}")
+        if self.throttle_policy not in THROTTLE_POLICIES:
+            raise ValueError(f"throttle_policy must be one of {', '.join(THROTTLE_POLICIES)}")
+        if not 0 < self.throttle_threshold_pct <= 100 or self.cooldown_ms < 0:
+            raise ValueError("throttle threshold in (0, 100] % and cooldown >= 0 ms required")
         if self.min_samples < 1 or self.noise_target_pct <= 0 or self.max_time_s <= 0:
             raise ValueError("min_samples >= 1, noise target > 0 and time budget > 0 required")

@@ -14,12 +14,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from fi_attn_bench.timing.conditions import BatchWatch, KeepEveryBatch
 from fi_attn_bench.timing.loop import (
     PhaseClock,
     _enough_samples,
     _measurement,
     batch_calls,
     gc_paused,
+    kept_batches,
     should_stop,
     sustain,
     warm_up,
@@ -162,11 +164,19 @@ class PairedLoop:
     clock: Callable[[], float] = time.perf_counter
     phases: PhaseClock = field(default_factory=PhaseClock)
     order: list[int] = field(default_factory=list)  # session of every batch, in order
+    kept: list[bool] = field(default_factory=list)  # per round: what the watch said
 
     def run(
-        self, sessions: Sequence[TimerSession], estimates: Sequence[float], timer: Timer
+        self,
+        sessions: Sequence[TimerSession],
+        estimates: Sequence[float],
+        timer: Timer,
+        watch: BatchWatch | None = None,
     ) -> list[list[Batch]]:
-        """Each session's batches, one per round, in round order."""
+        """Each session's batches, one per round, in round order (every round: ``kept``
+        says which the throttle policy keeps).  ``watch`` reads the device after each whole
+        round, so a throttled round is dropped for every contender and the pairs stay."""
+        watch = watch or KeepEveryBatch()
         count = len(sessions)
         batches: list[list[Batch]] = [[] for _ in sessions]
         sizing = round_options(self.options)
@@ -175,6 +185,7 @@ class PairedLoop:
 
         def loop() -> list[int]:
             rounds = 0
+            watch.batches_start()
             while True:
                 for index in round_order(rounds, count):
                     batches[index].append(
@@ -188,7 +199,9 @@ class PairedLoop:
                     )
                     self.order.append(index)
                 rounds += 1
-                if self._stop(batches, sessions, self.clock() - start, budget_s):
+                self.kept.append(watch.batch_done())
+                kept = [kept_rounds(found, self.kept) for found in batches]
+                if self._stop(kept, sessions, self.clock() - start, budget_s):
                     return self.order
 
         with gc_paused():
@@ -239,6 +252,23 @@ class PairedLoop:
         )
 
 
+def kept_rounds(found: Sequence[Batch], kept: Sequence[bool]) -> list[Batch]:
+    """One session's batches of the rounds the watch kept: what the stop rule sees, as the
+    single loop's stop hook sees only kept samples."""
+    return [batch for batch, keep in zip(found, kept, strict=True) if keep]
+
+
+def throttle_filter(
+    found: Sequence[Sequence[Batch]], kept: Sequence[bool]
+) -> tuple[list[list[Batch]], bool]:
+    """Every session's batches of the kept rounds, and whether the rounds could be judged;
+    the same rounds go for all sessions (``kept_batches``' rules), none where a recording's
+    batches cannot be matched with the rounds."""
+    if any(len(batches) != len(kept) for batches in found):
+        return [list(batches) for batches in found], False
+    return [kept_batches(batches, kept)[0] for batches in found], True
+
+
 def _round_medians(batches: Sequence[Batch]) -> tuple[float, ...]:
     return tuple(quantile(sorted(batch.samples_ms), 0.5) for batch in batches)
 
@@ -283,12 +313,14 @@ def measure_paired(
     baseline: int = 0,  # position among ``contenders``; -1: not among them (it failed before)
     clock: Callable[[], float] = time.perf_counter,
     phases: PhaseClock | None = None,
+    watch: BatchWatch | None = None,
 ) -> PairedOutcome:
     """Set the timer up; warm up and check each contender; open a session for each that
     passed; hold the GPU at steady state with all of them in turn; then interleaved rounds
     until the stop rule (each impl's usual minimum, then the paired ratios' intervals within
     the noise target) or the budget (``max_time_s`` per contender).  A contender whose
-    warm-up, check or session fails gets its error; the others go on."""
+    warm-up, check or session fails gets its error; the others go on.  ``watch`` judges
+    each round (the throttle policy): a throttled round's batches are dropped for all."""
     phases = phases or PhaseClock(clock=clock)
     phases.run("set-up", timer.set_up)
     estimates, errors = _prepare_each(contenders, timer, options, clock, phases)
@@ -307,11 +339,14 @@ def measure_paired(
         loop = PairedLoop(
             options, alive.index(baseline) if baseline in alive else -1, clock, phases
         )
-        found = loop.run([sessions[i] for i in alive], [estimates[i] for i in alive], timer)
+        found = loop.run([sessions[i] for i in alive], [estimates[i] for i in alive], timer, watch)
+        kept, judged = throttle_filter(found, loop.kept)
         for position, index in enumerate(alive):
             runs = sessions[index].runs_per_sample
-            measurements[index] = _measurement(found[position], timer, runs)
-            medians[index] = _round_medians(found[position])
+            throttled = _samples_in(found[position], loop.kept) if judged else 0
+            dropped = throttled if len(kept[position]) < len(found[position]) else 0
+            measurements[index] = _measurement(kept[position], timer, runs, throttled, dropped)
+            medians[index] = _round_medians(kept[position])
     has_baseline = 0 <= baseline < len(contenders) and measurements[baseline] is not None
     ratios = tuple(
         paired_ratio(medians[i], medians[baseline])
@@ -320,6 +355,11 @@ def measure_paired(
         for i in range(len(contenders))
     )
     return PairedOutcome(tuple(measurements), tuple(errors), tuple(medians), ratios)
+
+
+def _samples_in(batches: Sequence[Batch], kept: Sequence[bool]) -> int:
+    """The samples of one session's rounds the watch judged throttled."""
+    return sum(len(b.samples_ms) for b, keep in zip(batches, kept, strict=True) if not keep)
 
 
 def _all_failed(contenders, errors, alive, exc) -> PairedOutcome:

@@ -42,8 +42,7 @@ class QueueAhead:
     It spins for the CPU's expected lead over the GPU: ``calls`` x (host time per call -
     GPU time per call), measured on the previous batch (the warm-up's estimate before the
     first), plus the first call's own launch, counted twice (the first launch after a
-    synchronize is the slowest: with the lead alone, the first call of every batch of a
-    millisecond-long case started late on the H200), plus a small floor.  Builds without
+    synchronize is the slowest), plus a small floor.  Builds without
     ``torch.cuda._sleep`` get no spin.
     """
 
@@ -152,10 +151,8 @@ def enqueue_chain(
     """Queue event + ``calls`` x ([before] fn() event); the pairs of consecutive events,
     each around one [before] fn().
 
-    No event sits between ``before`` (the L2 flush) and fn(): the GPU front end spends
-    3.2-3.8 us on an event record there before run()'s first kernel starts (H200, a
-    different amount on each stream), a quarter of a 13 us decode case and the source of
-    its between-process jumps (``benchmarks/results/h200_validation_v6``).  The profiler
+    No event sits between ``before`` (the L2 flush) and fn(), because an event record there
+    costs the GPU microseconds before run()'s first kernel, varying by stream.  The profiler
     reads run()'s time off its kernels, so it times this sequence; the pairs only steer
     the stop hook.
     """

@@ -17,17 +17,15 @@ STARVED_WARN_FRACTION = 0.01
 
 
 # Samples spread wider than this (IQR / median, %): the calls ran at different speeds for
-# stretches of time, and the median moves between runs (H200, 5 invocations: the 7 cases
-# above 5 % in any of them had a CV of time_ms of 1.35-2.7 %; the 59 cases >= 50 us never
-# above it, 0.95 % or less; benchmarks/results/h200_validation_v8).
+# stretches of time, so the median moves between runs (docs/DESIGN.md, drift_pct).
 WIDE_SPREAD_NOTE_PCT = 5.0
 
 
 # Consecutive blocks of a case's samples whose medians tell drift from jitter (non-overlapping
 # batch means): a GPU at its power limit runs for stretches at one clock, so neighbouring
-# samples are not independent and the interval from all samples alone is too narrow (H200 v8:
-# 0.2-0.4 % for a median that moved 1.9 % between runs).  Student's t for DRIFT_BLOCKS - 1
-# degrees of freedom.  Reported in a note; it does not decide when to stop (``should_stop``).
+# samples are not independent and the interval from all samples alone is too narrow.
+# Student's t for DRIFT_BLOCKS - 1 degrees of freedom.  Reported in a note; it does not
+# decide when to stop (``should_stop``).
 DRIFT_BLOCKS = 5
 
 
@@ -56,6 +54,10 @@ class Measurement:
     # GPU time of the timed batches, L2 flushes between calls included (0: not known)
     batch_gpu_ms: float = 0.0
     starved_calls: int = 0  # "stream" samples that include a wait for the CPU (see Batch)
+    # Samples of batches the throttle policy judged throttled, and those of them dropped
+    # (none when every batch was throttled: see ``fi_attn_bench.timing.loop.kept_batches``)
+    throttled_samples: int = 0
+    discarded_samples: int = 0
 
     def __post_init__(self):
         if not self.samples:

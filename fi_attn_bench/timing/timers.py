@@ -6,7 +6,7 @@ import dataclasses
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,6 +21,16 @@ from fi_attn_bench.timing.queue import (
     elapsed_ms,
     enqueue_calls,
     queued_samples,
+)
+from fi_attn_bench.timing.selfcheck import (
+    CheckResult,
+    capture_graph,
+    check_cuda_graph,
+    check_device_l2,
+    check_profiler_kernels,
+    matmul_probe,
+    require,
+    required_checks,
 )
 from fi_attn_bench.timing.statistics import Batch, clamp
 from fi_attn_bench.timing.trace import (
@@ -53,6 +63,10 @@ class Timer(Protocol):
 
     def set_up(self) -> None:
         """One-time work before the first case's warm-up (buffers, calibrations)."""
+
+    def self_check(self) -> None:
+        """Before the sweep: raise ``SelfCheckFailed`` (exit 2) where a check this timer
+        depends on fails (``fi_attn_bench.timing.selfcheck``)."""
 
     def open(self, fn: Callable[[], object], estimate_ms: float) -> TimerSession: ...
 
@@ -87,6 +101,9 @@ class TimerDefaults:
         loop()
         return None
 
+    def self_check(self) -> None:
+        return None
+
 
 class SessionDefaults:
     """What a session that times batch by batch declares."""
@@ -96,6 +113,13 @@ class SessionDefaults:
     def record(self, loop: Callable[[], None]) -> Sequence[Batch] | None:
         loop()
         return None
+
+
+def run_required_checks(timer: Timer, checks: Mapping[str, Callable[[], CheckResult]]) -> None:
+    """Run the checks ``required_checks`` names for this timer and L2 mode, in order; raise
+    ``SelfCheckFailed`` at the first that fails."""
+    for name in required_checks(timer.name, timer.l2):
+        require(checks[name](), timer.name)
 
 
 def method_columns(timer: Timer) -> dict[str, str]:
@@ -137,8 +161,8 @@ class EventsTimer(TimerDefaults):
     """A CUDA event pair around each call.
 
     Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end]; each
-    sample includes the start event's record (1.4-4 us on the H200, see ``enqueue_chain``),
-    which the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
+    sample includes the start event's record (microseconds, see ``enqueue_chain``), which
+    the profiler's samples do not.  Warm L2: a short GPU spin precedes each call so
     that the start event is not recorded while the GPU waits for the CPU to launch run().
     """
 
@@ -149,6 +173,7 @@ class EventsTimer(TimerDefaults):
         self.l2 = options.l2
         self.sync = cuda_sync(device)
         self.queue = QueueAhead(options)
+        self.checked = False  # self_check passed once: a suite's scripts share the timer
 
     def cover_launch(self) -> None:
         """A GPU spin before a warm call, so its start event is not recorded while the GPU
@@ -159,6 +184,14 @@ class EventsTimer(TimerDefaults):
         """The flush buffer and its duration, once per timer (see ``measure``)."""
         if self.l2 == "cold":
             self.flusher.duration_ms()
+
+    def self_check(self) -> None:
+        """Cold L2: the flush must evict (``required_checks``)."""
+        if not self.checked:
+            run_required_checks(
+                self, {"l2_flush": lambda: check_device_l2(self.flusher, self.device)}
+            )
+        self.checked = True
 
     def open(self, fn, estimate_ms):
         flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
@@ -190,9 +223,25 @@ class CudaGraphTimer(TimerDefaults):
     name = "cuda_graph"
     l2 = "warm"
 
-    def __init__(self, options: TimingOptions, device: torch.device):
+    def __init__(
+        self,
+        options: TimingOptions,
+        device: torch.device,
+        profile: Callable[..., list[DeviceEvent]] = profile_device_events,
+    ):
         self.options, self.device = options, device
         self.sync = cuda_sync(device)
+        self.profile = profile  # counts the kernels of the self-check's eager call and replay
+        self.checked = False
+
+    def self_check(self) -> None:
+        """A replay must run every kernel of the captured call (``required_checks``)."""
+        if not self.checked:
+            graph = lambda: check_cuda_graph(  # noqa: E731
+                matmul_probe(self.device), self.device, self.sync, self.profile
+            )
+            run_required_checks(self, {"cuda_graph": graph})
+        self.checked = True
 
     def open(self, fn, estimate_ms):
         calls = clamp(
@@ -200,16 +249,8 @@ class CudaGraphTimer(TimerDefaults):
             1,
             self.options.max_graph_calls,
         )
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
-                for _ in range(calls):
-                    fn()
+            graph = capture_graph(fn, self.device, calls)
         except Exception as exc:
             raise TimingError(
                 f"CUDA graph capture of run() failed: {type(exc).__name__}: {exc}"
@@ -257,6 +298,7 @@ class ProfilerTimer(TimerDefaults):
         self.queue = QueueAhead(options)
         self._flush_events: list[DeviceEvent] | None = None
         self._lead_events: list[DeviceEvent] | None = None
+        self.checked = False
 
     def _flush_calibration(self) -> list[DeviceEvent]:
         if self.l2 != "cold":
@@ -275,10 +317,21 @@ class ProfilerTimer(TimerDefaults):
         return self._lead_events
 
     def set_up(self) -> None:
-        """The spin's and the flush's calibration profiles, once per timer: the first profiler
-        session of a process took about 5 s on the H200 (see ``measure``)."""
+        """The spin's and the flush's calibration profiles, once per timer: a process's first
+        profiler session takes seconds (see ``measure``)."""
         self._lead_calibration()
         self._flush_calibration()
+
+    def self_check(self) -> None:
+        """The profiler must record device kernels; cold L2: the flush must evict
+        (``required_checks``)."""
+        if not self.checked:
+            kernels = lambda: check_profiler_kernels(  # noqa: E731
+                matmul_probe(self.device), self.sync, self.profile
+            )
+            flush = lambda: check_device_l2(self.flusher, self.device)  # noqa: E731
+            run_required_checks(self, {"profiler_kernels": kernels, "l2_flush": flush})
+        self.checked = True
 
     def open(self, fn, estimate_ms):
         """A session for one case.  run()'s own event count comes from the case's recording

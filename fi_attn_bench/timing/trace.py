@@ -128,9 +128,8 @@ def device_events_from_kineto(raw_events: Iterable) -> list[DeviceEvent]:
     Kernels, memsets and memcpys by activity type; where a build names its activities
     differently (none of those three found) or not at all (torch 2.11's events have no
     ``activity_type``), every non-CPU event that is not an annotation or a known
-    bookkeeping activity.  Whether events name their activity is asked once per recording:
-    asking each event of torch 2.11 raised and caught an AttributeError twice per event,
-    76 us per decode call of the H200's trace reading (``benchmarks/h200_cost_probe.py``).
+    bookkeeping activity.  Whether events name their activity is asked once per recording,
+    because asking each event costs two caught AttributeErrors per event.
     """
     raw = list(raw_events)
     named = bool(raw) and hasattr(raw[0], "activity_type")

@@ -1,0 +1,103 @@
+"""Head to head: several implementations (``impl``) of the same cases in one run.
+
+For each API, each case (its parameters without ``impl``) gets the time of every
+implementation, the speedup of each against the baseline implementation (the rows'
+``baseline_impl``, else the API's first implementation) with its 95 % interval from
+``paired_ratio_lo``/``paired_ratio_hi`` where the bench measured them interleaved, and
+the winner (lowest time); per API, the geometric mean of each implementation's speedup.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fi_attn_bench.summarizer.frames import success_mask
+from fi_attn_bench.summarizer.identity import case_ids, view_codes
+
+
+@dataclass(frozen=True)
+class ImplResult:
+    """One implementation on one case; speedup = baseline time / this time."""
+
+    impl: str
+    time_ms: float
+    speedup: float
+    speedup_lo: float  # NaN without a paired interval
+    speedup_hi: float
+
+
+@dataclass(frozen=True)
+class CaseComparison:
+    case: str
+    results: tuple[ImplResult, ...]  # in ApiComparison.impls order; absent impls left out
+    winner: str
+
+
+@dataclass(frozen=True)
+class ApiComparison:
+    api: str
+    baseline_impl: str
+    impls: tuple[str, ...]
+    cases: tuple[CaseComparison, ...]
+    geomean_speedup: dict  # impl -> geometric mean over cases where both ran ok
+
+
+def head_to_head(view, ids) -> list[ApiComparison]:
+    """Per API with two or more implementations, the side-by-side comparison."""
+    if not view.rows or "impl" not in view.case_columns:
+        return []
+    impl_codes, impls = view_codes(view, "impl")
+    if len(set(impl_codes.tolist())) < 2:
+        return []
+    parameters = [name for name in view.case_columns if name != "impl"]
+    groups = case_ids([view], ["api", *parameters])[0]
+    ok = success_mask(view.objects("status"))
+    apis = view.objects("api")
+    found = []
+    for api in sorted(set(apis.tolist())):
+        rows = np.flatnonzero((apis == api) & ok)
+        rows = rows[np.argsort(groups[rows], kind="stable")]
+        labels = view.labels(rows, parameters)
+        comparison = _api_comparison(view, str(api), rows, groups, (impl_codes, impls), labels)
+        if comparison is not None:
+            found.append(comparison)
+    return found
+
+
+def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | None:
+    """``impl``: (code per row, texts) of the impl column; ``labels``: of ``rows``."""
+    impl_codes, impls = impl
+    order = list(dict.fromkeys(impls[code] for code in impl_codes[rows].tolist()))
+    if len(order) < 2:
+        return None
+    stated = [text for text in view.distinct("baseline_impl") or [] if text in order]
+    baseline = stated[0] if stated else order[0]
+    order.remove(baseline)
+    order.insert(0, baseline)
+    time_ms = view.floats("time_ms")
+    lo, hi = view.floats("paired_ratio_lo"), view.floats("paired_ratio_hi")
+    cases, ratios = [], {impl: [] for impl in order}
+    bounds = np.flatnonzero(np.diff(groups[rows])) + 1
+    for part in np.split(np.arange(len(rows)), bounds):
+        by_impl = {impls[impl_codes[rows[i]]]: rows[i] for i in part.tolist()}
+        if baseline not in by_impl:
+            continue
+        base_ms = float(time_ms[by_impl[baseline]])
+        results = []
+        for impl in order:
+            if impl not in by_impl:
+                continue
+            row = by_impl[impl]
+            speedup = base_ms / float(time_ms[row])
+            ratios[impl].append(speedup)
+            results.append(ImplResult(impl, float(time_ms[row]), speedup, 1 / hi[row], 1 / lo[row]))
+        winner = min(results, key=lambda result: result.time_ms).impl
+        cases.append(CaseComparison(str(labels[part[0]]), tuple(results), winner))
+    geomean = {
+        impl: (math.exp(float(np.log(values).mean())) if values else math.nan)
+        for impl, values in ratios.items()
+    }
+    return ApiComparison(api, baseline, tuple(order), tuple(cases), geomean)

@@ -1,0 +1,150 @@
+"""Case identity: which rows are the same case, in one order for every report.
+
+A case is ``api`` plus every case parameter (identity columns such as ``impl`` and
+``workload`` included; a file without one reads as its default, so baselines written
+before the column existed still match).  Each row gets an int64 id; ids sort like the
+tuples of key values, numbers by value (``seq_len_kv=37`` before ``200``), other text
+by text.  A case present twice in one run is an input error, in every mode.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fi_attn_bench.results.schema import IDENTITY_DEFAULTS
+from fi_attn_bench.summarizer.loading import InputIssue
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key of a case value: numbers by value first, then other text by text."""
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return (1, 0.0, str(text))
+    return (0, number, str(text)) if math.isfinite(number) else (1, 0.0, str(text))
+
+
+def natural_codes(parts) -> tuple[np.ndarray, list[str]]:
+    """One code space, in natural order, for several (codes, texts) pairs; -1 (absent)
+    stays -1.  ``parts``: per run, codes into that run's distinct texts."""
+    texts = sorted({text for _, part_texts in parts for text in part_texts}, key=natural_key)
+    index = {text: code for code, text in enumerate(texts)}
+    joined = []
+    for codes, part_texts in parts:
+        mapping = np.array([*(index[text] for text in part_texts), -1], dtype=np.int64)
+        joined.append(mapping[np.asarray(codes, dtype=np.int64)])  # -1 picks the trailing -1
+    return np.concatenate(joined) if joined else np.zeros(0, np.int64), texts
+
+
+def identity_filled(name: str, codes: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list]:
+    """(codes, texts) of a column with an identity default: absent (-1) and empty cells
+    read as the default."""
+    default = IDENTITY_DEFAULTS.get(name)
+    if default is None:
+        return codes, texts
+    texts = [default if text == "" else text for text in texts]
+    unique = list(dict.fromkeys([*texts, default]))
+    mapping = np.array([*(unique.index(text) for text in texts), unique.index(default)])
+    return mapping[np.asarray(codes, dtype=np.int64)], unique
+
+
+def frame_codes(frame, name: str) -> tuple[np.ndarray, list[str]]:
+    """(code per row, distinct texts) of a column of a row frame; -1 where absent."""
+    import pandas as pd
+
+    if name not in frame.columns:
+        codes, texts = np.full(len(frame), -1, dtype=np.int64), []
+    else:
+        values = frame[name].to_numpy(dtype=object)
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+        texts = [str(value).strip() for value in uniques.tolist()]
+    return identity_filled(name, codes, texts)
+
+
+def view_codes(view, name: str) -> tuple[np.ndarray, list[str]]:
+    """(code per row, distinct texts) of a key column of a FrameView or ScannedView."""
+    if hasattr(view, "frame"):
+        return frame_codes(view.frame, name)
+    return view.key_codes(name)
+
+
+def case_ids(views, keys: list[str]) -> list[np.ndarray]:
+    """The case id of every row of each view; equal ids across views mean one case."""
+    sizes = [view.rows for view in views]
+    ids = np.zeros(sum(sizes), dtype=np.int64)
+    span = 1
+    for name in keys:
+        codes, texts = natural_codes([view_codes(view, name) for view in views])
+        radix = len(texts) + 1
+        if span * radix >= 1 << 62:
+            values, ids = np.unique(ids, return_inverse=True)
+            ids, span = ids.reshape(-1).astype(np.int64), len(values)
+        ids = ids * radix + (codes + 1)
+        span *= radix
+    return np.split(ids, np.cumsum(sizes)[:-1])
+
+
+@dataclass(frozen=True)
+class UniqueCases:
+    """Rows of a run whose case is unique, sorted by id, and one issue per repeat."""
+
+    rows: np.ndarray
+    ids: np.ndarray
+    issues: tuple[InputIssue, ...]
+
+
+def unique_cases(view, ids: np.ndarray, labels, group: str) -> UniqueCases:
+    """Split a run's rows into unique cases and duplicate issues (named by both files)."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    repeated = np.zeros(len(sorted_ids), dtype=bool)
+    same = sorted_ids[1:] == sorted_ids[:-1]
+    repeated[1:] |= same
+    repeated[:-1] |= same
+    if not repeated.any():
+        return UniqueCases(order, sorted_ids, ())
+    in_rows = np.zeros(len(ids), dtype=bool)
+    in_rows[order] = repeated
+    issues = duplicate_issues(view, ids, np.flatnonzero(in_rows), labels, group)
+    return UniqueCases(order[~repeated], sorted_ids[~repeated], tuple(issues))
+
+
+def duplicate_issues(view, ids, rows: np.ndarray, labels, group: str) -> list[InputIssue]:
+    """One issue per repeated row after the first of its case, in row order."""
+    names = labels(rows)
+    sources, lines, apis = (view.texts(name, rows) for name in ("_source", "_line", "api"))
+    first_of: dict[int, int] = {}
+    issues = []
+    for index, case in enumerate(ids[rows].tolist()):
+        first = first_of.setdefault(case, index)
+        if first == index:
+            continue
+        issues.append(
+            InputIssue(
+                str(sources[index]),
+                f"duplicate case also found at {sources[first]}:{lines[first]}: "
+                f"{apis[index]} ({names[index]})",
+                group,
+            )
+        )
+    return issues
+
+
+def short_labels(labels, limit: int) -> tuple[list[str], str]:
+    """(short labels, common text): parameters equal in every label ("name=value, ...")
+    move to the common text, the rest stay (cut to ``limit`` characters with "…")."""
+    parsed = [[part.partition("=") for part in str(label).split(", ")] for label in labels]
+    shared = set.intersection(*(set(parts) for parts in parsed)) if parsed else set()
+    if len(parsed) < 2:
+        shared = set()
+    short = []
+    for parts in parsed:
+        kept = ", ".join(f"{n}={v}" for n, sep, v in parts if (n, sep, v) not in shared and sep)
+        kept = kept or "(same parameters)"
+        short.append(kept if len(kept) <= limit else kept[: limit - 1] + "…")
+    first = parsed[0] if parsed else []
+    common = ", ".join(f"{n}={v}" for n, sep, v in first if (n, sep, v) in shared and sep)
+    return short, common

@@ -1,0 +1,109 @@
+"""Console step: the verdict and a compact table for stdout, so a CI log shows why.
+
+Plain text sized to the terminal (``shutil.get_terminal_size``; 100 columns when
+stdout is not a terminal): fixed-width number columns, the case column takes what is
+left and is cut with "…".  At most MAX_CONSOLE_ROWS rows; the report holds the rest.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+
+from fi_attn_bench.summarizer.identity import short_labels
+
+MAX_CONSOLE_ROWS = 20
+MIN_CASE_WIDTH = 16
+FALLBACK_COLUMNS = 100
+
+
+def terminal_width() -> int:
+    return shutil.get_terminal_size((FALLBACK_COLUMNS, 24)).columns
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` padded or cut (with "…") to exactly ``width`` characters."""
+    text = str(text).replace("\n", " ")
+    return text.ljust(width) if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def _table(headers: list[str], rows: list[list[str]], width: int, flexible: int) -> list[str]:
+    """Columns as wide as their widest cell; column ``flexible`` gets what is left."""
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    others = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
+    widths[flexible] = max(MIN_CASE_WIDTH, min(widths[flexible], width - others))
+    lines = []
+    for row in [headers, *rows]:
+        cells = [
+            fit(value, widths[i])
+            if i in (0, 1, flexible) or not _numeric(value)
+            else value.rjust(widths[i])
+            for i, value in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def _numeric(text: str) -> bool:
+    return bool(text) and (text[0].isdigit() or text[0] in "+-∞" or text == "n/a")
+
+
+def _number(value: float) -> str:
+    return "n/a" if value != value else f"{value:.4g}"
+
+
+def _delta(value: float) -> str:
+    if value != value:
+        return "n/a"
+    if np.isinf(value):
+        return "+∞%" if value > 0 else "-∞%"
+    return f"{value:+.2f}%"
+
+
+def summary_console(model, width: int, only_changed: bool = False) -> str:
+    """Verdict, then failed cases first and the others in report order."""
+    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
+    cases = model.cases
+    if cases is None or not len(cases):
+        return "\n".join(lines)
+    shown = cases.rows(0, min(len(cases), 4 * MAX_CONSOLE_ROWS))
+    shown = sorted(shown, key=lambda row: row.status != "failed")[:MAX_CONSOLE_ROWS]
+    labels, common = short_labels([r.case for r in shown], width)
+    rows = [
+        [r.api, label, r.status, _number(r.time_ms), _number(r.bandwidth_GB_s), _number(r.tflops)]
+        for r, label in zip(shown, labels, strict=True)
+    ]
+    headers = ["API", "Case", "Status", "Time ms", "GB/s", "TFLOPS"]
+    lines += _table(headers, rows, width, 1)
+    if common:
+        lines.append(f"(every case listed: {common})")
+    if len(cases) > len(rows):
+        lines.append(f"… {len(cases) - len(rows)} more case(s) in the report")
+    return "\n".join(lines)
+
+
+def regression_console(model, width: int, only_changed: bool = False) -> str:
+    """Verdict, then the changed cases, the worst regression first."""
+    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
+    changes = model.changes(only_changed=True)
+    if not len(changes):
+        lines.append(f"No changed case among {len(model.matched)} matched case(s).")
+        return "\n".join(lines)
+    top = changes.iloc[np.arange(min(len(changes), MAX_CONSOLE_ROWS))]
+    labels, common = short_labels(model.case_labels(top["case_id"]).tolist(), width)
+    columns = ("api", "state", "time_ms_baseline", "time_ms_candidate", "time_ms_delta_pct")
+    rows = []
+    for label, (api, state, base, cand, delta) in zip(
+        labels, zip(*(top[name].tolist() for name in columns), strict=True), strict=True
+    ):
+        rows.append([str(api), str(label), str(state), _number(base), _number(cand), _delta(delta)])
+    headers = ["API", "Case", "State", "Base ms", "Cand ms", "Δ time"]
+    lines += _table(headers, rows, width, 1)
+    if common:
+        lines.append(f"(every case listed: {common})")
+    if len(changes) > len(rows):
+        lines.append(f"… {len(changes) - len(rows)} more changed case(s) in the report")
+    return "\n".join(lines)

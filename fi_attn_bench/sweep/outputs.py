@@ -1,0 +1,96 @@
+"""Where a sweep writes, checked before any measuring: a place it can write, and never over a
+file the user already has (a results CSV is finished with --resume or moved aside with --force).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+import time
+
+from fi_attn_bench.cases.spec import BenchmarkSpec
+from fi_attn_bench.errors import UsageError
+from fi_attn_bench.results.schema import SCHEMA_VERSION, read_result_rows
+from fi_attn_bench.seed_api import get_csv_path
+
+SAMPLES_SUFFIX = ".samples.jsonl.gz"
+
+
+def probe_directory(directory: str, flag: str) -> None:
+    """Create ``directory`` if needed and write a temporary file in it; UsageError if either fails."""
+    directory = directory or "."
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"{flag} {directory}: exists and is not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".fi-attn-bench-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"{flag} {directory}: cannot write there ({exc.strerror or exc})"
+        ) from None
+
+
+def default_csv_path(api: str, directory: str, suffix: str = "") -> str:
+    """``<directory>/<api>_<YYYYmmdd_HHMMSS><suffix>.csv`` (``suffix``: e.g. a shard's), made
+    unique with ``-2``, ``-3``... when a run of the same second already took the name."""
+    stem = get_csv_path(api, directory)[: -len(".csv")] + suffix
+    path, number = f"{stem}.csv", 1
+    while os.path.lexists(path):
+        number += 1
+        path = f"{stem}-{number}.csv"
+    return path
+
+
+def samples_path(samples_dir: str, csv_path: str) -> str:
+    """``<samples_dir>/<csv stem>.samples.jsonl.gz``: one raw-samples file per CSV."""
+    stem = os.path.splitext(os.path.basename(csv_path))[0]
+    return os.path.join(samples_dir, stem + SAMPLES_SUFFIX)
+
+
+def holds_results_of(path: str, spec: BenchmarkSpec) -> bool:
+    """Whether ``path`` is a schema-v1 CSV of ``spec``'s api (a previous output of this script)."""
+    try:
+        header, rows = read_result_rows(path)
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError):
+        return False
+    needed = ("schema_version", "api", "status", *spec.case_fields)
+    if not header or any(name not in header for name in needed):
+        return False
+    return all(row["api"] == spec.api and row["schema_version"] == SCHEMA_VERSION for row in rows)
+
+
+def check_new_output(
+    path: str, flag: str, *, force: bool, results_of: BenchmarkSpec | None = None
+) -> None:
+    """A fresh sweep may write ``path``: its directory is writable, and an existing file there
+    is only ever moved aside, with --force (UsageError otherwise).  ``results_of``: the script
+    whose results CSV ``path`` is, for the message that offers --resume."""
+    probe_directory(os.path.dirname(path), flag)
+    if not os.path.lexists(path):
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a directory")
+    if force:
+        return
+    if results_of is not None and holds_results_of(path, results_of):
+        raise UsageError(
+            f"{path} already holds {results_of.script} results: --resume {path} finishes it, "
+            "--force moves it aside (to <name>.bak-<timestamp>) and starts afresh"
+        )
+    raise UsageError(
+        f"{path} exists and is not an unfinished output of this run: refusing to overwrite it "
+        "(--force moves it aside to <name>.bak-<timestamp>)"
+    )
+
+
+def move_aside(path: str) -> str:
+    """Rename ``path`` to ``<path>.bak-<YYYYmmdd_HHMMSS>`` (never replacing another backup)."""
+    stamp = time.strftime("%Y%m%d_%H%M%S")
+    target, number = f"{path}.bak-{stamp}", 1
+    while os.path.lexists(target):
+        number += 1
+        target = f"{path}.bak-{stamp}-{number}"
+    os.replace(path, target)
+    return target

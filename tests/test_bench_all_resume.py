@@ -1,0 +1,80 @@
+"""bench_all.py --resume DIR finishes an interrupted run as a whole (issue 21, defect 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+
+from test_bench_all import FAST, FIRST, SECOND, run
+
+from fi_attn_bench.cases.spec import BenchmarkSpec
+from fi_attn_bench.results.schema import read_result_rows
+
+
+def interrupted_at(spec: BenchmarkSpec, batch_size: int) -> BenchmarkSpec:
+    """``spec`` whose case of ``batch_size`` is interrupted by Ctrl-C while it is prepared."""
+
+    def prepare(case, settings):
+        if case["batch_size"] == batch_size:
+            raise KeyboardInterrupt
+        return spec.prepare(case, settings)
+
+    return dataclasses.replace(spec, prepare=prepare)
+
+
+def statuses(directory) -> dict[str, list[str]]:
+    found = {}
+    for path in sorted(directory.glob("*.csv")):
+        rows = read_result_rows(path)[1]
+        found[rows[0]["api"]] = sorted(row["status"] for row in rows)
+    return found
+
+
+def test_resume_dir_finishes_started_scripts_and_runs_the_others(tmp_path, capsys):
+    argv = ["--output-dir", str(tmp_path), *FAST, "--filter", "batch_size<=2"]
+    assert run(argv, specs=(interrupted_at(FIRST, 2), SECOND)) == 130
+    out = capsys.readouterr().out
+    hint = out.splitlines()[
+        out.splitlines().index(f"Results saved to {_csv(tmp_path)}; continue with:") + 1
+    ]
+    words = shlex.split(hint)
+    assert words == ["python", "bench_all.py", "--resume", str(tmp_path)]
+    assert statuses(tmp_path) == {"FakeAttentionWrapper": ["ok"]}  # the second never started
+
+    assert run(words[2:]) == 0  # the hint, as printed (FIRST and SECOND are the specs)
+    assert statuses(tmp_path) == {
+        "FakeAttentionWrapper": ["ok", "ok"],
+        "OtherFakeWrapper": ["ok", "ok"],  # its filter came from the record, too
+    }
+    record = json.loads((tmp_path / "bench_all.json").read_text())
+    assert record["scripts"] == [FIRST.script, SECOND.script]
+
+
+def _csv(directory) -> str:
+    (path,) = directory.glob("FakeAttentionWrapper_*.csv")
+    return str(path)
+
+
+def test_resume_dir_takes_no_other_option(tmp_path, capsys):
+    assert run(["--output-dir", str(tmp_path), *FAST]) == 0
+    capsys.readouterr()
+    assert run(["--resume", str(tmp_path), "--preset", "default"]) == 2
+    assert "give no other option but --verbose" in capsys.readouterr().err
+    assert run(["--resume", str(tmp_path), "--verbose"]) == 0  # all done already
+
+
+def test_resume_dir_without_a_record_exits_2(tmp_path, capsys):
+    assert run(["--resume", str(tmp_path)]) == 2
+    assert "no bench_all.json there" in capsys.readouterr().err
+
+
+def test_a_second_run_into_the_same_directory_is_refused_unless_forced(tmp_path, capsys):
+    argv = ["--output-dir", str(tmp_path), *FAST]
+    assert run(argv) == 0
+    capsys.readouterr()
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--resume {tmp_path} finishes it" in err and len(list(tmp_path.glob("*.csv"))) == 2
+    assert run([*argv, "--force"]) == 0
+    assert len(list(tmp_path.glob("bench_all.json.bak-*"))) == 1

@@ -1,0 +1,103 @@
+"""Where a sweep writes: unwritable places and existing files are refused before any measuring,
+and finished rows are never destroyed (issue 21, defects 1 and 8)."""
+
+from __future__ import annotations
+
+import os
+
+import fake_bench_script
+import pytest
+from test_bench_all import run as run_all
+
+from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.sweep import outputs
+
+FAST = ["--max-time-per-case", "0.05", "--min-samples", "3", "--preset", "smoke"]
+
+
+def bench(argv, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0")
+    return fake_bench_script.main([*argv, *FAST])
+
+
+def refused(capsys) -> str:
+    """The one stderr line of an exit-2 refusal; asserts no case was measured."""
+    captured = capsys.readouterr()
+    assert "[1/" not in captured.out, "a case was measured before the refusal"
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "flag,where",
+    [
+        ("--output", "/proc/fi-attn-bench-x.csv"),
+        ("--output-dir", "/proc/fi-attn-bench-x"),
+        ("--output-dir", "AN_EXISTING_FILE"),
+        ("--output", "AN_EXISTING_FILE/x.csv"),
+        ("--output", "A_DIRECTORY"),
+    ],
+)
+def test_unwritable_output_exits_2_in_one_line_before_measuring(
+    flag, where, tmp_path, monkeypatch, capsys
+):
+    existing = tmp_path / "file.txt"
+    existing.write_text("keep me\n")
+    where = where.replace("AN_EXISTING_FILE", str(existing)).replace("A_DIRECTORY", str(tmp_path))
+    assert bench([flag, where], monkeypatch) == 2
+    assert "error:" in refused(capsys)
+    assert existing.read_text() == "keep me\n"
+
+
+def test_bench_all_unwritable_output_dir_exits_2_before_any_work(capsys):
+    made = []
+    assert run_all(["--output-dir", "/proc/fi-attn-bench-x", *FAST], made=made) == 2
+    assert made == []
+    assert refused(capsys).startswith("bench_all.py: error: --output-dir /proc/fi-attn-bench-x")
+
+
+def test_a_file_that_is_not_our_output_is_never_overwritten(tmp_path, monkeypatch, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert bench(["--output", str(notes)], monkeypatch) == 2
+    line = refused(capsys)
+    assert "refusing to overwrite" in line and "--force" in line
+    assert notes.read_text() == "my notes\n"
+
+
+def test_a_second_run_never_destroys_finished_rows(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "r.csv"
+    assert bench(["--output", str(path)], monkeypatch) == 0
+    first = path.read_bytes()
+    capsys.readouterr()
+    assert bench(["--output", str(path)], monkeypatch) == 2
+    line = refused(capsys)
+    assert f"--resume {path}" in line and "--force" in line
+    assert path.read_bytes() == first
+
+
+def test_force_moves_the_old_file_aside(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "r.csv"
+    path.write_text("not a csv of ours\n")
+    assert bench(["--output", str(path), "--force"], monkeypatch) == 0
+    backups = list(tmp_path.glob("r.csv.bak-*"))
+    assert len(backups) == 1 and backups[0].read_text() == "not a csv of ours\n"
+    assert len(read_result_rows(path)[1]) == 2
+    assert f"aside to {backups[0]}" in capsys.readouterr().out
+
+
+def test_default_names_never_collide(tmp_path):
+    first = outputs.default_csv_path("Api", str(tmp_path))
+    open(first, "w").close()
+    second = outputs.default_csv_path("Api", str(tmp_path))
+    assert second != first and not os.path.exists(second)
+    assert outputs.default_csv_path("Api", str(tmp_path), "_shard1of2").endswith("_shard1of2.csv")
+
+
+def test_results_of_another_script_are_not_ours(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("schema_version,api,batch_size,seq_len,status\n1,OtherApi,1,8,ok\n")
+    assert not outputs.holds_results_of(str(path), fake_bench_script.SPEC)
+    path.write_text("schema_version,api,batch_size,seq_len,status\n1,FakeAttentionWrapper,1,8,ok\n")
+    assert outputs.holds_results_of(str(path), fake_bench_script.SPEC)

@@ -1,0 +1,62 @@
+"""What a user meets on the command line: program names, --version, bench_all's --list (issue 21)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import fake_bench_script
+import pytest
+from test_bench_all import run
+
+from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.device import peaks
+from fi_attn_bench.results.schema import HARNESS_VERSION
+
+FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
+
+
+def test_bench_all_usage_errors_name_bench_all(capsys):
+    assert run(["--preset", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: bench_all.py") and "bench_all.py: error:" in err
+    assert "fake_bench_script" not in err and err.count("error:") == 1
+
+
+@pytest.mark.parametrize(
+    "main",
+    [lambda argv: run(argv), fake_bench_script.main],
+    ids=["bench_all", "script"],
+)
+def test_version_on_the_benchmark_commands(main, capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"fi-attn-bench {HARNESS_VERSION}" == VERSION_TEXT
+
+
+def test_version_and_program_name_of_the_peaks_command():
+    command = [sys.executable, "-m", "fi_attn_bench.device.peaks"]
+    shown = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
+    assert (shown.returncode, shown.stdout.strip()) == (0, VERSION_TEXT)
+    bad = subprocess.run([*command, "--reps", "x"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("usage: python -m fi_attn_bench.device.peaks")
+    assert peaks.program_name("/usr/bin/fi-attn-peaks") == "fi-attn-peaks"
+
+
+def test_bench_all_list_leaves_out_what_the_run_leaves_out(tmp_path, capsys):
+    argv = ["--preset", "smoke", "--filter", "batch_size=3", "--output-dir", str(tmp_path)]
+    assert run([*argv, "--list"]) == 0
+    listed = capsys.readouterr()
+    assert "OtherFakeWrapper: preset smoke, 1 cases" in listed.out
+    assert "FakeAttentionWrapper" not in listed.out
+    assert "fake_bench_script.py: no case matches --filter; left out" in listed.err
+    assert list(tmp_path.iterdir()) == []
+    assert run([*argv, *FAST]) == 0  # the run does what --list said
+    assert [p.name.split("_")[0] for p in tmp_path.glob("*.csv")] == ["OtherFakeWrapper"]
+
+
+def test_bench_all_prints_the_backend_note_once(tmp_path, capsys):
+    assert run(["--preset", "smoke", "--output-dir", str(tmp_path), *FAST]) == 0
+    err = capsys.readouterr().err
+    note = [line for line in err.splitlines() if "reference backend" in line]
+    assert len(note) == 1, err
