@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -12,7 +13,12 @@ import torch
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends import impls
-from fi_attn_bench.backends.selection import Probe, concrete_device, resolve_backend
+from fi_attn_bench.backends.selection import (
+    BackendChoice,
+    Probe,
+    concrete_device,
+    resolve_backend,
+)
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
 from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
@@ -27,6 +33,15 @@ from fi_attn_bench.sweep.options import (
     selected_cases,
 )
 from fi_attn_bench.sweep.run import Sweep
+from fi_attn_bench.sweep.shard_plan import (
+    ShardRequest,
+    describe_shard,
+    shard_arguments,
+    shard_log,
+    shard_request,
+    split_runs,
+)
+from fi_attn_bench.sweep.sharding import SHARD_BY
 from fi_attn_bench.timing.options import (
     ATTRIBUTIONS,
     STOP_RULES,
@@ -302,6 +317,28 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     out.add_argument(
         "--verbose", action="store_true", help="print kernel names, samples and noise per case"
     )
+    shards = parser.add_argument_group(
+        "shards (automatic under torchrun and Slurm job arrays; see README 'Many GPUs')"
+    )
+    shards.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I of N (0 <= I < N) of the selected cases; its CSV name carries "
+        ".shardIofN (default: RANK/WORLD_SIZE under torchrun, the task under a Slurm array)",
+    )
+    shards.add_argument(
+        "--shard-by",
+        choices=SHARD_BY,
+        default="cost",
+        help="cost: balance predicted (or --cost-from) wall time per shard (default); "
+        "count: case i to shard i mod N",
+    )
+    shards.add_argument(
+        "--cost-from",
+        metavar="CSV",
+        help="a previous sweep's CSV (or a directory of CSVs): its time_ms replaces the "
+        "predicted call time of the cases it holds",
+    )
     return parser
 
 
@@ -372,9 +409,19 @@ def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -
         parse_filter(text, spec.case_fields)
     if args.batch or args.workload:  # a bad spec or workload line, before probing the machine
         selected_cases(spec, args, COMMAND_LINE_CASES)
+    request = shard_request(args, os.environ)
     if args.list:
+        if request.shard is not None:
+            return list_shard([(spec, listing_options(spec, args, probe))], request)
         return list_cases(spec, args, probe)
-    return execute(spec, plan(spec, args, probe), timer_factory)
+    options = plan(spec, args, probe, request=request)
+    if request.shard is None:
+        return execute(spec, options, timer_factory)
+    sharded = split_runs([(spec, options)], request)
+    if not sharded.runs:
+        print(f"{describe_shard(sharded)}: nothing to run", file=sys.stderr)
+        return 0
+    return execute(*sharded.runs[0], timer_factory, preamble=describe_shard(sharded))
 
 
 def _to_stderr(text: str) -> None:
@@ -382,13 +429,29 @@ def _to_stderr(text: str) -> None:
 
 
 def plan(
-    spec: BenchmarkSpec, args, probe: Probe, announce: Callable[[str], None] = _to_stderr
+    spec: BenchmarkSpec,
+    args,
+    probe: Probe,
+    announce: Callable[[str], None] = _to_stderr,
+    request: ShardRequest | None = None,
 ) -> RunOptions:
     """Every check of the command line, no GPU work: raises UsageError (exit 2).
 
-    ``announce`` prints the backend's note (bench_all.py prints it once for all scripts)."""
+    ``announce`` prints the backend's note (bench_all.py prints it once for all scripts);
+    ``request``: a sharded sweep's, whose CSV (``shard_arguments``) is checked like any other."""
+    request = request or ShardRequest()
+    has_gpu = bool(probe.cuda_available())
+    device_text = request.device_text(args.device, has_gpu)
+    if device_text != args.device and request.launch.local_rank >= torch.cuda.device_count():
+        raise UsageError(
+            f"{request.launch.origin}: LOCAL_RANK {request.launch.local_rank} but "
+            f"{torch.cuda.device_count()} GPU(s) visible; start at most that many processes per node"
+        )
+    if request.shard is not None:
+        args = shard_arguments(spec, args, request)
     wants_flashinfer = any(impls.names_flashinfer(text) for text in args.impl)
-    choice = resolve_backend("flashinfer" if wants_flashinfer else args.backend, args.device, probe)
+    backend = "flashinfer" if wants_flashinfer else args.backend
+    choice = resolve_backend(backend, device_text, probe)
     chosen = impls.parse_impls(args.impl, spec.api, choice.flashinfer, default=choice.backend)
     baseline = impls.baseline_index(chosen, args.baseline_impl)
     if args.fail_if_slower is not None and len(chosen) < 2:
@@ -399,34 +462,74 @@ def plan(
     return options
 
 
-def execute(spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactory) -> int:
-    """The sweep ``plan`` resolved: exit 0, 1 when a case failed, 130 when interrupted."""
+def execute(
+    spec: BenchmarkSpec, options: RunOptions, timer_factory: TimerFactory, preamble: str = ""
+) -> int:
+    """The sweep ``plan`` resolved: exit 0, 1 when a case failed, 130 when interrupted.
+    A shard that is not the launcher's rank 0 prints into ``<csv>.log`` instead."""
     device = concrete_device(options.device)
     options = replace(options, device=device)
     if serving.has_workloads(options.cases):
         spec = serving.with_workload_field(spec)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    what = (
-        f"implementations {', '.join(impl.name for impl in options.impls)} in interleaved "
-        f"rounds (baseline {options.impls[options.baseline].name})"
-        if options.paired
-        else f"backend {options.impls[0].name}"
+    with shard_log(options):
+        if preamble:
+            print(preamble)
+        shard = f", shard {options.shard}" if options.shard else ""
+        print(
+            f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}{shard}), "
+            f"{_what_is_measured(options)} on {device}, timer {options.timing.timer}, "
+            f"L2 {options.timing.l2}",
+            flush=True,
+        )
+        log = print if options.verbose else (lambda _: None)
+        timer = timer_factory(options.timing, device, log)
+        timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
+        return Sweep(spec, options, timer).run()
+
+
+def _what_is_measured(options: RunOptions) -> str:
+    if not options.paired:
+        return f"backend {options.impls[0].name}"
+    names = ", ".join(impl.name for impl in options.impls)
+    return (
+        f"implementations {names} in interleaved rounds "
+        f"(baseline {options.impls[options.baseline].name})"
     )
-    print(
-        f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}), {what} on "
-        f"{device}, timer {options.timing.timer}, L2 {options.timing.l2}",
-        flush=True,
-    )
-    timer = timer_factory(options.timing, device, print if options.verbose else (lambda _: None))
-    timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
-    return Sweep(spec, options, timer).run()
+
+
+def listing_options(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
+    """The options --list shows cases of: no backend import, no device query."""
+    choice = BackendChoice("torch", _list_device(args, probe))
+    return resolve_options(spec, args, choice, listing=True)
+
+
+def list_shard(runs, request: ShardRequest) -> int:
+    """--list --shard: this shard's cases (of every run given) with their predicted cost."""
+    sharded = split_runs(runs, request)
+    print(describe_shard(sharded))
+    costs = {(c.run, c.case): c for c in sharded.costed}
+    mine = {(c.run, c.case) for c in sharded.mine()}
+    for run, (spec, options) in enumerate(runs):
+        picked = [i for i in range(len(options.cases)) if (run, i) in mine]
+        print(f"{spec.api}: preset {options.preset}, {len(picked)} of {len(options.cases)} cases")
+        for i in picked:
+            cost = costs[(run, i)]
+            how = "measured" if cost.measured else "predicted"
+            text = case_text(options.cases[i], spec.case_fields)
+            print(f"{text}  ~{cost.item.cost_us / 1e6:.2f} s ({how})")
+    return 0
+
+
+def _list_device(args, probe: Probe) -> torch.device:
+    on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
+    return torch.device("cpu" if on_cpu else "cuda")
 
 
 def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
-    on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
-    preset = preset_for(spec, args, torch.device("cpu" if on_cpu else "cuda"))
+    preset = preset_for(spec, args, _list_device(args, probe))
     cases = selected_cases(spec, args, preset)
     print(f"{spec.api}: preset {preset}, {len(cases)} cases")
     if serving.has_workloads(cases):

@@ -6,7 +6,10 @@ process starts and three profiler start-ups, which cost seconds each (docs/DESIG
 
 Every option of the scripts applies, except ``--output`` (one CSV per script goes to
 ``--output-dir``, with ``bench_all.json`` recording the run) and ``--resume``, which here takes
-that directory: ``--resume DIR`` resumes each script's CSV and runs the scripts that never started.  A ``--filter`` term naming a field a script does not have leaves that script
+that directory: ``--resume DIR`` resumes each script's CSV and runs the scripts that never
+started.  ``--shard I/N`` (or torchrun, or a Slurm array) splits all the scripts' cases pooled,
+so the shards balance over the whole suite; each shard records its part in its own
+``bench_all.shardIofN.json``.  A ``--filter`` term naming a field a script does not have leaves that script
 out, and so does a filter that none of its cases match; a field no script has is an error.
 Exit codes: 0 all cases ok, 1 some case failed, 2 bad input (before any GPU work), 130 interrupted.
 """
@@ -19,22 +22,40 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends.selection import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
-from fi_attn_bench.cli import TimerFactory, execute, list_cases, parse_command_line, plan
+from fi_attn_bench.cli import (
+    TimerFactory,
+    execute,
+    list_cases,
+    list_shard,
+    listing_options,
+    parse_command_line,
+    plan,
+)
 from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.suite_record import (
     RECORD_NAME,
     SuiteRecord,
     read_record,
+    record_name,
+    resumed_shard,
     scripts_in_order,
     write_record,
 )
+from fi_attn_bench.sweep.launch import detect_launch
 from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.sweep.shard_plan import (
+    ShardRequest,
+    describe_shard,
+    shard_request,
+    split_runs,
+)
+from fi_attn_bench.sweep.sharding import ShardSpec, parse_shard
 from fi_attn_bench.timing.timers import make_timer
 
 SCRIPTS = (
@@ -69,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--resume",
         metavar="DIR",
-        help=f"finish the interrupted run whose --output-dir is DIR (its {RECORD_NAME}): resume "
-        "each script's CSV, run the scripts that never started; no other option but --verbose",
+        help=f"finish the interrupted run whose --output-dir is DIR (its {RECORD_NAME}, or a "
+        "shard's bench_all.shardIofN.json): resume each script's CSV, run the scripts that never "
+        "started; no other option but --verbose and --shard I/N",
     )
     parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
@@ -136,26 +158,29 @@ def main(
     except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        runs = _prepare(own, rest, probe or Probe(), specs)
+        prepared = _prepare(own, rest, probe or Probe(), specs)
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    if isinstance(runs, int):  # --list, or argparse refused the scripts' options
-        return runs
-    return _run_all(runs, shared_timers(timer_factory))
+    if isinstance(prepared, int):  # --list, or argparse refused the scripts' options
+        return prepared
+    return _run_all(prepared, shared_timers(timer_factory))
 
 
-def _prepare(own, rest, probe, specs) -> list[tuple[BenchmarkSpec, RunOptions]] | int:
+@dataclass(frozen=True)
+class SuitePlan:
+    """The scripts' resolved options (this shard's part when sharded) and the shard's line."""
+
+    runs: tuple[tuple[BenchmarkSpec, RunOptions], ...]
+    shard: ShardSpec | None = None
+    preamble: str = ""  # which shard, its cases and cost; printed before the first sweep
+
+
+def _prepare(own, rest, probe, specs) -> SuitePlan | int:
     """Every check and the run record, no GPU work; the scripts' options, or an exit code."""
     if own.resume:
-        if own.scripts or any(word != "--verbose" for word in rest):
-            raise UsageError(
-                f"--resume {own.resume} repeats the interrupted run's options (recorded in its "
-                f"{RECORD_NAME}); give no other option but --verbose"
-            )
-        record = read_record(own.resume)
+        record, rest = _resume_record(own, rest)
         specs = scripts_in_order(specs if specs is not None else load_specs(), record)
-        rest = [*record.argv, "--output-dir", own.resume, *rest]
     else:
         specs = list(specs) if specs is not None else load_specs(own.scripts or SCRIPTS)
     chosen = plan_all(specs, rest)
@@ -165,20 +190,44 @@ def _prepare(own, rest, probe, specs) -> list[tuple[BenchmarkSpec, RunOptions]] 
         chosen = [
             (spec, _resumed(args, own.resume, record.csv_of(spec.script))) for spec, args in chosen
         ]
-    runs = _resolve(chosen, probe)
-    if runs is None:
+    prepared = _resolve(chosen, probe)
+    if prepared is None:
         return 0
     directory = own.resume or chosen[0][1].output_dir
     if not own.resume:
-        names = tuple(os.path.basename(options.output) for _, options in runs)
-        scripts = tuple(spec.script for spec, _ in runs)
-        moved = write_record(
-            directory, SuiteRecord(scripts, tuple(rest), names), force=chosen[0][1].force
-        )
+        names = tuple(os.path.basename(options.output) for _, options in prepared.runs)
+        scripts = tuple(spec.script for spec, _ in prepared.runs)
+        record = SuiteRecord(scripts, tuple(rest), names)
+        moved = write_record(directory, record, force=chosen[0][1].force, shard=prepared.shard)
         if moved:
-            print(f"Moved the earlier run's {RECORD_NAME} aside to {moved}")
-    hint = shlex.join(["python", PROG, "--resume", directory])
-    return [(spec, replace(options, resume_command=hint)) for spec, options in runs]
+            print(f"Moved the earlier run's {record_name(prepared.shard)} aside to {moved}")
+    words = ["python", PROG, "--resume", directory]
+    words += ["--shard", str(prepared.shard)] if prepared.shard is not None else []
+    hint = shlex.join(words)
+    runs = tuple((spec, replace(options, resume_command=hint)) for spec, options in prepared.runs)
+    return replace(prepared, runs=runs)
+
+
+def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, list[str]]:
+    """``--resume DIR``: the record it finishes (a shard's: --shard I/N, the launcher's shard,
+    or the only shard record there) and the command line it repeats."""
+    words = argparse.ArgumentParser(prog=f"{PROG} --resume", add_help=False)
+    words.add_argument("--verbose", action="store_true")
+    words.add_argument("--shard")
+    given, others = words.parse_known_args(rest)
+    if own.scripts or others:
+        raise UsageError(
+            f"--resume {own.resume} repeats the interrupted run's options (recorded in its "
+            f"{RECORD_NAME}); give no other option but --verbose and --shard I/N"
+        )
+    explicit = parse_shard(given.shard) if given.shard is not None else None
+    launched = detect_launch(os.environ, explicit_shard=explicit is not None).shard
+    shard = explicit or resumed_shard(own.resume, launched)
+    record = read_record(own.resume, shard)
+    tail = ["--verbose"] if given.verbose else []
+    if shard is not None and shard != launched:  # the launcher gives its own shard
+        tail += ["--shard", str(shard)]
+    return record, [*record.argv, "--output-dir", own.resume, *tail]
 
 
 def _resumed(args: argparse.Namespace, directory: str, csv_name: str) -> argparse.Namespace:
@@ -190,11 +239,12 @@ def _resumed(args: argparse.Namespace, directory: str, csv_name: str) -> argpars
     )
 
 
-def _run_all(runs, timer) -> int:
-    codes = []
+def _run_all(prepared: SuitePlan, timer) -> int:
+    runs, preamble, codes = prepared.runs, prepared.preamble, []
     try:
         for spec, options in runs:
-            code = execute(spec, options, timer)
+            code = execute(spec, options, timer, preamble)
+            preamble = ""
             codes.append(code)
             print(flush=True)
             if code == 130:  # the sweep printed how to continue
@@ -208,25 +258,38 @@ def _run_all(runs, timer) -> int:
     return max(codes, default=0)
 
 
-def _resolve(chosen, probe) -> list[tuple[BenchmarkSpec, RunOptions]] | None:
-    """Each chosen script's options (``plan``), or None after listing the cases (--list);
-    the same scripts are left out either way."""
+def _resolve(chosen, probe) -> SuitePlan | None:
+    """Each chosen script's options (``plan``), this shard's part of them when sharded (all
+    scripts' cases split pooled), or None after listing the cases (--list); the same scripts
+    are left out either way."""
+    request = shard_request(chosen[0][1], os.environ) if chosen else ShardRequest()
     listing = bool(chosen) and chosen[0][1].list
     announce = _once(lambda text: print(text, file=sys.stderr))
     runs, left_out = [], []
     for spec, args in chosen:
         try:
-            if listing:
+            if listing and request.shard is None:
                 list_cases(spec, args, probe)
+            elif listing:
+                runs.append((spec, listing_options(spec, args, probe)))
             else:
-                runs.append((spec, plan(spec, args, probe, announce)))
+                runs.append((spec, plan(spec, args, probe, announce, request)))
         except NoMatchingCase:
             left_out.append(spec.script)
     if len(left_out) == len(chosen):
         raise UsageError("no script has a case that matches --filter")
     for script in left_out:
         print(f"{PROG}: {script}: no case matches --filter; left out", file=sys.stderr)
-    return None if listing else runs
+    if listing:
+        if request.shard is not None:
+            list_shard(runs, request)
+        return None
+    if request.shard is None:
+        return SuitePlan(tuple(runs))
+    sharded = split_runs(runs, request)
+    for script in sharded.empty:
+        print(f"{PROG}: {script}: no case in shard {request.shard}", file=sys.stderr)
+    return SuitePlan(sharded.runs, request.shard, describe_shard(sharded))
 
 
 def _once(say: Callable[[str], None]) -> Callable[[str], None]:

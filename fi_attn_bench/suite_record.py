@@ -1,18 +1,23 @@
 """What bench_all.py records in its output directory (``bench_all.json``) so that
-``bench_all.py --resume DIR`` finishes an interrupted run: its scripts, their options, their CSVs."""
+``bench_all.py --resume DIR`` finishes an interrupted run: its scripts, their options, their CSVs.
+Each shard of a sharded run records its own part (``bench_all.shardIofN.json``): the shards'
+processes never write one file together."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.schema import HARNESS_VERSION
 from fi_attn_bench.sweep.outputs import move_aside
+from fi_attn_bench.sweep.sharding import ShardSpec
 
 RECORD_NAME = "bench_all.json"
+_SHARD_RECORD = re.compile(r"^bench_all\.shard(\d+)of(\d+)\.json$")
 
 
 @dataclass(frozen=True)
@@ -28,20 +33,43 @@ class SuiteRecord:
         return self.csv_names[self.scripts.index(script)]
 
 
-def record_path(directory: str) -> str:
-    return os.path.join(directory, RECORD_NAME)
+def record_name(shard: ShardSpec | None = None) -> str:
+    """``bench_all.json``, or a shard's ``bench_all.shardIofN.json``."""
+    return RECORD_NAME if shard is None else f"bench_all.{shard.tag}.json"
 
 
-def write_record(directory: str, record: SuiteRecord, *, force: bool) -> str | None:
-    """Write ``bench_all.json``; an earlier run's is moved aside with ``force`` (its path is
-    returned) and refused without it."""
-    path, moved = record_path(directory), None
+def record_path(directory: str, shard: ShardSpec | None = None) -> str:
+    return os.path.join(directory, record_name(shard))
+
+
+def shard_records(directory: str) -> list[ShardSpec]:
+    """The shards whose records ``directory`` holds, in order."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = [_SHARD_RECORD.match(name) for name in names]
+    shards = []
+    for match in filter(None, found):
+        index, count = int(match.group(1)), int(match.group(2))
+        if 0 <= index < count:
+            shards.append(ShardSpec(index, count))
+    return sorted(shards, key=lambda shard: (shard.count, shard.index))
+
+
+def write_record(
+    directory: str, record: SuiteRecord, *, force: bool, shard: ShardSpec | None = None
+) -> str | None:
+    """Write ``bench_all.json`` (a shard's own name when ``shard``); an earlier run's is moved
+    aside with ``force`` (its path is returned) and refused without it."""
+    path, moved = record_path(directory, shard), None
     if os.path.lexists(path):
         if not force:
+            shard_words = f" --shard {shard}" if shard is not None else ""
             raise UsageError(
-                f"{directory} holds an earlier bench_all.py run ({RECORD_NAME}): --resume "
-                f"{directory} finishes it, --force moves its record aside, or choose another "
-                "--output-dir"
+                f"{directory} holds an earlier bench_all.py run ({record_name(shard)}): --resume "
+                f"{directory}{shard_words} finishes it, --force moves its record aside, or "
+                "choose another --output-dir"
             )
         moved = move_aside(path)
     payload = {
@@ -57,12 +85,13 @@ def write_record(directory: str, record: SuiteRecord, *, force: bool) -> str | N
     return moved
 
 
-def read_record(directory: str) -> SuiteRecord:
-    path = record_path(directory)
+def read_record(directory: str, shard: ShardSpec | None = None) -> SuiteRecord:
+    """The record of ``directory``'s run (of its shard ``shard``); UsageError if none."""
+    path, name = record_path(directory, shard), record_name(shard)
     if not os.path.isfile(path):
         raise UsageError(
-            f"--resume {directory}: no {RECORD_NAME} there; give the --output-dir of an "
-            "interrupted bench_all.py run"
+            f"--resume {directory}: no {name} there; give the --output-dir of an "
+            "interrupted bench_all.py run" + (f" that ran shard {shard}" if shard else "")
         )
     try:
         with open(path, encoding="utf-8") as handle:
@@ -73,9 +102,9 @@ def read_record(directory: str) -> SuiteRecord:
             tuple(map(str, payload["csv"])),
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"--resume {directory}: unreadable {RECORD_NAME} ({exc})") from None
+        raise UsageError(f"--resume {directory}: unreadable {name} ({exc})") from None
     if len(record.scripts) != len(record.csv_names):
-        raise UsageError(f"--resume {directory}: {RECORD_NAME} lists scripts and CSVs unevenly")
+        raise UsageError(f"--resume {directory}: {name} lists scripts and CSVs unevenly")
     return record
 
 
@@ -86,3 +115,20 @@ def scripts_in_order(specs: Sequence, record: SuiteRecord) -> list:
     if unknown:
         raise UsageError(f"{RECORD_NAME} names unknown scripts: {', '.join(unknown)}")
     return [by_script[script] for script in record.scripts]
+
+
+def resumed_shard(directory: str, launched: ShardSpec | None) -> ShardSpec | None:
+    """Which record ``--resume DIR`` without --shard finishes: the launcher's shard's, else
+    the plain record, else the one shard record there (UsageError naming them when several)."""
+    if launched is not None:
+        return launched
+    shards = shard_records(directory)
+    if os.path.isfile(record_path(directory)) or not shards:
+        return None
+    if len(shards) > 1:
+        raise UsageError(
+            f"--resume {directory}: it holds the records of shards "
+            f"{', '.join(map(str, shards))}; resume each with --resume {directory} --shard I/N "
+            "(or under the launcher that started them)"
+        )
+    return shards[0]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import csv
 
+import fake_bench_script
 import h2h_plugins
 from test_bench_common import read_rows
 from test_head_to_head import DriftTimer, contender
+from test_shard_sweeps import all_keys, run
 
 import bench_batch_decode
 from fi_attn_bench.results.schema import csv_fieldnames
@@ -121,3 +123,19 @@ def test_resume_keys_rows_by_workload_and_impl(tmp_path, capsys):
     for row in again:
         if row["workload"] == "2d@10+1d@90":
             assert row["time_ms"] == first[(row["workload"], row["impl"])]  # kept, not rerun
+
+
+def test_shards_of_a_paired_sweep_hold_every_case_with_every_impl_and_resume(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.001")
+    two = ["--impl", "torch", "--impl", "tests/h2h_plugins.py:same"]
+    for index in range(2):
+        assert run([*two, "--shard", f"{index}/2", "--output", str(tmp_path / "r.csv")]) == 0
+    shards = [tmp_path / f"r.shard{index}of2.csv" for index in range(2)]
+    rows = [row for path in shards for row in read_rows(path)]
+    fields = fake_bench_script.FIELDS
+    pairs = sorted((tuple(r[f] for f in fields), r["impl"]) for r in rows)
+    expected = sorted((key, impl) for key in all_keys() for impl in ("torch", two[3]))
+    assert pairs == expected and {r["status"] for r in rows} == {"ok"}
+    # a finished shard resumes as done: its rows (case and impl) are all its own cases
+    assert run([*two, "--resume", str(shards[0])]) == 0
+    assert len(read_rows(shards[0])) == len([r for r in rows if r["shard"] == "0"])

@@ -1221,6 +1221,11 @@ REGRESSION_SCAN_CASES = {
         [[V1_HEADER, v1_row(1)]],
         False,
     ),
+    "a number column of the environment role (shard)": (
+        [[V1_HEADER, v1_row(1)]],
+        [[V1_HEADER + ",shard", v1_row(1) + ",0"]],
+        True,
+    ),
     "quoted case cells": (
         [[V1_HEADER, '1,Decode,"1",1,128,32,8,64,ok,1.0,100,1,,']],
         [[V1_HEADER, v1_row(1, "1.2")]],
@@ -1584,7 +1589,10 @@ def test_shards_merge_and_a_missing_shard_is_an_incomplete_run(tmp_path, capsys)
     assert code == sr.EXIT_OK and "- Total rows: 4" in report(tmp_path)
     code, out = regress(tmp_path, shards, [shards[0], *shards[2:]], capsys=capsys)
     assert code == sr.EXIT_INPUT_ERROR
-    assert "candidate: candidate: incomplete sharded run: shard(s) 1 of 4 missing" in out.err
+    assert (
+        "candidate: (all files of the run): incomplete sharded run: shard(s) 1 of 4 missing"
+        in out.err
+    )
     twice = write(tmp_path / "again.csv", header, v1_row(1) + ",1,4")
     code, out = summarize(tmp_path, *shards, twice, capsys=capsys)
     assert code == sr.EXIT_INPUT_ERROR

@@ -15,6 +15,8 @@ import numpy as np
 
 from fi_attn_bench.summarizer.loading import InputIssue
 
+RUN_SOURCE = "(all files of the run)"  # where a run-level issue is found
+
 
 def expand_paths(paths, pattern: str) -> tuple[list[Path], str | None]:
     """(files, why or None): each directory replaced by the files matching ``pattern``
@@ -40,19 +42,21 @@ def missing_shards(view, group: str) -> list[InputIssue]:
         return []
     counts = view.floats("num_shards")
     shards = view.floats("shard")
-    known = ~np.isnan(counts)
+    known = ~np.isnan(counts) & ~np.isnan(shards)  # rows that say which shard of how many
     if not known.any():
         return []
     totals = sorted({int(value) for value in counts[known].tolist()})
     if len(totals) > 1:
         listed = ", ".join(str(total) for total in totals)
-        return [InputIssue(group, f"inconsistent sharded run: num_shards {listed}", group)]
+        return [InputIssue(RUN_SOURCE, f"inconsistent sharded run: num_shards {listed}", group)]
     total = totals[0]
-    seen = {int(value) for value in shards[known & ~np.isnan(shards)].tolist()}
+    seen = {int(value) for value in shards[known].tolist()}
     absent = [index for index in range(total) if index not in seen]
     if not absent:
         return []
     listed = ", ".join(str(index) for index in absent)
     return [
-        InputIssue(group, f"incomplete sharded run: shard(s) {listed} of {total} missing", group)
+        InputIssue(
+            RUN_SOURCE, f"incomplete sharded run: shard(s) {listed} of {total} missing", group
+        )
     ]

@@ -18,6 +18,7 @@ from fi_attn_bench.results.schema import (
     STATUS_FAILED,
     STATUS_LEGACY_OK,
     UNRECORDED_HARNESS_VERSION,
+    Kind,
     Role,
 )
 from fi_attn_bench.summarizer.frames import (
@@ -37,10 +38,12 @@ EXIT_BENCHMARK_FAILURE = 1
 EXIT_INPUT_ERROR = 2
 
 PEAK_PCT_LIMIT = 100.0  # above 100 % of a hardware peak a figure is an artefact, not a speed
+# Text columns only: a number (shard) would read "0" from the file but "0.0" from a frame.
 ENVIRONMENT_COLUMNS = tuple(
     column.name
     for column in OPTIONAL_COLUMNS
-    if column.role is Role.ENVIRONMENT or column.name in ("timer", "l2", "dtype")
+    if (column.role is Role.ENVIRONMENT or column.name in ("timer", "l2", "dtype"))
+    and column.kind in (Kind.TEXT, Kind.CHOICE)
 )
 # Environment columns that differ row by row: shown as their range, first … last.
 RANGE_COLUMNS = ("timestamp_utc",)

@@ -31,6 +31,7 @@ from fi_attn_bench.sweep.selection_record import (
     recorded_selection,
     resume_selection,
 )
+from fi_attn_bench.sweep.sharding import ShardSpec
 from fi_attn_bench.timing.options import (
     TimingOptions,
 )
@@ -65,6 +66,10 @@ class RunOptions:
     filters: tuple[str, ...] = ()  # the --filter texts behind ``cases``
     resume_command: str = ""  # printed after Ctrl-C; "" = this script's own --resume command
     imbalance: bool = False  # also time each varied case's uniform twin
+    # A sharded sweep (sweep.shard_plan): the shard these cases are, and where a process
+    # that is not the launcher's rank 0 writes what it would print ("" prints).
+    shard: ShardSpec | None = None
+    log_path: str = ""
     # Head to head (--impl, --baseline-impl, --fail-if-slower): the implementations measured
     # per case, which one the paired ratios are taken against, and the CI gate's threshold.
     chosen_impls: tuple[Impl, ...] = ()  # empty: the one --backend names
@@ -129,6 +134,12 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         verbose=args.verbose,
         **_throttle_options(args),
     )
+
+
+def cost_timing(args) -> TimingOptions:
+    """The timing a GPU sweep of these arguments would use: what a shard split costs cases
+    by, the same on every machine (a CPU run samples differently)."""
+    return _timing_options(args, torch.device("cuda"))
 
 
 def _throttle_options(args) -> dict[str, object]:
@@ -250,9 +261,12 @@ def resolve_options(
     choice: BackendChoice,
     impls: tuple[Impl, ...] = (),
     baseline: int = 0,
+    *,
+    listing: bool = False,
 ) -> RunOptions:
+    """The sweep's options; ``listing`` (--list): its cases only, no output checked or made."""
     device = choice.device
-    output, resume = _output_path(spec, args)
+    output, resume = ("", False) if listing else _output_path(spec, args)
     selection, cases = _selection(spec, args, device, output, resume)
     version = (
         flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
@@ -282,7 +296,7 @@ def resolve_options(
         baseline=baseline,
         fail_if_slower_pct=getattr(args, "fail_if_slower", None),
         force=args.force,
-        samples=_samples_path(args, output, resume),
+        samples="" if listing else _samples_path(args, output, resume),
         filters=selection.filters,
         imbalance=bool(getattr(args, "imbalance", False)),
     )

@@ -32,14 +32,18 @@ def probe_directory(directory: str, flag: str) -> None:
         ) from None
 
 
-def default_csv_path(api: str, directory: str, suffix: str = "") -> str:
-    """``<directory>/<api>_<YYYYmmdd_HHMMSS><suffix>.csv`` (``suffix``: e.g. a shard's), made
-    unique with ``-2``, ``-3``... when a run of the same second already took the name."""
-    stem = get_csv_path(api, directory)[: -len(".csv")] + suffix
-    path, number = f"{stem}.csv", 1
+def default_csv_path(api: str, directory: str, suffix: str = "", stamp: str = "") -> str:
+    """``<directory>/<api>_<stamp><suffix>.csv`` (``stamp``: YYYYmmdd_HHMMSS unless given, e.g.
+    a sharded run's shared tag; ``suffix``: e.g. a shard's ``.shard1of4``), made unique with
+    ``-2``, ``-3``... before the suffix when a run of the same stamp already took the name."""
+    if stamp:
+        stem = os.path.join(directory, f"{api}_{stamp}")
+    else:
+        stem = get_csv_path(api, directory)[: -len(".csv")]
+    path, number = f"{stem}{suffix}.csv", 1
     while os.path.lexists(path):
         number += 1
-        path = f"{stem}-{number}.csv"
+        path = f"{stem}-{number}{suffix}.csv"
     return path
 
 

@@ -40,6 +40,7 @@ from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_comman
 from fi_attn_bench.sweep.outputs import move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
 from fi_attn_bench.sweep.samples import append_samples, samples_line
+from fi_attn_bench.sweep.sharding import shard_columns
 from fi_attn_bench.sweep.storage import (
     ResultStore,
     load_resume_rows,
@@ -82,6 +83,7 @@ class Sweep:
         metadata = {
             **environment_columns(options, code_directory(spec.prepare)),
             **method_columns(self.timer),
+            **shard_columns(options.shard),
         }
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)

@@ -1,0 +1,253 @@
+"""How evenly --shard splits a measured sweep: max / mean shard total for N = 2, 4, 8.
+
+Give it the CSVs of one sweep (files or directories; e.g. ``bench_all.py --preset full
+--output-dir DIR`` on the H200).  Its cases are split as the harness would split them, by:
+
+* ``predicted``  -- the roofline prediction (``fi_attn_bench.sweep.sharding``), as a run
+                    without ``--cost-from`` does;
+* ``cost-from``  -- ``--cost-from`` this same sweep: optimistic, the costs are the truth's own;
+* ``cost-from half`` -- ``--cost-from`` a CSV holding every other case (the rest predicted);
+* ``cost-from holdout`` -- ``--cost-from`` another sweep (``--holdout``), judged on this one;
+* ``time_ms as cost`` -- this sweep's bare call times as costs (not what the harness does);
+* ``count``      -- case i to shard i mod N, in sweep order.
+
+Each split is judged against two truths: ``wall``, the seconds a sweep spends on each case
+(its measured time_ms and samples, plus the per-sample and per-case overheads the harness
+pays: ``sharding.case_wall_s``), which is what a shard's run time is made of; and ``time_ms``,
+the bare call times (issue 25's wording).  The split balances wall time, so the ``time_ms``
+column shows how uneven the bare call times end up, not what a shard waits for.
+
+    python benchmarks/shard_balance.py DIR [--holdout DIR2] [--report balance.md]
+
+Runs on the CPU; exit 0 with the table printed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fi_attn_bench.cases.selection import case_key  # noqa: E402
+from fi_attn_bench.cases.spec import BenchmarkSpec  # noqa: E402
+from fi_attn_bench.errors import UsageError  # noqa: E402
+from fi_attn_bench.results.schema import STATUS_OK, read_result_rows  # noqa: E402
+from fi_attn_bench.suite import load_specs  # noqa: E402
+from fi_attn_bench.sweep.sharding import (  # noqa: E402
+    ShardItem,
+    case_wall_s,
+    cost_us,
+    imbalance,
+    predicted_call_ms,
+    reference_peaks,
+    split_by_cost,
+    split_by_count,
+)
+from fi_attn_bench.timing.options import TimingOptions  # noqa: E402
+
+SHARD_COUNTS = (2, 4, 8)
+GATES = {"predicted": 1.10, "cost-from": 1.05}  # issue 25: largest shard / mean shard
+ELEMENT_SIZE = 2  # float16 and bfloat16
+
+
+@dataclass(frozen=True)
+class MeasuredCase:
+    """One ok row of the sweep: its case, call time and samples."""
+
+    key: tuple[str, ...]
+    spec: BenchmarkSpec
+    case: Mapping[str, int]
+    time_ms: float
+    samples: int | None
+
+
+@dataclass(frozen=True)
+class BalanceRow:
+    shards: int
+    split: str
+    wall: float  # max / mean of the shards' wall-time totals
+    time_ms: float  # max / mean of the shards' time_ms totals
+    gate: float | None
+
+
+def _csv_paths(paths: Sequence[str]) -> list[Path]:
+    found = []
+    for text in paths:
+        path = Path(text)
+        if path.is_dir():
+            found += sorted(path.glob("*.csv"))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise UsageError(f"no such file or directory: {text}")
+    return found
+
+
+def load_sweep(paths: Sequence[str], specs: Sequence[BenchmarkSpec]) -> list[MeasuredCase]:
+    """The ok rows of the CSVs, in the suite's script order then row order; a case's first."""
+    by_api = {spec.api: spec for spec in specs}
+    rows: dict[str, list[MeasuredCase]] = {spec.api: [] for spec in specs}
+    seen: set[tuple[str, ...]] = set()
+    for path in _csv_paths(paths):
+        for row in read_result_rows(path)[1]:
+            spec = by_api.get(row.get("api", ""))
+            if spec is None or row.get("status") != STATUS_OK:
+                continue
+            key = (spec.api, *case_key(row, spec.case_fields))
+            if key in seen:
+                continue
+            seen.add(key)
+            case = {name: int(float(row[name])) for name in spec.case_fields}
+            samples = int(row["samples"]) if row.get("samples") else None
+            rows[spec.api].append(MeasuredCase(key, spec, case, float(row["time_ms"]), samples))
+    cases = [case for spec in specs for case in rows[spec.api]]
+    if not cases:
+        raise UsageError(f"no ok row of {', '.join(by_api)} in {' '.join(paths)}")
+    return cases
+
+
+def predicted_cost(case: MeasuredCase, timing: TimingOptions) -> float:
+    spec, peaks = case.spec, reference_peaks()
+    call = predicted_call_ms(spec.io_bytes(case.case, ELEMENT_SIZE), spec.flops(case.case), peaks)
+    return case_wall_s(call, timing)
+
+
+def split_costs(
+    cases: Sequence[MeasuredCase],
+    holdout: Mapping[tuple[str, ...], MeasuredCase],
+    timing: TimingOptions,
+) -> dict[str, list[float]]:
+    """Each split's costs per case, as ``--cost-from`` / the prediction would give them."""
+    predicted = [predicted_cost(case, timing) for case in cases]
+    own = [case_wall_s(case.time_ms, timing, case.samples) for case in cases]
+    costs = {
+        "predicted": predicted,
+        "cost-from": own,
+        "cost-from half": [own[i] if i % 2 == 0 else predicted[i] for i in range(len(cases))],
+    }
+    # what balancing the bare call times (issue 25's wording of the truth) would do instead
+    costs["time_ms as cost"] = [case.time_ms / 1e3 for case in cases]
+    if holdout:
+        costs["cost-from holdout"] = [
+            _holdout_cost(holdout[c.key], timing) if c.key in holdout else predicted[i]
+            for i, c in enumerate(cases)
+        ]
+    return costs
+
+
+def _holdout_cost(case: MeasuredCase, timing: TimingOptions) -> float:
+    return case_wall_s(case.time_ms, timing, case.samples)
+
+
+def truths(cases: Sequence[MeasuredCase], timing: TimingOptions, use_samples: bool):
+    wall = [case_wall_s(c.time_ms, timing, c.samples if use_samples else None) for c in cases]
+    return {"wall": wall, "time_ms": [c.time_ms / 1e3 for c in cases]}
+
+
+def balance_rows(
+    cases: Sequence[MeasuredCase],
+    costs: Mapping[str, Sequence[float]],
+    truth: Mapping[str, Sequence[float]],
+    shard_counts: Sequence[int] = SHARD_COUNTS,
+) -> list[BalanceRow]:
+    """max / mean shard total of every split and shard count, against both truths."""
+    rows = []
+    for count in shard_counts:
+        splits: dict[str, Callable] = {
+            name: split_by_cost(_items(cases, values), count) for name, values in costs.items()
+        }
+        splits["count"] = split_by_count(_items(cases, [0.0] * len(cases)), count)
+        for name, split in splits.items():
+            ratios = {
+                which: imbalance([sum(values[i] for i in shard) for shard in split.shards])
+                for which, values in truth.items()
+            }
+            gate = GATES.get("cost-from" if name.startswith("cost-from") else name)
+            rows.append(BalanceRow(count, name, ratios["wall"], ratios["time_ms"], gate))
+    return rows
+
+
+def _items(cases: Sequence[MeasuredCase], costs: Sequence[float]) -> list[ShardItem]:
+    return [ShardItem(case.key, cost_us(cost)) for case, cost in zip(cases, costs, strict=True)]
+
+
+def render(rows: Sequence[BalanceRow], cases: Sequence[MeasuredCase], note: str) -> str:
+    """The report: one table, ratios of the largest shard's total to the mean shard total."""
+    apis = sorted({case.key[0] for case in cases})
+    lines = [
+        f"# Shard balance: {len(cases)} cases ({', '.join(apis)})",
+        "",
+        note,
+        "",
+        "Largest shard's total / mean shard total (1.00 = even):",
+        "",
+        "| N | split | wall | time_ms | gate (wall) |",
+        "|---:|---|---:|---:|---|",
+    ]
+    for row in rows:
+        gate = "" if row.gate is None else f"<= {row.gate:.2f} {_verdict(row)}"
+        lines.append(
+            f"| {row.shards} | {row.split} | {row.wall:.3f} | {row.time_ms:.3f} | {gate} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _verdict(row: BalanceRow) -> str:
+    return "met" if row.wall <= row.gate else "MISSED"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("csv", nargs="+", help="the sweep's CSVs or directories of them")
+    parser.add_argument("--holdout", nargs="+", default=[], help="another sweep of the cases")
+    parser.add_argument("--shards", nargs="+", type=int, default=list(SHARD_COUNTS))
+    parser.add_argument(
+        "--min-time-ms",
+        type=float,
+        default=TimingOptions.min_time_ms,
+        help="the timing the costs model (default: the harness's)",
+    )
+    parser.add_argument(
+        "--model-samples",
+        action="store_true",
+        help="wall truth from the modelled sample counts, not the CSV's samples (for a "
+        "sweep measured with other timing options than the ones modelled)",
+    )
+    parser.add_argument("--report", help="also write the table to this Markdown file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if any(count < 1 for count in args.shards):
+            raise UsageError("--shards: each N must be >= 1")
+        specs = load_specs()
+        cases = load_sweep(args.csv, specs)
+        holdout = {c.key: c for c in load_sweep(args.holdout, specs)} if args.holdout else {}
+    except (UsageError, OSError, ValueError) as exc:
+        print(f"shard_balance.py: error: {exc}", file=sys.stderr)
+        return 2
+    timing = replace(TimingOptions(), min_time_ms=args.min_time_ms)
+    truth = truths(cases, timing, use_samples=not args.model_samples)
+    rows = balance_rows(cases, split_costs(cases, holdout, timing), truth, args.shards)
+    total = sum(truth["wall"])
+    note = (
+        f"wall truth: {total:.0f} s for the sweep ("
+        + ("modelled samples" if args.model_samples else "the CSV's samples")
+        + f"); holdout: {'given, ' + str(len(holdout)) + ' cases' if holdout else 'none'}."
+    )
+    report = render(rows, cases, note)
+    print(report, end="")
+    if args.report:
+        Path(args.report).write_text(report, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,322 @@
+"""A sharded sweep's plan: which shard this process runs, the cases in it, where it writes.
+
+One split serves a script alone and ``bench_all.py`` alike: ``split_runs`` pools the cases of
+every script it is given (a script alone is a pool of one), so a suite's shards balance over
+all four scripts' cases.  Costs come from ``sharding`` (prediction) or a previous sweep's CSVs
+(``--cost-from``): every process given the same command line computes the same split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from fi_attn_bench.cases.selection import case_key
+from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec
+from fi_attn_bench.errors import UsageError
+from fi_attn_bench.results.schema import STATUS_OK, read_result_rows
+from fi_attn_bench.sweep.launch import Launch, detect_launch, process_started, run_tag
+from fi_attn_bench.sweep.options import RunOptions, cost_timing
+from fi_attn_bench.sweep.outputs import default_csv_path, probe_directory
+from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
+from fi_attn_bench.sweep.sharding import (
+    SPLITTERS,
+    ShardItem,
+    ShardSpec,
+    Split,
+    case_wall_s,
+    cost_us,
+    parse_shard,
+    predicted_call_ms,
+    reference_peaks,
+    shard_of_path,
+    with_shard_tag,
+)
+from fi_attn_bench.sweep.storage import load_resume_rows
+from fi_attn_bench.timing.options import TimingOptions
+
+EXPLICIT = "--shard"
+
+
+@dataclass(frozen=True)
+class ShardRequest:
+    """This process's shard (None: the whole sweep), where that came from, and how to split."""
+
+    shard: ShardSpec | None = None
+    origin: str = ""  # "--shard", "--resume" (its file name), or the launcher
+    by: str = "cost"
+    cost_from: str | None = None
+    launch: Launch = field(default_factory=Launch)
+    timing: TimingOptions = field(default_factory=TimingOptions)  # what cases are costed by
+
+    @property
+    def leader(self) -> bool:
+        return self.launch.leader
+
+    def device_text(self, given: str | None, has_gpu: bool) -> str | None:
+        """An explicit --device wins; under torchrun with a GPU, cuda:LOCAL_RANK."""
+        if given is not None or self.launch.local_rank is None or not has_gpu:
+            return given
+        return f"cuda:{self.launch.local_rank}"
+
+
+def shard_request(args, environ: Mapping[str, str]) -> ShardRequest:
+    """--shard wins over the launcher, which wins over a --resume file's shard tag."""
+    text = getattr(args, "shard", None)
+    launch = detect_launch(environ, explicit_shard=text is not None)
+    by, cost_from = getattr(args, "shard_by", "cost"), getattr(args, "cost_from", None)
+    if cost_from and not os.path.exists(cost_from):
+        raise UsageError(f"--cost-from: no such file or directory {cost_from!r}")
+    resume = getattr(args, "resume", None)
+    if text is not None:
+        shard, origin = parse_shard(text), EXPLICIT
+        if launch.shard is not None and launch.shard != shard:
+            if launch.same_command > 1:  # every process would run this shard into one CSV
+                raise UsageError(
+                    f"--shard {shard} under {launch.origin} with {launch.same_command} "
+                    f"processes: each would run shard {shard} into the same CSV; drop --shard "
+                    "(the launcher gives each process its own) or start one process"
+                )
+            print(
+                f"note: --shard {shard} overrides {launch.origin}'s shard {launch.shard}",
+                file=sys.stderr,
+            )
+    elif launch.shard is not None:
+        shard, origin = launch.shard, launch.origin
+    elif resume and shard_of_path(resume) is not None:
+        shard, origin = shard_of_path(resume), "--resume"
+    else:
+        if cost_from or by != "cost":
+            raise UsageError("--cost-from and --shard-by apply to sharded sweeps: add --shard I/N")
+        return ShardRequest(launch=launch)
+    return ShardRequest(shard, origin, by, cost_from, launch, cost_timing(args))
+
+
+# --------------------------------------------------------------------------- costs
+
+
+def _csv_paths(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return sorted(
+            os.path.join(path, name) for name in os.listdir(path) if name.endswith(".csv")
+        )
+    return [path]
+
+
+def load_measured(path: str) -> list[dict[str, str]]:
+    """The ok rows of a previous sweep's CSV (or of every CSV in a directory)."""
+    rows = []
+    for csv_path in _csv_paths(path):
+        try:
+            _, body = read_result_rows(csv_path)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"--cost-from {csv_path}: cannot read it ({exc})") from None
+        rows += [row for row in body if row.get("status") == STATUS_OK and row.get("time_ms")]
+    return rows
+
+
+@dataclass(frozen=True)
+class MeasuredCost:
+    """What a previous sweep's row says a case costs: its call time and sample count."""
+
+    time_ms: float
+    samples: int | None
+
+
+def measured_costs(
+    rows: Sequence[Mapping[str, str]], spec: BenchmarkSpec
+) -> dict[tuple[str, ...], MeasuredCost]:
+    """time_ms and samples of ``spec``'s cases among ``rows``, by case key (a case's first row)."""
+    found: dict[tuple[str, ...], MeasuredCost] = {}
+    for row in rows:
+        if row.get("api") != spec.api or any(name not in row for name in spec.case_fields):
+            continue
+        try:
+            value = float(row["time_ms"])
+            samples = int(row["samples"]) if row.get("samples") else None
+        except ValueError:
+            continue
+        if value > 0 and math.isfinite(value):
+            found.setdefault(case_key(row, spec.case_fields), MeasuredCost(value, samples))
+    return found
+
+
+@dataclass(frozen=True)
+class CostedCase:
+    """One case of a pooled split: whose it is, its key and cost, and where the cost came from."""
+
+    run: int  # index into the runs given to split_runs
+    case: int  # index into that run's cases
+    item: ShardItem
+    measured: bool
+
+
+def costed_cases(
+    runs: Sequence[tuple[BenchmarkSpec, RunOptions]],
+    measured_rows: Sequence[Mapping[str, str]],
+    timing: TimingOptions,
+) -> list[CostedCase]:
+    """Every case of every run with its cost: measured where a row has it, else predicted."""
+    costed = []
+    for run, (spec, options) in enumerate(runs):
+        known = measured_costs(measured_rows, spec)
+        element_size = DTYPES[options.dtype_name].itemsize
+        peaks = reference_peaks(options.peak_bandwidth, options.peak_tflops, options.dtype_name)
+        for index, case in enumerate(options.cases):
+            key = case_key(case, spec.case_fields)
+            measured = known.get(key)
+            if measured is None:
+                call_ms = predicted_call_ms(
+                    spec.io_bytes(case, element_size), spec.flops(case), peaks
+                )
+                cost = cost_us(case_wall_s(call_ms, timing))
+            else:
+                cost = cost_us(case_wall_s(measured.time_ms, timing, measured.samples))
+            costed.append(CostedCase(run, index, ShardItem((spec.api, *key), cost), key in known))
+    return costed
+
+
+# --------------------------------------------------------------------------- split
+
+
+@dataclass(frozen=True)
+class ShardedRuns:
+    """This shard's part of every run, the split behind it, and the cases' costs."""
+
+    request: ShardRequest
+    runs: tuple[tuple[BenchmarkSpec, RunOptions], ...]  # this shard's runs (cases non-empty)
+    empty: tuple[str, ...]  # scripts with no case in this shard
+    split: Split
+    costed: tuple[CostedCase, ...]
+
+    @property
+    def total_us(self) -> int:
+        return sum(self.split.loads_us)
+
+    def mine(self) -> tuple[CostedCase, ...]:
+        return tuple(self.costed[i] for i in self.split.of(self.request.shard))
+
+
+def split_runs(
+    runs: Sequence[tuple[BenchmarkSpec, RunOptions]], request: ShardRequest
+) -> ShardedRuns:
+    """The runs cut down to this process's shard, with its CSV names and row columns."""
+    measured = load_measured(request.cost_from) if request.cost_from else []
+    costed = costed_cases(runs, measured, request.timing)
+    split = SPLITTERS[request.by]([c.item for c in costed], request.shard.count)
+    chosen = {(costed[i].run, costed[i].case) for i in split.of(request.shard)}
+    mine, empty = [], []
+    for run, (spec, options) in enumerate(runs):
+        cases = tuple(case for i, case in enumerate(options.cases) if (run, i) in chosen)
+        if not cases:
+            empty.append(spec.script)
+            continue
+        log = "" if request.leader else f"{options.output}.log"
+        options = replace(options, cases=cases, shard=request.shard, log_path=log)
+        if options.resume:
+            check_resumed_rows(spec, options, load_resume_rows(options.output, spec, options))
+        mine.append((spec, options))
+    return ShardedRuns(request, tuple(mine), tuple(empty), split, tuple(costed))
+
+
+def shard_arguments(spec: BenchmarkSpec, args, request: ShardRequest) -> argparse.Namespace:
+    """``args`` with this shard's CSV as ``--resume`` or ``--output`` (``plan`` then checks it
+    like any other): --resume's or --output's name with the shard's tag, or
+    ``<output-dir>/<api>_<run tag>.shardIofN.csv``.  A --resume file names one shard's CSV; a
+    shard that wrote none yet starts its own, with the selection that file records."""
+    shard, changed = request.shard, argparse.Namespace(**vars(args))
+    if args.resume:
+        given = args.resume
+        differs = args.output and os.path.abspath(args.output) != os.path.abspath(given)
+        if differs or not os.path.isfile(given):
+            return changed  # plan's own checks refuse it
+        _check_split_count(given, shard)
+        path = with_shard_tag(given, shard)
+        if os.path.isfile(path):
+            changed.resume, changed.output = path, None
+        else:
+            _take_recorded_selection(spec, changed, given)
+            changed.resume, changed.output = None, path
+    elif args.output:
+        changed.output = with_shard_tag(args.output, shard)
+    else:
+        probe_directory(args.output_dir, "--output-dir")
+        tag = run_tag(
+            os.environ, request.launch.origin, agent_started=process_started(os.getppid())
+        )
+        changed.output = default_csv_path(spec.api, args.output_dir, f".{shard.tag}", tag)
+    return changed
+
+
+def _check_split_count(path: str, shard: ShardSpec) -> None:
+    tagged = shard_of_path(path)
+    if tagged is not None and tagged.count != shard.count:
+        raise UsageError(
+            f"--resume {path}: written as shard {tagged} of a {tagged.count}-way "
+            f"split; this run is split {shard.count} ways (the cases would not match)"
+        )
+
+
+def _take_recorded_selection(spec: BenchmarkSpec, args: argparse.Namespace, path: str) -> None:
+    """A shard starting its CSV beside another shard's --resume file selects what that file
+    records, so that both split the same cases (a differing --preset/--filter: UsageError)."""
+    recorded = recorded_selection(path, spec)
+    if recorded is not None:
+        chosen = resume_selection(spec, args, recorded, path, recorded.preset)
+        args.preset, args.filter = chosen.preset, list(chosen.filters)
+
+
+def check_resumed_rows(
+    spec: BenchmarkSpec, options: RunOptions, rows: Mapping[tuple[str, ...], Mapping]
+) -> None:
+    """A shard's resume file may hold only the shard's cases: others mean the split changed
+    (another --preset, --filter, --cost-from or --shard-by), and the merge would repeat them."""
+    if options.shard is None:
+        return
+    mine = {case_key(case, spec.case_fields) for case in options.cases}
+    cases = {key[: len(spec.case_fields)] for key in rows}  # rows are keyed by case and impl
+    foreign = [key for key in cases if key not in mine]
+    if foreign:
+        raise UsageError(
+            f"--resume {options.output}: {len(foreign)} of its cases are not in shard "
+            f"{options.shard} now; resume with the first run's --preset, --filter, --cost-from "
+            "and --shard-by"
+        )
+
+
+@contextlib.contextmanager
+def shard_log(options: RunOptions) -> Iterator[None]:
+    """A non-leader shard's output goes to ``<csv>.log`` (appended), not the shared terminal."""
+    if not options.log_path:
+        yield
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(options.log_path)), exist_ok=True)
+    print(f"shard {options.shard}: log in {options.log_path}", file=sys.stderr, flush=True)
+    with (
+        open(options.log_path, "a", encoding="utf-8") as handle,
+        contextlib.redirect_stdout(handle),
+        contextlib.redirect_stderr(handle),
+    ):
+        yield
+
+
+def describe_shard(sharded: ShardedRuns) -> str:
+    """One line: this shard's cases and predicted cost against the whole sweep's."""
+    request, mine = sharded.request, sharded.mine()
+    cost_s = sum(c.item.cost_us for c in mine) / 1e6
+    measured = sum(c.measured for c in sharded.costed)
+    source = (
+        f"{measured} of {len(sharded.costed)} costs from --cost-from"
+        if request.cost_from
+        else "predicted costs"
+    )
+    return (
+        f"shard {request.shard} ({request.origin}, split by {request.by}, {source}): "
+        f"{len(mine)} of {len(sharded.costed)} cases, about {cost_s:.0f} s of "
+        f"{sharded.total_us / 1e6:.0f} s"
+    )
