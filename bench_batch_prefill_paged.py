@@ -195,10 +195,10 @@ def plan_arguments(
 
 def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
     """Inputs, planned wrapper and reference for one case (or the reference as the run)."""
-    inputs = make_inputs(case, settings)
+    inputs = settings.inputs if settings.inputs is not None else make_inputs(case, settings)
     reference = reference_fn(inputs, sm_scale(case))
     if settings.backend == "torch":
-        return bi.reference_as_run(reference)
+        return bi.reference_as_run(reference, inputs)
     return bi.planned_wrapper(
         API,
         settings,
@@ -207,6 +207,7 @@ def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
         plan_arguments=plan_arguments(case, settings, inputs),
         run_args=(inputs.q, (inputs.k_cache, inputs.v_cache)),
         out=torch.empty_like(inputs.q),
+        inputs=inputs,
     )
 
 

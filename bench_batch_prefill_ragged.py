@@ -203,10 +203,10 @@ def output_buffer(inputs: RaggedInputs) -> torch.Tensor:
 
 def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
     """Inputs, planned wrapper and reference for one case (or the reference as the run)."""
-    inputs = make_inputs(case, settings)
+    inputs = settings.inputs if settings.inputs is not None else make_inputs(case, settings)
     reference = reference_fn(inputs, sm_scale(case))
     if settings.backend == "torch":
-        return bi.reference_as_run(reference)
+        return bi.reference_as_run(reference, inputs)
     return bi.planned_wrapper(
         API,
         settings,
@@ -215,6 +215,7 @@ def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
         plan_arguments=plan_arguments(case, settings, inputs),
         run_args=(inputs.q, inputs.k, inputs.v),
         out=output_buffer(inputs),
+        inputs=inputs,
     )
 
 

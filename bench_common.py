@@ -6,6 +6,7 @@ rest (the ``fi_attn_bench`` package).  The seed's helpers (``dtype``, ``page_blo
 ``run_with_profiler``) stay importable from here.
 """
 
+from fi_attn_bench.backends.impls import ImplContext, PluginRun
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
 from fi_attn_bench.cli import build_parser, main_for
@@ -27,8 +28,10 @@ from fi_attn_bench.timing.statistics import Measurement
 __all__ = [
     "BenchmarkSpec",
     "CorrectnessError",
+    "ImplContext",
     "Measurement",
     "NoKernelCaptured",
+    "PluginRun",
     "Prepared",
     "RunOptions",
     "Settings",

@@ -12,6 +12,7 @@ from dataclasses import replace
 import torch
 
 from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.backends import impls
 from fi_attn_bench.backends.selection import (
     BackendChoice,
     Probe,
@@ -129,6 +130,29 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="auto: flashinfer if it imports and a GPU exists, else the torch reference (default auto)",
     )
     where.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    head = parser.add_argument_group("head to head")
+    head.add_argument(
+        "--impl",
+        action="append",
+        default=[],
+        metavar="[NAME=]IMPL",
+        help="implementation to measure, repeatable: flashinfer (default), flashinfer:BACKEND "
+        "(the wrapper's backend=, e.g. fa2, fa3), torch (the reference), MODULE:FACTORY or "
+        "FILE.py:FACTORY (a plugin); two or more are measured in interleaved rounds with a "
+        "paired ratio against the baseline; NAME= names one (the same impl twice: A/A)",
+    )
+    head.add_argument(
+        "--baseline-impl",
+        metavar="NAME",
+        help="the implementation paired ratios are taken against (default: the first --impl)",
+    )
+    head.add_argument(
+        "--fail-if-slower",
+        type=_non_negative_float,
+        metavar="PCT",
+        help="exit 1 when an implementation is slower than the baseline by more than PCT %% "
+        "with its 95%% interval excluding it (interval's lower end > 1 + PCT/100)",
+    )
     timing = parser.add_argument_group("timing")
     timing.add_argument(
         "--timer",
@@ -425,8 +449,14 @@ def plan(
         )
     if request.shard is not None:
         args = shard_arguments(spec, args, request)
-    choice = resolve_backend(args.backend, device_text, probe)
-    options = resolve_options(spec, args, choice)
+    wants_flashinfer = any(impls.names_flashinfer(text) for text in args.impl)
+    backend = "flashinfer" if wants_flashinfer else args.backend
+    choice = resolve_backend(backend, device_text, probe)
+    chosen = impls.parse_impls(args.impl, spec.api, choice.flashinfer, default=choice.backend)
+    baseline = impls.baseline_index(chosen, args.baseline_impl)
+    if args.fail_if_slower is not None and len(chosen) < 2:
+        raise UsageError("--fail-if-slower compares implementations: give two or more --impl")
+    options = resolve_options(spec, args, choice, chosen, baseline)
     if choice.note:
         announce(choice.note)
     return options
@@ -448,14 +478,25 @@ def execute(
             print(preamble)
         shard = f", shard {options.shard}" if options.shard else ""
         print(
-            f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}{shard}), backend "
-            f"{options.backend} on {device}, timer {options.timing.timer}, L2 {options.timing.l2}",
+            f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}{shard}), "
+            f"{_what_is_measured(options)} on {device}, timer {options.timing.timer}, "
+            f"L2 {options.timing.l2}",
             flush=True,
         )
         log = print if options.verbose else (lambda _: None)
         timer = timer_factory(options.timing, device, log)
         timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
         return Sweep(spec, options, timer).run()
+
+
+def _what_is_measured(options: RunOptions) -> str:
+    if not options.paired:
+        return f"backend {options.impls[0].name}"
+    names = ", ".join(impl.name for impl in options.impls)
+    return (
+        f"implementations {names} in interleaved rounds "
+        f"(baseline {options.impls[options.baseline].name})"
+    )
 
 
 def listing_options(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:

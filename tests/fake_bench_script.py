@@ -41,7 +41,7 @@ def prepare(case, settings):
         torch.mul(q, 3.0 if wrong else 2.0, out=out)
         return out
 
-    return Prepared(run=run, output=out, reference=lambda: q.float() * 2.0, plan_ms=0.0)
+    return Prepared(run=run, output=out, reference=lambda: q.float() * 2.0, plan_ms=0.0, inputs=q)
 
 
 SPEC = BenchmarkSpec(

@@ -27,7 +27,7 @@ def keys(rows):
 
 def rows_of(path):
     header, rows = read_result_rows(path)
-    assert header == csv_fieldnames(FIELDS)
+    assert header == csv_fieldnames((*FIELDS, "impl"))
     return rows
 
 
@@ -214,3 +214,19 @@ def test_resume_of_an_unreadable_file_is_a_usage_error(tmp_path, monkeypatch, ca
     path.write_bytes(b"\xff\xfe\x00garbage\n")
     assert run_in_process(["--resume", str(path)], monkeypatch) == 2
     assert "cannot read it" in capsys.readouterr().err
+
+
+def test_resume_of_a_csv_from_before_impl_keeps_one_row_per_case(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "r.csv"
+    assert run_in_process(["--output", str(path), *FAST], monkeypatch, oom="2") == 1
+    header, rows = read_result_rows(path)
+    old = [name for name in header if name != "impl"]  # as harness 0.6.0 wrote it
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, old, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    capsys.readouterr()
+    assert run_in_process(["--resume", str(path), *FAST], monkeypatch) == 0
+    assert "3 of 4 cases already ok" in capsys.readouterr().out  # the torch rows are torch's
+    rows = assert_valid_csv(path)
+    assert len(rows) == 4 and {row["status"] for row in rows} == {"ok"}

@@ -245,7 +245,7 @@ def test_imbalance_times_the_uniform_twin_through_the_runner(tmp_path, capsys):
     argv = ["--batch", "2d@10+1d@90", "--batch", "3d@40", "--imbalance", "--output", str(out)]
     assert _run(decode, argv, timer) == 0
     header, rows = _rows(out)
-    assert header == csv_fieldnames((*decode.CASE_FIELDS, "workload"))
+    assert header == csv_fieldnames((*decode.CASE_FIELDS, "workload", "impl"))
     first, second = rows
     assert first["workload"] == "2d@10+1d@90" and float(first["uniform_twin_ms"]) == 2.0
     assert float(first["imbalance_pct"]) == pytest.approx(50.0)
@@ -273,7 +273,7 @@ def test_uniform_sweep_keeps_its_columns(tmp_path):
     out = tmp_path / "r.csv"
     assert _run(decode, ["--preset", "cpu", "--imbalance", "--output", str(out)]) == 0
     header, rows = _rows(out)
-    assert header == csv_fieldnames(decode.CASE_FIELDS)
+    assert header == csv_fieldnames((*decode.CASE_FIELDS, "impl"))
     assert all(r["uniform_twin_ms"] == "" and r["num_requests"] == "" for r in rows)
 
 

@@ -25,7 +25,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import re
+import typing
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import Any
 
@@ -271,3 +274,85 @@ def make_wrapper(flashinfer: ModuleType, name: str, workspace: object, **wanted:
     """Construct wrapper ``name`` on ``workspace`` with the keywords the install accepts."""
     cls = wrapper_class(flashinfer, name)
     return cls(workspace, **init_kwargs(cls, wanted))
+
+
+# ---------------------------------------------------------------------------------------
+# Wrapper backends (``--impl flashinfer:<backend>``)
+# ---------------------------------------------------------------------------------------
+
+CANDIDATE_BACKENDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "BatchDecodeWithPagedKVCacheWrapper": ("auto", "fa2", "trtllm-gen"),
+        "BatchPrefillWithPagedKVCacheWrapper": (
+            "auto",
+            "fa2",
+            "fa3",
+            "cudnn",
+            "trtllm-gen",
+            "cutlass",
+        ),
+        "BatchPrefillWithRaggedKVCacheWrapper": ("auto", "fa2", "fa3", "cudnn", "cutlass"),
+        "BatchMLAPagedAttentionWrapper": ("auto", "fa2", "fa3", "cutlass"),
+    }
+)
+"""``backend=`` values of FlashInfer 0.6.x's wrappers (their docstrings), used only when the
+installed wrapper's signature and docstring name none: a value outside the list is refused
+(exit 2), one inside it that the install cannot run fails its rows with the library's message."""
+
+
+@dataclass(frozen=True)
+class BackendOffer:
+    """The ``backend=`` values a wrapper constructor takes, and where that list came from:
+    ``signature`` (a Literal annotation), ``docstring`` (the parameter's description),
+    ``candidates`` (``CANDIDATE_BACKENDS``) or ``none`` (no ``backend`` parameter: auto only)."""
+
+    values: tuple[str, ...]
+    source: str
+
+
+_BACKEND_DOC = re.compile(r"^\s*backend\s*:.*?$(.*?)(?=^\s*\w+\s*:|\Z)", re.M | re.S)
+_DOUBLE_QUOTED = re.compile(r"``([A-Za-z0-9_.-]+)``")
+
+
+def _documented_backends(cls: type) -> tuple[str, ...]:
+    """The ````x```` names in the ``backend :`` paragraph of the constructor's docstring."""
+    for doc in (inspect.getdoc(cls.__init__), inspect.getdoc(cls)):
+        match = _BACKEND_DOC.search(doc or "")
+        if match:
+            names = tuple(dict.fromkeys(_DOUBLE_QUOTED.findall(match.group(1))))
+            if "auto" in names:
+                return names
+    return ()
+
+
+def _literal_values(fn: Callable[..., Any], param: inspect.Parameter | None) -> tuple[str, ...]:
+    """The strings of a ``Literal[...]`` annotation of ``backend`` (postponed ones resolved)."""
+    if param is None:
+        return ()
+    try:
+        hint = typing.get_type_hints(fn).get("backend", param.annotation)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve names no values
+        hint = param.annotation
+    return tuple(v for v in typing.get_args(hint) if isinstance(v, str))
+
+
+def wrapper_backends(cls: type, api: str) -> BackendOffer:
+    """What ``backend=`` of the installed wrapper ``cls`` accepts (see ``BackendOffer``)."""
+    params = _parameters(cls.__init__)
+    param = params.get("backend")
+    if param is None and not _accepts_any_keyword(params):
+        return BackendOffer(("auto",), "none")
+    literal = _literal_values(cls.__init__, param)
+    if literal:
+        return BackendOffer(tuple(dict.fromkeys(("auto", *literal))), "signature")
+    documented = _documented_backends(cls)
+    if documented:
+        return BackendOffer(documented, "docstring")
+    return BackendOffer(CANDIDATE_BACKENDS.get(api, ("auto",)), "candidates")
+
+
+def resolved_backend(wrapper: object) -> str:
+    """The backend a wrapper built with ``auto`` chose, where it keeps it (0.6's ``_backend``
+    after plan()); empty when it does not say."""
+    value = getattr(wrapper, "_backend", None)
+    return value if isinstance(value, str) and value != "auto" else ""

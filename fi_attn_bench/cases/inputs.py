@@ -187,9 +187,10 @@ def timed_ms(fn: Callable[[], object], device: torch.device, *, warm_first: bool
     return (time.perf_counter() - start) * 1e3
 
 
-def reference_as_run(reference: Callable[[], torch.Tensor]) -> Prepared:
-    """``--backend torch``: the float32 reference is what is measured (nothing to check)."""
-    return Prepared(run=reference, output=None, reference=None, plan_ms=0.0)
+def reference_as_run(reference: Callable[[], torch.Tensor], inputs: object = None) -> Prepared:
+    """``--backend torch``: the float32 reference is what is measured (the harness does not
+    check it against itself; ``reference`` stays for the plugins measured next to it)."""
+    return Prepared(run=reference, output=None, reference=reference, plan_ms=0.0, inputs=inputs)
 
 
 def planned_wrapper(
@@ -201,16 +202,28 @@ def planned_wrapper(
     plan_arguments: Mapping[str, object],
     run_args: tuple,
     out: torch.Tensor,
+    inputs: object = None,
 ) -> Prepared:
     """The FlashInfer half of every script's prepare(): build the wrapper with the options
-    the installed API accepts, plan() once untimed (JIT) and once timed, bind run(out=)."""
+    the installed API accepts (``backend=`` from ``--impl flashinfer:X``), plan() once
+    untimed (JIT) and once timed, bind run(out=)."""
+    options = dict(wrapper_options)
+    if settings.wrapper_backend != "auto":
+        options["backend"] = settings.wrapper_backend
     wrapper = fc.make_wrapper(
         fc.load_flashinfer(),
         api,
         setup_workspace(settings.device, settings.workspace_bytes),
-        **wrapper_options,
+        **options,
     )
     kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments)
     plan_ms = timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device, warm_first=True)
     run, output = fc.run_call(wrapper.run, run_args, out)
-    return Prepared(run=run, output=output, reference=reference, plan_ms=plan_ms)
+    return Prepared(
+        run=run,
+        output=output,
+        reference=reference,
+        plan_ms=plan_ms,
+        inputs=inputs,
+        resolved_backend=fc.resolved_backend(wrapper),
+    )

@@ -21,6 +21,8 @@ class Settings:
     backend: str  # "flashinfer" | "torch"
     seed: int  # RNG seed for this case's inputs (derived from --seed and the case)
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
+    wrapper_backend: str = "auto"  # FlashInfer's backend= for the wrapper (--impl flashinfer:X)
+    inputs: object | None = None  # the case's inputs, built once and shared by every --impl
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Prepared:
     reference: Callable[[], torch.Tensor] | None
     plan_ms: float
     kernel_pattern: str | None = None
+    inputs: object | None = None  # what make_inputs built: handed to the other --impl's
+    resolved_backend: str = ""  # the backend FlashInfer's wrapper resolved "auto" to, when it tells
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,8 @@ VERDICTS = ("faster", "slower", "same")
 
 # Identity columns added after schema v1 first shipped: a row without one reads as its default,
 # so baselines written before the column existed still match the same cases.
-IDENTITY_DEFAULTS: Mapping[str, str] = {"impl": "flashinfer", "workload": ""}
+IMPL_COLUMN = "impl"  # which implementation a row measured (--impl); written by the sweep only
+IDENTITY_DEFAULTS: Mapping[str, str] = {IMPL_COLUMN: "flashinfer", "workload": ""}
 
 _S, _M, _E, _C, _R, _P, _W, _K = (
     Role.STATISTIC,
@@ -168,6 +169,12 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     Column("paired_ratio_lo", _P, Kind.POSITIVE, "lower end of the paired ratio's 95% interval"),
     Column("paired_ratio_hi", _P, Kind.POSITIVE, "upper end of the paired ratio's 95% interval"),
     Column("paired_verdict", _P, Kind.CHOICE, "against the baseline implementation", VERDICTS),
+    Column(
+        "resolved_backend",
+        _M,
+        Kind.TEXT,
+        "FlashInfer backend the wrapper ran (what auto resolved to, where the wrapper tells)",
+    ),
     # Serving-shaped batches: the shape of a varied-length batch.
     Column("num_requests", _W, Kind.COUNT, "requests in the batch"),
     Column("total_q_tokens", _W, Kind.COUNT, "query tokens over all requests"),

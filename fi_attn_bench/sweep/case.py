@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from fi_attn_bench.backends.impls import DEFAULT_IMPL, Impl, prepare_impl
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
@@ -22,6 +23,7 @@ from fi_attn_bench.timing.loop import PhaseClock, measure
 from fi_attn_bench.timing.options import (
     CPU_TIMER,
 )
+from fi_attn_bench.timing.paired import Contender, PairedOutcome, PairedRatio, measure_paired
 from fi_attn_bench.timing.statistics import (
     DRIFT_BLOCKS,
     STARVED_WARN_FRACTION,
@@ -56,12 +58,14 @@ def _require_finite(tensor) -> None:
         raise NonFiniteOutput("run() produced NaN or infinite values")
 
 
-def verify_output(prepared: Prepared, options: RunOptions) -> dict[str, object]:
+def verify_output(
+    prepared: Prepared, options: RunOptions, impl: Impl = DEFAULT_IMPL
+) -> dict[str, object]:
     """One checked call: poison the output, run, compare with the float32 reference.
 
     Returns the check's columns; a failed check puts ``check=fail`` among them and raises
     ``CorrectnessError`` from ``require_passed``."""
-    wanted = options.check and options.backend != "torch" and prepared.reference is not None
+    wanted = options.check and impl.checked and prepared.reference is not None
     if not wanted:
         result = prepared.run()
         synchronize(options.device)
@@ -98,6 +102,7 @@ class CaseResult:
     columns: Mapping[str, object]
     notes: tuple[str, ...] = ()
     error: Exception | None = None
+    ratio: PairedRatio | None = None  # head to head: against the baseline implementation
 
 
 @dataclass
@@ -115,39 +120,55 @@ class CaseRunner:
     telemetry: Telemetry | None = None  # clocks, temperature, throttle reasons (none: empty)
     conditions: CaseConditions | None = None  # made on the first case; keeps the max clock
 
-    def __call__(self, case: Mapping[str, int]) -> CaseResult:
-        """Never raises an Exception: a failure is a CaseResult with its error."""
+    def __call__(self, case: Mapping[str, int]) -> tuple[CaseResult, ...]:
+        """One CaseResult per ``--impl`` (their order); never raises an Exception: a
+        failure is a CaseResult with its error."""
+        if self.options.paired:
+            return self._paired(case)
         columns: dict[str, object] = {}  # filled as the case goes, kept when it fails
         try:
             measurement = self._measure(case, columns)
         except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
-            return CaseResult(None, columns, error=exc)
+            return (CaseResult(None, columns, error=exc),)
+        return (self._finished(measurement, columns),)
+
+    def _finished(self, measurement: Measurement, columns: dict[str, object]) -> CaseResult:
         self.timed_ms += measurement.timed_ms
         self.batch_gpu_ms += measurement.batch_gpu_ms
         columns.update(measurement.columns())
         return CaseResult(measurement, columns, self._notes(measurement))
 
-    def _measure(self, case, columns: dict[str, object]) -> Measurement:
-        options, timing = self.options, self.options.timing
-        torch.manual_seed(case_seed(options.seed, case, self.spec.case_fields))
-        settings = options.settings(case, self.spec.case_fields)
-        prepared = self.phases.run("prepare", lambda: self.spec.prepare(case, settings))
+    def _prepare(self, case, impl: Impl, columns, shared: Prepared | None) -> Prepared:
+        settings = self.options.settings(case, self.spec.case_fields)
+        prepared = self.phases.run(
+            "prepare", lambda: prepare_impl(self.spec, impl, case, settings, shared)
+        )
         columns["plan_ms"] = prepared.plan_ms
-        if prepared.kernel_pattern and not timing.kernel_pattern and timing.verbose:
-            self.log(
-                f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
-            )
+        if prepared.resolved_backend:
+            columns["resolved_backend"] = prepared.resolved_backend
+        return prepared
 
+    def _checker(self, prepared: Prepared, impl: Impl, columns) -> Callable[[], None]:
         def check() -> None:
-            found = verify_output(prepared, options)
+            found = verify_output(prepared, self.options, impl)
             message = found.pop("_message", None)
             columns.update(found)
             if message is not None:
                 raise CorrectnessError(message)
 
-        if self.conditions is None:
-            self.conditions = CaseConditions(self.telemetry, timing)
-        conditions = self.conditions
+        return check
+
+    def _measure(self, case, columns: dict[str, object]) -> Measurement:
+        options, timing = self.options, self.options.timing
+        torch.manual_seed(case_seed(options.seed, case, self.spec.case_fields))
+        impl = options.impls[0]
+        prepared = self._prepare(case, impl, columns, None)
+        if prepared.kernel_pattern and not timing.kernel_pattern and timing.verbose:
+            self.log(
+                f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
+            )
+        check = self._checker(prepared, impl, columns)
+        conditions = self._conditions()
 
         def timed() -> Measurement:
             return measure(
@@ -169,6 +190,98 @@ class CaseRunner:
         finally:
             conditions.end()
             columns.update(conditions.columns())
+
+    def _conditions(self) -> CaseConditions:
+        if self.conditions is None:
+            self.conditions = CaseConditions(self.telemetry, self.options.timing)
+        return self.conditions
+
+    def _paired(self, case) -> tuple[CaseResult, ...]:
+        """Every --impl of the case in interleaved rounds (``measure_paired``)."""
+        options = self.options
+        impls = options.impls
+        torch.manual_seed(case_seed(options.seed, case, self.spec.case_fields))
+        columns: list[dict[str, object]] = [{} for _ in impls]
+        errors: list[Exception | None] = [None] * len(impls)
+        contenders: dict[int, Contender] = {}
+        shared: Prepared | None = None
+        for index, impl in enumerate(impls):
+            try:
+                prepared = self._prepare(case, impl, columns[index], shared)
+            except Exception as exc:  # noqa: BLE001 - this impl's row fails, the others go on
+                errors[index] = exc
+                continue
+            shared = shared or prepared
+            contenders[index] = Contender(
+                prepared.run, self._checker(prepared, impl, columns[index])
+            )
+        del shared
+        try:
+            outcome, power = self._rounds(contenders, columns)
+        except Exception as exc:  # noqa: BLE001 - the rounds failed: every measured impl fails
+            return tuple(
+                CaseResult(None, columns[i], error=errors[i] or exc) for i in range(len(impls))
+            )
+        return self._paired_results(contenders, outcome, power, columns, errors)
+
+    def _rounds(self, contenders: Mapping[int, Contender], columns: list[dict[str, object]]):
+        positions = list(contenders)
+        baseline = (
+            positions.index(self.options.baseline) if self.options.baseline in contenders else -1
+        )
+
+        conditions = self._conditions()
+
+        def timed() -> PairedOutcome:
+            return measure_paired(
+                [contenders[i] for i in positions],
+                self.timer,
+                self.options.timing,
+                baseline=baseline,
+                phases=self.phases,
+                watch=conditions,
+            )
+
+        if not contenders:
+            return None, {}
+        conditions.begin()
+        try:
+            if self.power is None:
+                return timed(), {}
+            return self.power.around(timed)
+        finally:
+            conditions.end()
+            for index in contenders:  # the case's conditions: every measured impl's row
+                columns[index].update(conditions.columns())
+
+    def _paired_results(
+        self, contenders, outcome, power, columns, errors
+    ) -> tuple[CaseResult, ...]:
+        impls, baseline = self.options.impls, self.options.baseline
+        positions = list(contenders)
+        results = []
+        for index, impl in enumerate(impls):
+            if index not in contenders:
+                results.append(CaseResult(None, columns[index], error=errors[index]))
+                continue
+            at = positions.index(index)
+            columns[index].update(power)
+            measurement, error = outcome.measurements[at], outcome.errors[at]
+            if measurement is None:
+                results.append(CaseResult(None, columns[index], error=error))
+                continue
+            ratio = outcome.ratios[at]
+            if ratio is not None:
+                columns[index].update(ratio.columns(impls[baseline].name))
+            elif index == baseline:
+                columns[index].update(
+                    baseline_impl=impl.name, paired_rounds=len(outcome.round_medians[at])
+                )
+            result = self._finished(measurement, columns[index])
+            results.append(
+                CaseResult(result.measurement, result.columns, result.notes, ratio=ratio)
+            )
+        return tuple(results)
 
     def _notes(self, measurement: Measurement) -> tuple[str, ...]:
         notes = [_describe(measurement)] if self.options.timing.verbose else []
@@ -264,15 +377,25 @@ def case_work(spec: BenchmarkSpec, case, options: RunOptions) -> tuple[float, fl
     return float(spec.io_bytes(case, element_size)), float(spec.flops(case))
 
 
-def with_uniform_twin(runner: CaseRunner, case, result: CaseResult) -> CaseResult:
-    """A measured varied case with its uniform twin's time (``uniform_twin_ms``,
-    ``imbalance_pct``), the twin measured by the same runner as any case; a twin that fails
-    leaves both columns out and adds a note."""
-    if result.error is not None or serving.workload_of(case) is None:
+def with_uniform_twin(
+    runner: CaseRunner, case, results: tuple[CaseResult, ...]
+) -> tuple[CaseResult, ...]:
+    """A measured varied case's results with their uniform twin's time (``uniform_twin_ms``,
+    ``imbalance_pct``), the twin measured by the same runner as any case (every --impl, the
+    twin of each result at its position); a twin that fails leaves both columns out of that
+    result and adds a note."""
+    measured = [r for r in results if r.error is None and _positive(r.measurement.median)]
+    if serving.workload_of(case) is None or not measured:  # a failed row fails on its own
+        return results
+    twins = runner(serving.twin_case(runner.spec, case))
+    return tuple(
+        _with_twin(runner, result, twin) for result, twin in zip(results, twins, strict=True)
+    )
+
+
+def _with_twin(runner: CaseRunner, result: CaseResult, twin: CaseResult) -> CaseResult:
+    if result.error is not None or not _positive(result.measurement.median):
         return result
-    if not _positive(result.measurement.median):  # the row fails on its own time
-        return result
-    twin = runner(serving.twin_case(runner.spec, case))
     error = twin.error
     if error is None and not _positive(twin.measurement.median):
         error = ValueError(f"time_ms {twin.measurement.median!r} is not positive")

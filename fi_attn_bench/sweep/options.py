@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from fi_attn_bench.backends import flashinfer_api as flashinfer_compat
+from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl
 from fi_attn_bench.backends.selection import BackendChoice
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
@@ -69,6 +70,23 @@ class RunOptions:
     # that is not the launcher's rank 0 writes what it would print ("" prints).
     shard: ShardSpec | None = None
     log_path: str = ""
+    # Head to head (--impl, --baseline-impl, --fail-if-slower): the implementations measured
+    # per case, which one the paired ratios are taken against, and the CI gate's threshold.
+    chosen_impls: tuple[Impl, ...] = ()  # empty: the one --backend names
+    baseline: int = 0
+    fail_if_slower_pct: float | None = None
+
+    @property
+    def impls(self) -> tuple[Impl, ...]:
+        """The implementations measured per case (``--impl``, else the ``--backend`` one)."""
+        if self.chosen_impls:
+            return self.chosen_impls
+        return (TORCH_IMPL if self.backend == TORCH_IMPL.kind else DEFAULT_IMPL,)
+
+    @property
+    def paired(self) -> bool:
+        """Several implementations per case: measured in interleaved rounds."""
+        return len(self.impls) > 1
 
     def settings(self, case: Mapping[str, int], fields: Sequence[str]) -> Settings:
         return Settings(
@@ -238,7 +256,13 @@ def _check_resumed_source(args, recorded: Selection | None, output: str) -> None
 
 
 def resolve_options(
-    spec: BenchmarkSpec, args, choice: BackendChoice, *, listing: bool = False
+    spec: BenchmarkSpec,
+    args,
+    choice: BackendChoice,
+    impls: tuple[Impl, ...] = (),
+    baseline: int = 0,
+    *,
+    listing: bool = False,
 ) -> RunOptions:
     """The sweep's options; ``listing`` (--list): its cases only, no output checked or made."""
     device = choice.device
@@ -268,6 +292,9 @@ def resolve_options(
         peak_bandwidth=args.peak_bandwidth,
         peak_tflops=args.peak_tflops,
         flashinfer_version=str(version),
+        chosen_impls=impls,
+        baseline=baseline,
+        fail_if_slower_pct=getattr(args, "fail_if_slower", None),
         force=args.force,
         samples="" if listing else _samples_path(args, output, resume),
         filters=selection.filters,
@@ -286,6 +313,12 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
     ]  # fmt: skip
     if options.device.type != "cpu":
         words += ["--timer", timing.timer, "--l2", timing.l2]
+    if options.paired or options.impls[0].name != options.backend:
+        for impl in options.impls:
+            named = impl.name != impl.target
+            words += ["--impl", f"{impl.name}={impl.target}" if named else impl.target]
+    if options.baseline:
+        words += ["--baseline-impl", options.impls[options.baseline].name]
     if timing.kernel_pattern:
         words += ["--kernel-pattern", timing.kernel_pattern]
     if timing.attribution != TimingOptions.attribution:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from fi_attn_bench.backends.impls import backend_column
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.device.power import open_power_monitor
 from fi_attn_bench.device.telemetry import open_telemetry
 from fi_attn_bench.results.schema import (
+    IMPL_COLUMN,
     STATUS_OK,
     ResultCsvWriter,
     csv_fieldnames,
@@ -57,13 +59,13 @@ class Sweep:
 
     def run(self) -> int:
         spec, options = self.spec, self.options
-        writer = ResultCsvWriter(options.output, csv_fieldnames(spec.case_fields))
-        store = ResultStore(writer, spec.case_fields, options.resume)
+        writer = ResultCsvWriter(options.output, csv_fieldnames((*spec.case_fields, IMPL_COLUMN)))
+        store = ResultStore(writer, (*spec.case_fields, IMPL_COLUMN), options.resume)
         todo = list(options.cases)
         if options.resume:
             store.rows = load_resume_rows(options.output, spec, options)
             remove_stale_temporaries(options.output)
-            todo, stale = resume_todo(todo, store.rows, spec.case_fields)
+            todo, stale = resume_todo(todo, store.rows, spec.case_fields, options.impls)
             note = (
                 f"; {stale} ok case(s) measured by another harness version are measured again"
                 if stale
@@ -92,20 +94,27 @@ class Sweep:
         telemetry = open_telemetry(options.device)
         runner = CaseRunner(spec, options, self.timer, self.log, power=power, telemetry=telemetry)
         freeze_startup_objects()
-        progress = Progress.start(len(todo))
+        progress = Progress.start(len(todo) * len(options.impls))
         failed, index, started = 0, 0, time.monotonic()
+        slower: list[str] = []
         try:
             for index, case in enumerate(todo, 1):
-                record, result = self._one(runner, case, metadata)
-                record.update(roofline.columns(record))
-                store.put(record)
                 text = case_text(case, spec.case_fields)
-                progress.finished(summary_line(index, len(todo), text, record))
-                if result.notes:
-                    progress.line("\n".join(result.notes))
-                if record["status"] != STATUS_OK:
-                    failed += 1
-                    progress.line(f"  repro: {record['repro']}")
+                records, results = self._one(runner, case, metadata)
+                for record, result in zip(records, results, strict=True):
+                    record.update(roofline.columns(record))
+                    store.put(record)
+                    where = f"{text} [{record[IMPL_COLUMN]}]" if options.paired else text
+                    progress.finished(summary_line(index, len(todo), where, record))
+                    if result.notes:
+                        progress.line("\n".join(result.notes))
+                    if record["status"] != STATUS_OK:
+                        failed += 1
+                        progress.line(f"  repro: {record['repro']}")
+                if options.paired:
+                    progress.line(paired_line(options, results))
+                    slower += self._gate(text, results)
+                if any(r["status"] != STATUS_OK for r in records):
                     release_memory(options.device)
                 elif options.device.type == "cuda":
                     torch.cuda.empty_cache()  # the next case's inputs get unfragmented memory
@@ -124,39 +133,80 @@ class Sweep:
         self.log(_cost_line(runner, time.monotonic() - started))
         self.log(f"\nResults saved to {options.output}")
         if failed:
-            self.log(f"{failed} of {len(todo)} cases failed")
-        return 1 if failed else 0
+            what = "rows" if options.paired else "cases"
+            self.log(f"{failed} of {len(todo) * len(options.impls)} {what} failed")
+        for line in slower:
+            self.log(line)
+        return 1 if failed or slower else 0
 
-    def _one(self, runner: CaseRunner, case, metadata) -> tuple[dict, CaseResult]:
+    def _gate(self, text: str, results: Sequence[CaseResult]) -> list[str]:
+        """--fail-if-slower: one line per implementation slower beyond the threshold."""
+        pct = self.options.fail_if_slower_pct
+        if pct is None:
+            return []
+        return [
+            f"--fail-if-slower {pct:g}: {impl.name} is slower than "
+            f"{self.options.impls[self.options.baseline].name} on {text} "
+            f"(ratio {result.ratio.ratio:.4f}, 95% interval "
+            f"{result.ratio.interval[0]:.4f}-{result.ratio.interval[1]:.4f})"
+            for impl, result in zip(self.options.impls, results, strict=True)
+            if result.ratio is not None and result.ratio.slower_beyond(pct)
+        ]
+
+    def _one(self, runner: CaseRunner, case, metadata) -> tuple[list[dict], tuple[CaseResult, ...]]:
         known = {
             **metadata,
             "repro": repro_command(self.spec, self.options, case),
             **serving.shape_columns(case),  # known before the run: failed rows carry them too
         }
+        impls = self.options.impls
         try:
             io_bytes, flops = case_work(self.spec, case, self.options)
         except Exception as exc:  # noqa: BLE001 - a broken formula fails its case only
-            result = CaseResult(None, {}, error=exc)
+            results = tuple(CaseResult(None, {}, error=exc) for _ in impls)
         else:
             known.update(io_bytes=io_bytes, flops=flops)
-            result = runner(case)
+            results = runner(case)
             if self.options.imbalance:
-                result = with_uniform_twin(runner, case, result)
-        metrics = None if result.error else (result.measurement.median, io_bytes, flops)
-        record = result_record(
-            self.spec.api,
-            case,
-            metrics=metrics,
-            columns=result.columns,
-            metadata=known,
-            error=result.error,
+                results = with_uniform_twin(runner, case, results)
+        records = []
+        for impl, result in zip(impls, results, strict=True):
+            metrics = None if result.error else (result.measurement.median, io_bytes, flops)
+            record = result_record(
+                self.spec.api,
+                {**case, IMPL_COLUMN: impl.name},
+                metrics=metrics,
+                columns=result.columns,
+                metadata={**known, "backend": backend_column(impl)},
+                error=result.error,
+            )
+            record["error"] = clip_error(str(record["error"]))
+            record["timestamp_utc"] = timestamp_utc()
+            if self.options.samples and record["status"] == STATUS_OK:
+                line = samples_line(record, self.spec.case_fields, result.measurement.samples)
+                append_samples(self.options.samples, line)
+            records.append(record)
+        return records, results
+
+
+def paired_line(options: RunOptions, results: Sequence[CaseResult]) -> str:
+    """The case's head-to-head line: each implementation's ratio to the baseline, its 95 %
+    interval and verdict."""
+    base = options.impls[options.baseline].name
+    parts = []
+    for impl, result in zip(options.impls, results, strict=True):
+        ratio = result.ratio
+        if impl.name == base or ratio is None:
+            continue
+        interval = (
+            f"[{ratio.interval[0]:.4f}, {ratio.interval[1]:.4f}] {ratio.verdict}"
+            if ratio.interval is not None
+            else "(too few rounds for an interval)"
         )
-        record["error"] = clip_error(str(record["error"]))
-        record["timestamp_utc"] = timestamp_utc()
-        if self.options.samples and record["status"] == STATUS_OK:
-            line = samples_line(record, self.spec.case_fields, result.measurement.samples)
-            append_samples(self.options.samples, line)
-        return record, result
+        parts.append(f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({ratio.rounds} rounds)")
+    return "  paired: " + (
+        "; ".join(parts) if parts else "no ratio (the baseline or all others failed)"
+    )
 
 
 def _cost_line(runner: CaseRunner, wall_s: float) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -37,6 +38,7 @@ from fi_attn_bench.timing.trace import (
     DeviceEvent,
     attribute_recording,
     profile_device_events,
+    split_rounds,
 )
 
 
@@ -70,6 +72,17 @@ class Timer(Protocol):
 
     def sync(self) -> None: ...
 
+    def calibrate_rounds(self, sessions: Sequence[TimerSession]) -> None:
+        """Before interleaved rounds of ``sessions`` (see ``record_rounds``): what telling
+        their work apart in one recording needs, measured ahead of the sustain phase."""
+
+    def record_rounds(
+        self, sessions: Sequence[TimerSession], loop: Callable[[], Sequence[int]]
+    ) -> Sequence[Sequence[Batch]] | None:
+        """Run ``loop``, which asks ``sessions`` for batches and returns the session index of
+        each batch in order; each session's batches read from one recording of the loop, or
+        None when the batches the loop got stand."""
+
 
 class TimerDefaults:
     """What a timer without a flush or set-up work declares."""
@@ -77,6 +90,15 @@ class TimerDefaults:
     flusher: L2Flusher | None = None
 
     def set_up(self) -> None:
+        return None
+
+    def calibrate_rounds(self, sessions: Sequence[TimerSession]) -> None:
+        return None
+
+    def record_rounds(
+        self, sessions: Sequence[TimerSession], loop: Callable[[], Sequence[int]]
+    ) -> Sequence[Sequence[Batch]] | None:
+        loop()
         return None
 
     def self_check(self) -> None:
@@ -332,6 +354,35 @@ class ProfilerTimer(TimerDefaults):
         )
         flush_ms = sum(e.duration_ns for e in flush) / 1e6
         return _ProfilerSession(self, fn, calibration, estimate_ms, flush_ms)
+
+    def calibrate_rounds(self, sessions: Sequence[_ProfilerSession]) -> None:
+        """Each session's run() event count and names from a recording of one call: the
+        rounds' recording holds several implementations' calls, whose counts differ."""
+        for session in sessions:
+            events = self.profile(session.fn, self.sync)
+            if not events:
+                raise NoKernelCaptured("the profiler captured no GPU kernel for run()")
+            session.calibration = dataclasses.replace(
+                session.calibration,
+                call_count=len(events),
+                call_names=frozenset(e.name for e in events),
+            )
+
+    def record_rounds(
+        self, sessions: Sequence[_ProfilerSession], loop: Callable[[], Sequence[int]]
+    ) -> list[list[Batch]]:
+        """One recording around all rounds, split by stream order into each session's
+        batches (``split_rounds``)."""
+        order: list[int] = []
+        events = self.profile(lambda: order.extend(loop()), self.sync)
+        return split_rounds(
+            events,
+            order,
+            [session.calls for session in sessions],
+            [session.calibration for session in sessions],
+            pattern=self.pattern,
+            attribution=self.options.effective_attribution,
+        )
 
 
 @dataclass

@@ -364,3 +364,48 @@ def attribute_recording(
     return [
         attribute_events(events, sum(calls), calibration, pattern=pattern, attribution=attribution)
     ]
+
+
+def split_rounds(
+    events: Sequence[DeviceEvent],
+    order: Sequence[int],
+    calls: Sequence[Sequence[int]],
+    calibrations: Sequence[Calibration],
+    *,
+    pattern: re.Pattern | None = None,
+    attribution: str = "sum",
+) -> list[list[Batch]]:
+    """Split one recording of interleaved rounds into each implementation's batches.
+
+    Batch ``b`` of the recording belongs to implementation ``order[b]`` and holds [lead] +
+    calls x ([flush] run()) with that implementation's calibrated event count (known:
+    ``call_count`` set), the calls taken in turn from ``calls[order[b]]``.  Raises
+    TimingError when the recording's event count fits neither with nor without the leads.
+    """
+    events = sorted(events, key=_start)
+    taken = [iter(counts) for counts in calls]
+    layout = [(index, next(taken[index])) for index in order]
+    body = sum(
+        count * (calibrations[i].flush_count + calibrations[i].call_count) for i, count in layout
+    )
+    for lead in dict.fromkeys((calibrations[0].lead_count, 0)):
+        if len(events) != body + lead * len(layout):
+            continue
+        found: list[list[Batch]] = [[] for _ in calls]
+        position = 0
+        for index, count in layout:
+            calibration = calibrations[index]
+            size = lead + count * (calibration.flush_count + calibration.call_count)
+            chunk = events[position : position + size]
+            found[index].append(
+                attribute_events(
+                    chunk, count, calibration, pattern=pattern, attribution=attribution
+                )
+            )
+            position += size
+        return found
+    raise TimingError(
+        f"the recording of the interleaved rounds holds {len(events)} device events, not the "
+        f"{body} (+ leads) that the implementations' calibrated calls add up to (does a run() "
+        "launch a varying number of kernels?); --timer events does not need the split"
+    )

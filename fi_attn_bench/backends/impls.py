@@ -1,0 +1,260 @@
+"""Implementations measured per case (``--impl``): FlashInfer with a wrapper backend, the
+torch reference, or a user plugin; parsed and validated before any GPU work.
+
+Plugin contract (``package.module:factory`` or ``path/to/file.py:factory``)::
+
+    def factory(context: ImplContext) -> PluginRun: ...
+
+``context`` holds the case, the resolved settings and the inputs the script built for the
+case (the very tensors FlashInfer reads; see the script's ``make_inputs``).  The factory
+returns a ``PluginRun``: ``run`` (no arguments; called many times, must launch the same work
+each time), optionally ``plan`` (called once untimed, once timed: ``plan_ms``) and ``output``
+(the tensor ``run`` writes; without it, ``run``'s return value is checked).  The harness
+checks the output against the script's float32 reference and times ``run`` with the same
+timer, L2 flush, bytes and FLOPs as FlashInfer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType, ModuleType
+
+import torch
+
+from fi_attn_bench.backends import flashinfer_api as fc
+from fi_attn_bench.cases.inputs import timed_ms
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
+from fi_attn_bench.errors import UsageError
+
+FLASHINFER, TORCH, PLUGIN = "flashinfer", "torch", "plugin"
+
+
+@dataclass(frozen=True)
+class ImplContext:
+    """What a plugin factory is given for one case."""
+
+    api: str  # the wrapper the script benchmarks, e.g. BatchDecodeWithPagedKVCacheWrapper
+    case: Mapping[str, int]
+    settings: Settings
+    inputs: object  # the script's inputs for this case (e.g. DecodeInputs: q, caches, table)
+
+
+@dataclass(frozen=True)
+class PluginRun:
+    """What a plugin factory returns (see the module docstring)."""
+
+    run: Callable[[], object]
+    plan: Callable[[], object] | None = None
+    output: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One ``--impl``: its name (the CSV ``impl`` column), kind and what it needs."""
+
+    name: str
+    kind: str  # FLASHINFER, TORCH or PLUGIN
+    wrapper_backend: str = "auto"  # FlashInfer's backend= (kind FLASHINFER)
+    factory: Callable[[ImplContext], PluginRun] | None = None  # kind PLUGIN
+    target: str = ""  # what --impl named: flashinfer:fa2, torch, examples/x.py:make
+
+    @property
+    def checked(self) -> bool:
+        """The reference is not checked against itself."""
+        return self.kind != TORCH
+
+
+DEFAULT_IMPL = Impl(FLASHINFER, FLASHINFER, target=FLASHINFER)
+TORCH_IMPL = Impl(TORCH, TORCH, target=TORCH)
+
+
+def _split_name(text: str) -> tuple[str | None, str]:
+    """``NAME=TARGET`` gives the impl a name of its own (the same target twice, A/A)."""
+    name, sep, target = text.partition("=")
+    if sep and name and ":" not in name and "/" not in name:
+        return name.strip(), target.strip()
+    return None, text.strip()
+
+
+def load_factory(target: str) -> Callable[[ImplContext], PluginRun]:
+    """Import ``module:factory`` or ``file.py:factory`` and check it can take one context;
+    raises UsageError naming the problem."""
+    where, _, attr = target.rpartition(":")
+    if not where or not attr:
+        raise UsageError(f"--impl {target!r}: a plugin is MODULE:FACTORY or FILE.py:FACTORY")
+    module = _import_plugin(where, target)
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise UsageError(f"--impl {target!r}: {where} has no attribute {attr!r}")
+    if not callable(factory):
+        raise UsageError(f"--impl {target!r}: {attr} is a {type(factory).__name__}, not callable")
+    try:
+        inspect.signature(factory).bind(object())
+    except TypeError as exc:
+        raise UsageError(
+            f"--impl {target!r}: the factory must take one argument (an ImplContext): {exc}"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): calling it will tell
+        pass
+    return factory
+
+
+def _import_plugin(where: str, target: str) -> ModuleType:
+    try:
+        if where.endswith(".py") or os.sep in where or "/" in where:
+            return _import_file(where)
+        return importlib.import_module(where)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
+        raise UsageError(
+            f"--impl {target!r}: cannot import {where} ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _import_file(path: str) -> ModuleType:
+    if not os.path.isfile(path):
+        raise UsageError(f"--impl: no such plugin file {path!r}")
+    name = f"fi_attn_bench_plugin_{abs(hash(os.path.abspath(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _flashinfer_backend(backend: str, api: str, flashinfer: ModuleType | None) -> str:
+    """Check ``backend`` against what the installed wrapper offers (exit 2 listing them)."""
+    if flashinfer is None:
+        raise UsageError(f"--impl flashinfer:{backend}: FlashInfer is not available here")
+    try:
+        cls = fc.wrapper_class(flashinfer, api)
+    except fc.UnsupportedCase as exc:
+        raise UsageError(f"--impl flashinfer:{backend}: {exc}") from None
+    offer = fc.wrapper_backends(cls, api)
+    if backend not in offer.values:
+        how = {
+            "none": f"the installed {api}() takes no backend argument",
+            "candidates": "FlashInfer 0.6's documented list; the install does not name its own",
+        }.get(offer.source, f"from the installed {api}'s {offer.source}")
+        available = ", ".join(f"flashinfer:{v}" for v in offer.values)
+        raise UsageError(
+            f"unknown FlashInfer backend {backend!r} for {api}; available: {available} ({how})"
+        )
+    return backend
+
+
+def parse_impl(text: str, api: str, flashinfer: ModuleType | None) -> Impl:
+    """One ``--impl`` value (see the module docstring); raises UsageError."""
+    name, target = _split_name(text)
+    if target in (FLASHINFER, "flashinfer:auto") and flashinfer is None:
+        raise UsageError(f"--impl {target}: FlashInfer is not available here (no GPU or import)")
+    if target == FLASHINFER:
+        return Impl(name or FLASHINFER, FLASHINFER, target=target)
+    if target == TORCH:
+        return Impl(name or TORCH, TORCH, target=target)
+    if target.startswith(f"{FLASHINFER}:"):
+        backend = _flashinfer_backend(target.split(":", 1)[1], api, flashinfer)
+        return Impl(name or target, FLASHINFER, wrapper_backend=backend, target=target)
+    if ":" not in target:
+        raise UsageError(
+            f"--impl {text!r}: expected flashinfer, flashinfer:BACKEND, torch, MODULE:FACTORY "
+            "or FILE.py:FACTORY (optionally NAME=...)"
+        )
+    return Impl(name or target, PLUGIN, factory=load_factory(target), target=target)
+
+
+def names_flashinfer(text: str) -> bool:
+    """Whether an ``--impl`` value asks for FlashInfer (so the run needs it)."""
+    target = _split_name(text)[1]
+    return target == FLASHINFER or target.startswith(f"{FLASHINFER}:")
+
+
+def parse_impls(
+    texts: Sequence[str], api: str, flashinfer: ModuleType | None, default: str
+) -> tuple[Impl, ...]:
+    """Every ``--impl`` (``default`` when none), with unique names."""
+    impls = tuple(parse_impl(text, api, flashinfer) for text in (texts or (default,)))
+    names = [impl.name for impl in impls]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UsageError(
+            f"--impl {', '.join(twice)} given twice; name each one (NAME=TARGET, e.g. "
+            f"a={impls[names.index(twice[0])].target} b={impls[names.index(twice[0])].target})"
+        )
+    return impls
+
+
+def baseline_index(impls: Sequence[Impl], name: str | None) -> int:
+    """Position of ``--baseline-impl`` (default: the first ``--impl``)."""
+    if name is None:
+        return 0
+    names = [impl.name for impl in impls]
+    if name not in names:
+        raise UsageError(
+            f"--baseline-impl {name!r} is none of the --impl names: {', '.join(names)}"
+        )
+    return names.index(name)
+
+
+def impl_settings(impl: Impl, settings: Settings) -> Settings:
+    """The settings a script's prepare() gets for ``impl``."""
+    backend = TORCH if impl.kind == TORCH else FLASHINFER
+    return replace(settings, backend=backend, wrapper_backend=impl.wrapper_backend)
+
+
+def prepare_impl(
+    spec: BenchmarkSpec,
+    impl: Impl,
+    case: Mapping[str, int],
+    settings: Settings,
+    shared: Prepared | None,
+) -> Prepared:
+    """``impl``'s Prepared for ``case``; ``shared``: an earlier impl's, whose inputs are reused.
+
+    A plugin needs the script's inputs and reference: without ``shared`` they come from the
+    script's torch path (which builds no wrapper)."""
+    if impl.kind != PLUGIN:
+        return spec.prepare(case, impl_settings(impl, _with_inputs(settings, shared)))
+    if shared is None or shared.inputs is None:
+        shared = spec.prepare(case, impl_settings(TORCH_IMPL, settings))
+    if shared.inputs is None:
+        raise TypeError(f"{spec.script} does not hand its inputs to plugins (Prepared.inputs)")
+    context = ImplContext(spec.api, MappingProxyType(dict(case)), settings, shared.inputs)
+    made = impl.factory(context)
+    if not isinstance(made, PluginRun):
+        raise TypeError(
+            f"plugin {impl.target} returned {type(made).__name__}, not a PluginRun "
+            "(fi_attn_bench.backends.impls.PluginRun(run, plan=None, output=None))"
+        )
+    plan_ms = 0.0
+    if made.plan is not None:
+        plan_ms = timed_ms(made.plan, settings.device, warm_first=True)
+    return Prepared(
+        run=made.run,
+        output=made.output,
+        reference=shared.reference,
+        plan_ms=plan_ms,
+        inputs=shared.inputs,
+    )
+
+
+def _with_inputs(settings: Settings, shared: Prepared | None) -> Settings:
+    if shared is None or shared.inputs is None:
+        return settings
+    return replace(settings, inputs=shared.inputs)
+
+
+def backend_column(impl: Impl) -> str | None:
+    """The row's ``backend`` column: flashinfer or torch; empty for a plugin."""
+    return None if impl.kind == PLUGIN else impl.kind
+
+
+def flashinfer_needed(impls: Sequence[Impl]) -> bool:
+    return any(impl.kind == FLASHINFER for impl in impls)

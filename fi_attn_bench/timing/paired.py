@@ -1,0 +1,369 @@
+"""Head to head: several implementations of one case measured in interleaved rounds.
+
+Each round gives every implementation one batch of calls, in alternating order (A B, B A,
+A B, ...), on the same inputs and with the same L2 treatment, so a drift of clocks, power
+or temperature hits all of them alike.  The per-round ratio (round median of an
+implementation / round median of the baseline) cancels that drift; its median over the
+rounds, with a distribution-free 95 % interval, is the paired ratio.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from fi_attn_bench.timing.conditions import BatchWatch, KeepEveryBatch
+from fi_attn_bench.timing.loop import (
+    PhaseClock,
+    _enough_samples,
+    _measurement,
+    batch_calls,
+    gc_paused,
+    kept_batches,
+    should_stop,
+    sustain,
+    warm_up,
+)
+from fi_attn_bench.timing.options import TimingOptions
+from fi_attn_bench.timing.statistics import Batch, Measurement, clamp, quantile
+from fi_attn_bench.timing.timers import Timer, TimerSession
+
+ROUNDS_TARGET = 20  # rounds the min-time window is cut into (each impl's batch ~ 1/20 of it)
+MIN_ROUNDS = 10  # the stop rule waits for these (95 % interval from ranks 2 and 9)
+MIN_ROUND_CALLS = 3  # calls per impl per round at least: a round median needs some
+CONFIDENCE = 0.95
+SLOWER, FASTER, SAME = "slower", "faster", "same"
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One implementation entering ``measure_paired``: its run() and its correctness check."""
+
+    fn: Callable[[], object]
+    after_warm_up: Callable[[], object] = lambda: None
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """One implementation against the baseline: median of the per-round ratios and its
+    interval (None where fewer than ``min_rounds_for_interval()`` rounds ran)."""
+
+    ratio: float
+    rounds: int
+    interval: tuple[float, float] | None
+
+    @property
+    def verdict(self) -> str:
+        """faster / slower when the interval excludes 1, else same ("" without interval)."""
+        if self.interval is None:
+            return ""
+        low, high = self.interval
+        return SLOWER if low > 1.0 else FASTER if high < 1.0 else SAME
+
+    def slower_beyond(self, pct: float) -> bool:
+        """Slower than the baseline by more than ``pct`` %, the interval excluding it."""
+        return self.interval is not None and self.interval[0] > 1.0 + pct / 100.0
+
+    def half_width_pct(self) -> float:
+        if self.interval is None or self.ratio <= 0:
+            return math.inf
+        return (self.interval[1] - self.interval[0]) / 2.0 / self.ratio * 100.0
+
+    def columns(self, baseline: str) -> dict[str, object]:
+        low, high = self.interval or (None, None)
+        return {
+            "baseline_impl": baseline,
+            "paired_rounds": self.rounds,
+            "paired_ratio": self.ratio,
+            "paired_ratio_lo": low,
+            "paired_ratio_hi": high,
+            "paired_verdict": self.verdict or None,
+        }
+
+
+@dataclass(frozen=True)
+class PairedOutcome:
+    """What ``measure_paired`` gave, per contender (same order): its measurement or the
+    error that stopped it, its per-round medians, and its paired ratio against the
+    baseline (None for the baseline itself, for a failed one, or when the baseline failed)."""
+
+    measurements: tuple[Measurement | None, ...]
+    errors: tuple[Exception | None, ...]
+    round_medians: tuple[tuple[float, ...], ...]
+    ratios: tuple[PairedRatio | None, ...]
+
+
+def _binomial_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+
+
+def median_interval_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
+    """1-based ranks (k, n + 1 - k) of the order statistics bounding the median with at
+    least ``confidence`` coverage whatever the distribution (the sign-test interval);
+    None when even (1, n) covers less (n < 6 for 95 %)."""
+    alpha = (1.0 - confidence) / 2.0
+    best = None
+    for k in range(1, n // 2 + 1):
+        if _binomial_cdf(k - 1, n) <= alpha:
+            best = k
+        else:
+            break
+    return None if best is None else (best, n + 1 - best)
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE):
+    """The distribution-free interval of the median of ``values`` (None: too few)."""
+    ranks = median_interval_ranks(len(values), confidence)
+    if ranks is None:
+        return None
+    ordered = sorted(values)
+    return ordered[ranks[0] - 1], ordered[ranks[1] - 1]
+
+
+def paired_ratio(values: Sequence[float], baseline: Sequence[float]) -> PairedRatio | None:
+    """Median over rounds of ``values[r] / baseline[r]`` with its interval."""
+    ratios = [v / b for v, b in zip(values, baseline, strict=True) if b > 0]
+    if not ratios:
+        return None
+    return PairedRatio(quantile(sorted(ratios), 0.5), len(ratios), median_interval(ratios))
+
+
+def round_order(index: int, count: int) -> tuple[int, ...]:
+    """Contenders' order in round ``index``: forward in even rounds, reversed in odd ones
+    (A B | B A | A B ...), so neither always runs first after the other."""
+    order = tuple(range(count))
+    return order if index % 2 == 0 else order[::-1]
+
+
+def round_options(options: TimingOptions) -> TimingOptions:
+    """Batch sizing for one impl's share of a round: about 1/ROUNDS_TARGET of the min-time
+    window (without one, the CPU: of half the per-impl budget), at least MIN_ROUND_CALLS calls."""
+    window_ms = options.min_time_ms or options.max_time_s * 1e3 / 2.0
+    target = min(options.batch_target_ms, window_ms / ROUNDS_TARGET)
+    return replace(options, batch_target_ms=target, min_batch_calls=MIN_ROUND_CALLS)
+
+
+def round_calls(per_call_ms: float, remaining_s: float, wall_ms: float, options) -> int:
+    """Calls in one impl's batch of a round (``round_options`` already applied); short calls
+    that stop at ``enough_samples`` spread them over ROUNDS_TARGET rounds."""
+    calls = batch_calls(per_call_ms, remaining_s, wall_ms, options)
+    if per_call_ms < options.enough_samples_below_ms:
+        calls = min(calls, max(MIN_ROUND_CALLS, math.ceil(options.enough_samples / ROUNDS_TARGET)))
+    return clamp(calls, 1, options.max_batch_calls)
+
+
+@dataclass
+class PairedLoop:
+    """The interleaved rounds of the alive contenders (tests swap ``clock`` and the timer)."""
+
+    options: TimingOptions
+    baseline: int  # position among the sessions, or -1 when the baseline is not among them
+    clock: Callable[[], float] = time.perf_counter
+    phases: PhaseClock = field(default_factory=PhaseClock)
+    order: list[int] = field(default_factory=list)  # session of every batch, in order
+    kept: list[bool] = field(default_factory=list)  # per round: what the watch said
+
+    def run(
+        self,
+        sessions: Sequence[TimerSession],
+        estimates: Sequence[float],
+        timer: Timer,
+        watch: BatchWatch | None = None,
+    ) -> list[list[Batch]]:
+        """Each session's batches, one per round, in round order (every round: ``kept``
+        says which the throttle policy keeps).  ``watch`` reads the device after each whole
+        round, so a throttled round is dropped for every contender and the pairs stay."""
+        watch = watch or KeepEveryBatch()
+        count = len(sessions)
+        batches: list[list[Batch]] = [[] for _ in sessions]
+        sizing = round_options(self.options)
+        budget_s = self.options.max_time_s * count
+        start = self.clock()
+
+        def loop() -> list[int]:
+            rounds = 0
+            watch.batches_start()
+            while True:
+                for index in round_order(rounds, count):
+                    batches[index].append(
+                        self._batch(
+                            sessions[index],
+                            estimates[index],
+                            batches[index],
+                            sizing,
+                            budget_s - (self.clock() - start),
+                        )
+                    )
+                    self.order.append(index)
+                rounds += 1
+                self.kept.append(watch.batch_done())
+                kept = [kept_rounds(found, self.kept) for found in batches]
+                if self._stop(kept, sessions, self.clock() - start, budget_s):
+                    return self.order
+
+        with gc_paused():
+            began = self.clock()
+            recorded = timer.record_rounds(sessions, loop)
+            body = self.clock() - began
+        if recorded is not None:
+            batches = [list(found) for found in recorded]
+        self.phases.add("timing", body)
+        return batches
+
+    @staticmethod
+    def _batch(session, estimate, done, sizing, remaining_s) -> Batch:
+        runs = session.runs_per_sample
+        samples = sorted(s for batch in done for s in batch.samples_ms)
+        per_call = max(quantile(samples, 0.5), 1e-6) if samples else estimate
+        calls = round_calls(per_call * runs, remaining_s, estimate * runs, sizing)
+        return session.batch(calls)
+
+    def _stop(self, batches, sessions, elapsed_s: float, budget_s: float) -> bool:
+        if elapsed_s >= budget_s:
+            return True
+        if len(batches[0]) < MIN_ROUNDS:
+            return False
+        for found, session in zip(batches, sessions, strict=True):
+            if not self._enough(found, session.runs_per_sample):
+                return False
+        if not 0 <= self.baseline < len(batches) or len(batches) == 1:
+            alone = [s for batch in batches[0] for s in batch.samples_ms]
+            return should_stop(alone, 0.0, self.options, sessions[0].runs_per_sample)
+        medians = [_round_medians(found) for found in batches]
+        for index, values in enumerate(medians):
+            if index == self.baseline:
+                continue
+            ratio = paired_ratio(values, medians[self.baseline])
+            if ratio is None or ratio.half_width_pct() > self.options.noise_target_pct:
+                return False
+        return True
+
+    def _enough(self, found: Sequence[Batch], runs: int) -> bool:
+        """The usual minimum per impl: min_samples, and min_time of timed GPU time or
+        (short calls) enough_samples."""
+        samples = [s for batch in found for s in batch.samples_ms]
+        if len(samples) < self.options.min_samples:
+            return False
+        return sum(samples) * runs >= self.options.min_time_ms or _enough_samples(
+            samples, self.options
+        )
+
+
+def kept_rounds(found: Sequence[Batch], kept: Sequence[bool]) -> list[Batch]:
+    """One session's batches of the rounds the watch kept: what the stop rule sees, as the
+    single loop's stop hook sees only kept samples."""
+    return [batch for batch, keep in zip(found, kept, strict=True) if keep]
+
+
+def throttle_filter(
+    found: Sequence[Sequence[Batch]], kept: Sequence[bool]
+) -> tuple[list[list[Batch]], bool]:
+    """Every session's batches of the kept rounds, and whether the rounds could be judged;
+    the same rounds go for all sessions (``kept_batches``' rules), none where a recording's
+    batches cannot be matched with the rounds."""
+    if any(len(batches) != len(kept) for batches in found):
+        return [list(batches) for batches in found], False
+    return [kept_batches(batches, kept)[0] for batches in found], True
+
+
+def _round_medians(batches: Sequence[Batch]) -> tuple[float, ...]:
+    return tuple(quantile(sorted(batch.samples_ms), 0.5) for batch in batches)
+
+
+def _prepare_each(contenders, timer, options, clock, phases):
+    """Warm up and check each contender; (estimates, errors) with None where it failed."""
+    estimates: list[float | None] = []
+    errors: list[Exception | None] = []
+    for contender in contenders:
+        try:
+            estimate = phases.run(
+                "warm-up", lambda c=contender: warm_up(c.fn, timer.sync, options, clock)
+            )
+            phases.run("check", contender.after_warm_up)
+        except Exception as exc:  # noqa: BLE001 - one impl's failure is its row's, not the case's
+            estimates.append(None)
+            errors.append(exc)
+        else:
+            estimates.append(estimate)
+            errors.append(None)
+    return estimates, errors
+
+
+def _open_each(fns, estimates, timer, errors, phases) -> list[TimerSession | None]:
+    sessions: list[TimerSession | None] = []
+    for index, (fn, estimate) in enumerate(zip(fns, estimates, strict=True)):
+        if errors[index] is not None:
+            sessions.append(None)
+            continue
+        try:
+            sessions.append(phases.run("calibrate", lambda f=fn, e=estimate: timer.open(f, e)))
+        except Exception as exc:  # noqa: BLE001 - e.g. a plugin a CUDA graph cannot capture
+            errors[index] = exc
+            sessions.append(None)
+    return sessions
+
+
+def measure_paired(
+    contenders: Sequence[Contender],
+    timer: Timer,
+    options: TimingOptions,
+    baseline: int = 0,  # position among ``contenders``; -1: not among them (it failed before)
+    clock: Callable[[], float] = time.perf_counter,
+    phases: PhaseClock | None = None,
+    watch: BatchWatch | None = None,
+) -> PairedOutcome:
+    """Set the timer up; warm up and check each contender; open a session for each that
+    passed; hold the GPU at steady state with all of them in turn; then interleaved rounds
+    until the stop rule (each impl's usual minimum, then the paired ratios' intervals within
+    the noise target) or the budget (``max_time_s`` per contender).  A contender whose
+    warm-up, check or session fails gets its error; the others go on.  ``watch`` judges
+    each round (the throttle policy): a throttled round's batches are dropped for all."""
+    phases = phases or PhaseClock(clock=clock)
+    phases.run("set-up", timer.set_up)
+    estimates, errors = _prepare_each(contenders, timer, options, clock, phases)
+    sessions = _open_each([c.fn for c in contenders], estimates, timer, errors, phases)
+    alive = [i for i, session in enumerate(sessions) if session is not None]
+    measurements: list[Measurement | None] = [None] * len(contenders)
+    medians: list[tuple[float, ...]] = [()] * len(contenders)
+    if alive:
+        try:
+            phases.run("calibrate", lambda: timer.calibrate_rounds([sessions[i] for i in alive]))
+        except Exception as exc:  # noqa: BLE001 - the rounds cannot be told apart: all fail
+            return _all_failed(contenders, errors, alive, exc)
+        together = lambda: [contenders[i].fn() for i in alive]  # noqa: E731
+        total = sum(estimates[i] for i in alive)
+        phases.run("sustain", lambda: sustain(together, timer, options, total, clock))
+        loop = PairedLoop(
+            options, alive.index(baseline) if baseline in alive else -1, clock, phases
+        )
+        found = loop.run([sessions[i] for i in alive], [estimates[i] for i in alive], timer, watch)
+        kept, judged = throttle_filter(found, loop.kept)
+        for position, index in enumerate(alive):
+            runs = sessions[index].runs_per_sample
+            throttled = _samples_in(found[position], loop.kept) if judged else 0
+            dropped = throttled if len(kept[position]) < len(found[position]) else 0
+            measurements[index] = _measurement(kept[position], timer, runs, throttled, dropped)
+            medians[index] = _round_medians(kept[position])
+    has_baseline = 0 <= baseline < len(contenders) and measurements[baseline] is not None
+    ratios = tuple(
+        paired_ratio(medians[i], medians[baseline])
+        if has_baseline and i != baseline and measurements[i] is not None
+        else None
+        for i in range(len(contenders))
+    )
+    return PairedOutcome(tuple(measurements), tuple(errors), tuple(medians), ratios)
+
+
+def _samples_in(batches: Sequence[Batch], kept: Sequence[bool]) -> int:
+    """The samples of one session's rounds the watch judged throttled."""
+    return sum(len(b.samples_ms) for b, keep in zip(batches, kept, strict=True) if not keep)
+
+
+def _all_failed(contenders, errors, alive, exc) -> PairedOutcome:
+    for index in alive:
+        errors[index] = exc
+    count = len(contenders)
+    return PairedOutcome((None,) * count, tuple(errors), ((),) * count, (None,) * count)

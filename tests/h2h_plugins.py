@@ -1,0 +1,67 @@
+"""Plugins for the head-to-head tests, on ``tests/fake_bench_script.py``'s cases (``out = 2 q``)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from fi_attn_bench.backends.impls import ImplContext, PluginRun
+
+
+def _doubling(context: ImplContext, factor: float = 2.0, sleep_s: float = 0.0) -> PluginRun:
+    q = context.inputs
+    out = torch.empty_like(q)
+
+    def run():
+        if sleep_s:
+            time.sleep(sleep_s)
+        torch.mul(q, factor, out=out)
+        return out
+
+    return PluginRun(run=run, output=out)
+
+
+def same(context: ImplContext) -> PluginRun:
+    """The fake script's computation, quickly."""
+    return _doubling(context)
+
+
+def slow(context: ImplContext) -> PluginRun:
+    """Right values, 4 ms per call (the fake script's run() sleeps 1 ms in these tests)."""
+    return _doubling(context, sleep_s=0.004)
+
+
+def wrong(context: ImplContext) -> PluginRun:
+    """Off by 25 %: the check must fail its rows."""
+    return _doubling(context, factor=2.5)
+
+
+def raises_on_two(context: ImplContext) -> PluginRun:
+    if context.case["batch_size"] == 2:
+        raise RuntimeError("plugin cannot do batch_size 2")
+    return _doubling(context)
+
+
+def not_a_run(context: ImplContext):
+    return lambda: None
+
+
+def no_argument():
+    return None
+
+
+NOT_CALLABLE = 3
+
+raise_on_import = False
+
+
+SEEN_INPUTS: list[object] = []  # ``recording``'s log of the inputs each call was handed
+
+
+def recording(context: ImplContext) -> PluginRun:
+    """The SDPA decode example, noting which inputs object it was handed."""
+    from fi_attn_bench.backends.impls import load_factory
+
+    SEEN_INPUTS.append(context.inputs)
+    return load_factory("examples/sdpa_decode_plugin.py:make")(context)

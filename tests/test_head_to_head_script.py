@@ -1,0 +1,79 @@
+"""benchmarks/head_to_head.py: its tables and plot read real harness CSVs (CPU sweeps)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import bench_batch_decode
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def h2h():
+    spec = importlib.util.spec_from_file_location("h2h_script", ROOT / "benchmarks/head_to_head.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sweep(path: Path, *impls: str) -> None:
+    argv = ["--device", "cpu", "--filter", "batch_size=2", "--max-time-per-case", "0.3"]
+    for impl in impls:
+        argv += ["--impl", impl]
+    assert bench_batch_decode.main([*argv, "--output", str(path)]) == 0
+
+
+def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
+    _sweep(tmp_path / "aa_bench_batch_decode.csv", "a=torch", "b=torch")
+    _sweep(
+        tmp_path / "backends_bench_batch_decode.csv", "torch", "examples/sdpa_decode_plugin.py:make"
+    )
+    _sweep(
+        tmp_path / "spin_bench_batch_decode.csv",
+        "base=torch",
+        "spin=examples/sdpa_decode_plugin.py:make",
+    )
+    reached = [
+        {"case": {}, "plain_ms": 0.2, "reached": 0.021},
+        {"case": {}, "plain_ms": 0.01, "reached": 0.3},
+    ]
+    (tmp_path / "spin_reached.jsonl").write_text("".join(json.dumps(e) + "\n" for e in reached))
+    walls = {
+        "single_bench_batch_decode": {"wall_s": 10.0, "sweep_s": 6.0},
+        "aa_bench_batch_decode": {"wall_s": 21.0, "sweep_s": 12.6},
+    }
+    (tmp_path / "walls.json").write_text(json.dumps(walls))
+    assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    aa = next(line for line in text.splitlines() if line.startswith("| decode | 1 |"))
+    assert aa.count("|") == 9  # one case >= 20 us with its spread, holds-1 and verdict counts
+    assert "| decode | 10.0 | 21.0 | 2.10 | 6.0 | 12.6 | 2.10 |" in text
+    assert re.search(r"\| decode \| 1 \| [01]/1 \(\d+%\) \|", text)  # (b): share called slower
+    assert "cases >= 50 us: median 2.10%, range 2.10% to 2.10%" in text
+    assert "examples/sdpa_decode_plugin.py:make / torch over 1 cases" in text
+    svg = (tmp_path / "backends_BatchDecodeWithPagedKVCacheWrapper.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<circle") == 1
+
+
+def test_unknown_script_name_is_refused(tmp_path, h2h, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        h2h.main([str(tmp_path), "--part", "report", "--scripts", "nope"])
+    assert exit_info.value.code == 2
+    assert "unknown --scripts nope" in capsys.readouterr().err
+
+
+def test_sweep_runs_a_script_and_records_its_wall_times(tmp_path, h2h, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.001")
+    extra = ["--preset", "smoke", "--max-time-per-case", "0.1"]
+    impls = ["a=torch", "b=tests/h2h_plugins.py:same"]
+    h2h._sweep(tmp_path, "aa", "tests/fake_bench_script.py", impls, extra)
+    entry = json.loads((tmp_path / "walls.json").read_text())["aa_fake_bench_script"]
+    assert entry["exit"] == 0 and 0 < entry["sweep_s"] < entry["wall_s"]
+    rows = h2h._rows(tmp_path / "aa_fake_bench_script.csv")
+    assert sorted(row["impl"] for row in rows) == ["a", "a", "b", "b"]
