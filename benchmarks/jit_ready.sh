@@ -6,10 +6,10 @@
 # Usage: jit_ready PRESET SCRATCH_DIR
 jit_ready() {
   local preset="$1" scratch="$2" started script status=0
-  if [[ -f .whl/jit.tgz && ! -d .whl/jit ]]; then
+  if [[ -f .whl/jit.tgz && ! -f ".whl/jit/.ready_$preset" ]]; then
     find /tmp/site -type f -exec touch -d '2020-01-01' {} + 2>/dev/null
-    tar xzf .whl/jit.tgz -C .whl && echo "jit: cache unpacked"
-  elif [[ ! -d .whl/jit ]] && "${PYTHON:-python3}" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+    tar xzf .whl/jit.tgz -C .whl && touch ".whl/jit/.ready_$preset" && echo "jit: cache unpacked"
+  elif [[ ! -f ".whl/jit/.ready_$preset" ]] && "${PYTHON:-python3}" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
     started=$(date +%s)
     mkdir -p "$scratch"
     local pids=()
@@ -22,5 +22,7 @@ jit_ready() {
     done
     for pid in "${pids[@]}"; do wait "$pid" || status=1; done
     echo "jit: compiled in $(($(date +%s) - started)) s (exit $status; logs in $scratch)"
+    # a marker, not the folder: importing flashinfer creates .whl/jit before anything is compiled
+    [[ $status -eq 0 ]] && mkdir -p .whl/jit && touch ".whl/jit/.ready_$preset"
   fi
 }
