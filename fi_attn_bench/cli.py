@@ -17,6 +17,7 @@ from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
+    CPU_MAX_TIME_S,
     DEFAULT_TOLERANCE,
     RunOptions,
     preset_for,
@@ -164,8 +165,8 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     timing.add_argument(
         "--max-time-per-case",
         type=_positive(float),
-        default=2.0,
-        help="measurement budget per case in seconds (default 2)",
+        help=f"measurement budget per case in seconds (default {TimingOptions.max_time_s:g}; "
+        f"{CPU_MAX_TIME_S:g} on the CPU)",
     )
     timing.add_argument(
         "--stop-rule",
