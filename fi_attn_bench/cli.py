@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -25,6 +26,7 @@ from fi_attn_bench.sweep.options import (
     select_for_preset,
 )
 from fi_attn_bench.sweep.run import Sweep
+from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.timing.options import (
     ATTRIBUTIONS,
     STOP_RULES,
@@ -333,7 +335,12 @@ def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
     on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
     preset = preset_for(spec, args, torch.device("cpu" if on_cpu else "cuda"))
-    cases = select_for_preset(spec, preset, args.filter)
+    filters = tuple(args.filter)
+    if args.resume and os.path.isfile(args.resume):  # the selection the resumed sweep would run
+        recorded = recorded_selection(args.resume, spec)
+        selection = resume_selection(spec, args, recorded, args.resume, preset)
+        preset, filters = selection.preset, selection.filters
+    cases = select_for_preset(spec, preset, filters)
     print(f"{spec.api}: preset {preset}, {len(cases)} cases")
     for case in cases:
         print(case_text(case, spec.case_fields))
