@@ -101,3 +101,10 @@ def test_results_of_another_script_are_not_ours(tmp_path):
     assert not outputs.holds_results_of(str(path), fake_bench_script.SPEC)
     path.write_text("schema_version,api,batch_size,seq_len,status\n1,FakeAttentionWrapper,1,8,ok\n")
     assert outputs.holds_results_of(str(path), fake_bench_script.SPEC)
+
+
+def test_bad_input_creates_no_output_directory(tmp_path, monkeypatch):
+    target = tmp_path / "new"
+    argv = ["--output-dir", str(target), "--filter", "batch_size=99"]
+    assert bench(argv, monkeypatch) == 2
+    assert not target.exists()

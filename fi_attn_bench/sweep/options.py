@@ -172,8 +172,12 @@ def _selection(spec: BenchmarkSpec, args, device, output: str, resume: bool):
 
 def resolve_options(spec: BenchmarkSpec, args, choice: BackendChoice) -> RunOptions:
     device = choice.device
-    output, resume = _output_path(spec, args)
-    selection, cases = _selection(spec, args, device, output, resume)
+    if args.resume:  # the CSV gives the selection
+        output, resume = _output_path(spec, args)
+        selection, cases = _selection(spec, args, device, output, resume)
+    else:  # a selection with no case creates no output directory
+        selection, cases = _selection(spec, args, device, "", False)
+        output, resume = _output_path(spec, args)
     version = (
         flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
         if choice.flashinfer is not None
