@@ -37,6 +37,7 @@ def refused(capsys) -> str:
         ("--output-dir", "AN_EXISTING_FILE"),
         ("--output", "AN_EXISTING_FILE/x.csv"),
         ("--output", "A_DIRECTORY"),
+        ("--output", "/dev/null"),
     ],
 )
 def test_unwritable_output_exits_2_in_one_line_before_measuring(
@@ -108,3 +109,16 @@ def test_bad_input_creates_no_output_directory(tmp_path, monkeypatch):
     argv = ["--output-dir", str(target), "--filter", "batch_size=99"]
     assert bench(argv, monkeypatch) == 2
     assert not target.exists()
+
+
+def test_a_link_is_never_moved_or_replaced_even_with_force(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "target.csv"
+    target.write_text("keep\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)  # like /dev/stdout -> /proc/self/fd/1
+    assert bench(["--output", str(link), "--force"], monkeypatch) == 2
+    assert "not a regular file" in refused(capsys)
+    assert bench(["--resume", str(link)], monkeypatch) == 2
+    assert "not a regular file" in refused(capsys)
+    assert link.is_symlink() and target.read_text() == "keep\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "target.csv"]

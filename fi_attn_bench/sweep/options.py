@@ -20,6 +20,7 @@ from fi_attn_bench.sweep.outputs import (
     check_new_output,
     default_csv_path,
     probe_directory,
+    require_regular_file,
     samples_path,
 )
 from fi_attn_bench.sweep.selection_record import (
@@ -126,8 +127,9 @@ def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
     if args.resume:
         if args.output and os.path.abspath(args.output) != os.path.abspath(args.resume):
             raise UsageError("--resume CSV updates that file; do not give a different --output")
-        if not os.path.isfile(args.resume):
+        if not os.path.lexists(args.resume):
             raise UsageError(f"--resume: no such file {args.resume!r}")
+        require_regular_file(args.resume, "--resume")
         probe_directory(os.path.dirname(args.resume), "--resume")
         return args.resume, True
     if args.output:

@@ -73,6 +73,7 @@ def check_new_output(
         return
     if os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a directory")
+    require_regular_file(path, flag)
     if force:
         return
     if results_of is not None and holds_results_of(path, results_of):
@@ -85,6 +86,13 @@ def check_new_output(
         f"{path} exists{what}: refusing to overwrite it "
         "(--force moves it aside to <name>.bak-<timestamp>)"
     )
+
+
+def require_regular_file(path: str, flag: str) -> None:
+    """A link, device or pipe is refused: moving it aside or replacing it atomically would
+    rename or replace the link itself (``/dev/stdout`` is one), not what it points to."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        raise UsageError(f"{flag} {path}: not a regular file (give the file itself)")
 
 
 def move_aside(path: str) -> str:
