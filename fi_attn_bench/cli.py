@@ -26,6 +26,7 @@ from fi_attn_bench.errors import UsageError
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
     COMMAND_LINE_CASES,
+    CPU_MAX_TIME_S,
     DEFAULT_TOLERANCE,
     RunOptions,
     preset_for,
@@ -33,6 +34,7 @@ from fi_attn_bench.sweep.options import (
     selected_cases,
 )
 from fi_attn_bench.sweep.run import Sweep
+from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.sweep.shard_plan import (
     ShardRequest,
     describe_shard,
@@ -208,8 +210,8 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     timing.add_argument(
         "--max-time-per-case",
         type=_positive(float),
-        default=2.0,
-        help="measurement budget per case in seconds (default 2)",
+        help=f"measurement budget per case in seconds (default {TimingOptions.max_time_s:g}; "
+        f"{CPU_MAX_TIME_S:g} on the CPU)",
     )
     timing.add_argument(
         "--stop-rule",
@@ -530,7 +532,12 @@ def _list_device(args, probe: Probe) -> torch.device:
 def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
     preset = preset_for(spec, args, _list_device(args, probe))
-    cases = selected_cases(spec, args, preset)
+    filters = tuple(args.filter)
+    if args.resume and os.path.isfile(args.resume):  # the selection the resumed sweep would run
+        recorded = recorded_selection(args.resume, spec)
+        selection = resume_selection(spec, args, recorded, args.resume, preset)
+        preset, filters = selection.preset, selection.filters
+    cases = selected_cases(spec, args, preset, filters)
     print(f"{spec.api}: preset {preset}, {len(cases)} cases")
     if serving.has_workloads(cases):
         spec = serving.with_workload_field(spec)

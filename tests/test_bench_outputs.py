@@ -37,6 +37,7 @@ def refused(capsys) -> str:
         ("--output-dir", "AN_EXISTING_FILE"),
         ("--output", "AN_EXISTING_FILE/x.csv"),
         ("--output", "A_DIRECTORY"),
+        ("--output", "/dev/null"),
     ],
 )
 def test_unwritable_output_exits_2_in_one_line_before_measuring(
@@ -101,3 +102,23 @@ def test_results_of_another_script_are_not_ours(tmp_path):
     assert not outputs.holds_results_of(str(path), fake_bench_script.SPEC)
     path.write_text("schema_version,api,batch_size,seq_len,status\n1,FakeAttentionWrapper,1,8,ok\n")
     assert outputs.holds_results_of(str(path), fake_bench_script.SPEC)
+
+
+def test_bad_input_creates_no_output_directory(tmp_path, monkeypatch):
+    target = tmp_path / "new"
+    argv = ["--output-dir", str(target), "--filter", "batch_size=99"]
+    assert bench(argv, monkeypatch) == 2
+    assert not target.exists()
+
+
+def test_a_link_is_never_moved_or_replaced_even_with_force(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "target.csv"
+    target.write_text("keep\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)  # like /dev/stdout -> /proc/self/fd/1
+    assert bench(["--output", str(link), "--force"], monkeypatch) == 2
+    assert "not a regular file" in refused(capsys)
+    assert bench(["--resume", str(link)], monkeypatch) == 2
+    assert "not a regular file" in refused(capsys)
+    assert link.is_symlink() and target.read_text() == "keep\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "target.csv"]

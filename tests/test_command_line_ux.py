@@ -60,3 +60,17 @@ def test_bench_all_prints_the_backend_note_once(tmp_path, capsys):
     err = capsys.readouterr().err
     note = [line for line in err.splitlines() if "reference backend" in line]
     assert len(note) == 1, err
+
+
+def test_cpu_budget_per_case_is_short_unless_given():
+    import torch
+
+    from fi_attn_bench import cli
+    from fi_attn_bench.sweep import options
+
+    parser = cli.build_parser(fake_bench_script.SPEC)
+    default, given = parser.parse_args([]), parser.parse_args(["--max-time-per-case", "3"])
+    budget = options._timing_options
+    assert budget(default, torch.device("cpu")).max_time_s == options.CPU_MAX_TIME_S == 0.2
+    assert budget(default, torch.device("cuda")).max_time_s == 2.0
+    assert budget(given, torch.device("cpu")).max_time_s == 3.0

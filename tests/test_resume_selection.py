@@ -89,3 +89,11 @@ def test_the_hint_printed_after_ctrl_c_works_as_printed(tmp_path):
     rows = rows_of(path)
     assert sorted(keys(rows)) == [(str(b), "8") for b in range(1, 7)]
     assert {r["status"] for r in rows} == {"ok"}
+
+
+def test_list_with_resume_lists_the_recorded_selection(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "r.csv"
+    assert run_in_process(["--output", str(path), "--preset", "smoke", *FAST], monkeypatch) == 0
+    capsys.readouterr()
+    assert run_in_process(["--resume", str(path), "--list"], monkeypatch) == 0
+    assert capsys.readouterr().out.startswith("FakeAttentionWrapper: preset smoke, 2 cases")

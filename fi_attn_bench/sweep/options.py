@@ -23,6 +23,7 @@ from fi_attn_bench.sweep.outputs import (
     check_new_output,
     default_csv_path,
     probe_directory,
+    require_regular_file,
     samples_path,
 )
 from fi_attn_bench.sweep.selection_record import (
@@ -37,6 +38,9 @@ from fi_attn_bench.timing.options import (
 )
 
 DEFAULT_TOLERANCE = 1.6e-2
+# The CPU reference is a functional check, not a measurement: its noise stays at 3-33 %, so
+# every case would spend the GPU's whole budget without reaching the noise target.
+CPU_MAX_TIME_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,8 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         stop_rule=args.stop_rule,
         noise_target_pct=args.noise_target,
         min_samples=args.min_samples,
-        max_time_s=args.max_time_per_case,
+        max_time_s=args.max_time_per_case
+        or (CPU_MAX_TIME_S if device.type == "cpu" else TimingOptions.max_time_s),
         batch_target_ms=args.batch_ms,
         warmup_min_ms=args.warmup_ms,
         warmup_max_ms=max(TimingOptions.warmup_max_ms, 5 * args.warmup_ms),
@@ -192,8 +197,9 @@ def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
     if args.resume:
         if args.output and os.path.abspath(args.output) != os.path.abspath(args.resume):
             raise UsageError("--resume CSV updates that file; do not give a different --output")
-        if not os.path.isfile(args.resume):
+        if not os.path.lexists(args.resume):
             raise UsageError(f"--resume: no such file {args.resume!r}")
+        require_regular_file(args.resume, "--resume")
         probe_directory(os.path.dirname(args.resume), "--resume")
         return args.resume, True
     if args.output:
@@ -266,8 +272,15 @@ def resolve_options(
 ) -> RunOptions:
     """The sweep's options; ``listing`` (--list): its cases only, no output checked or made."""
     device = choice.device
-    output, resume = ("", False) if listing else _output_path(spec, args)
-    selection, cases = _selection(spec, args, device, output, resume)
+    if listing:
+        output, resume = "", False
+        selection, cases = _selection(spec, args, device, output, resume)
+    elif args.resume:  # the CSV gives the selection
+        output, resume = _output_path(spec, args)
+        selection, cases = _selection(spec, args, device, output, resume)
+    else:  # a selection with no case creates no output directory
+        selection, cases = _selection(spec, args, device, "", False)
+        output, resume = _output_path(spec, args)
     version = (
         flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
         if choice.flashinfer is not None

@@ -17,18 +17,19 @@ from fi_attn_bench.seed_api import get_csv_path
 SAMPLES_SUFFIX = ".samples.jsonl.gz"
 
 
-def probe_directory(directory: str, flag: str) -> None:
-    """Create ``directory`` if needed and write a temporary file in it; UsageError if either fails."""
-    directory = directory or "."
+def probe_directory(directory: str, flag: str, target: str | None = None) -> None:
+    """Create ``directory`` if needed and write a temporary file in it; UsageError if either
+    fails, naming ``flag`` and ``target`` (the path the user gave; default the directory)."""
+    directory, target = directory or ".", target or directory or "."
     if os.path.exists(directory) and not os.path.isdir(directory):
-        raise UsageError(f"{flag} {directory}: exists and is not a directory")
+        raise UsageError(f"{flag} {target}: {directory} exists and is not a directory")
     try:
         os.makedirs(directory, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".fi-attn-bench-probe-"):
             pass
     except OSError as exc:
         raise UsageError(
-            f"{flag} {directory}: cannot write there ({exc.strerror or exc})"
+            f"{flag} {target}: cannot write in {directory} ({exc.strerror or exc})"
         ) from None
 
 
@@ -71,11 +72,12 @@ def check_new_output(
     """A fresh sweep may write ``path``: its directory is writable, and an existing file there
     is only ever moved aside, with --force (UsageError otherwise).  ``results_of``: the script
     whose results CSV ``path`` is, for the message that offers --resume."""
-    probe_directory(os.path.dirname(path), flag)
+    probe_directory(os.path.dirname(path), flag, path)
     if not os.path.lexists(path):
         return
     if os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a directory")
+    require_regular_file(path, flag)
     if force:
         return
     if results_of is not None and holds_results_of(path, results_of):
@@ -83,10 +85,18 @@ def check_new_output(
             f"{path} already holds {results_of.script} results: --resume {path} finishes it, "
             "--force moves it aside (to <name>.bak-<timestamp>) and starts afresh"
         )
+    what = f" and is not a {results_of.script} results CSV" if results_of is not None else ""
     raise UsageError(
-        f"{path} exists and is not an unfinished output of this run: refusing to overwrite it "
+        f"{path} exists{what}: refusing to overwrite it "
         "(--force moves it aside to <name>.bak-<timestamp>)"
     )
+
+
+def require_regular_file(path: str, flag: str) -> None:
+    """A link, device or pipe is refused: moving it aside or replacing it atomically would
+    rename or replace the link itself (``/dev/stdout`` is one), not what it points to."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        raise UsageError(f"{flag} {path}: not a regular file (give the file itself)")
 
 
 def move_aside(path: str) -> str:

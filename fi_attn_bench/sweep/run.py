@@ -126,7 +126,12 @@ class Sweep:
             self.log(
                 f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
             )
-            self.log(f"Results saved to {options.output}; continue with:")
+            saved = (
+                f"Results saved to {options.output}"
+                if os.path.exists(options.output)
+                else "No case finished yet"
+            )
+            self.log(f"{saved}; continue with:")
             self.log(f"  {resume_command(spec, options)}")
             return 130
         progress.close()
