@@ -34,21 +34,7 @@ CAUSAL = False
 MAX_TOKENS_DEFAULT = 1 << 21
 """batch_size * seq_len cap of the default sweep: 2M latent tokens (2.4 GB fp16)."""
 MAX_TOKENS_FULL = 1 << 22
-SERVING = (
-    "4d@uniform:lo=512,hi=8k",
-    "16d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
-    "64d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
-    "256d@lognormal:median=1k,sigma=1.0,min=16,max=32k",
-    "64d@lognormal:median=4k,sigma=0.8,min=128,max=128k",
-    "16d@bimodal:short=256,long=64k,p_long=0.25",
-    "128d@bimodal:short=512,long=32k,p_long=0.05",
-    "32d@pareto:min=256,alpha=1.1,max=128k",
-    "512d@uniform:lo=64,hi=4k",
-    "1d@128k+63d@1k",
-)
-"""The synthetic ``serving`` preset (README, "Serving-shaped batches"): chat-like log-normal
-contexts (median 1k), long-context, bimodal, long-tail and one-straggler batches of 4..512
-requests, at most ~1.1M cached tokens (~1.3 ms at 1.8 TB/s)."""
+SERVING = serving.DECODE_SERVING  # the decode-shaped serving batches, shared with MLA
 
 
 def mla_case(batch_size: int, seq_len: int, num_heads: int) -> dict[str, int]:
