@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fi_attn_bench.results.schema import HARNESS_VERSION, csv_fieldnames
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+
+from fi_attn_bench.results.schema import HARNESS_VERSION, csv_fieldnames  # noqa: E402
 
 API = "BatchDecodeWithPagedKVCacheWrapper"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
