@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+# run from a checkout, installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fi_attn_bench.results.schema import HARNESS_VERSION, csv_fieldnames  # noqa: E402
 
