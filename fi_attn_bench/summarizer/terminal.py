@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 
 from fi_attn_bench.summarizer.identity import short_labels
+from fi_attn_bench.summarizer.regression import plural
 
 MAX_CONSOLE_ROWS = 20
 MIN_CASE_WIDTH = 16
@@ -77,11 +78,7 @@ def summary_console(model, width: int, only_changed: bool = False) -> str:
         for r, label in zip(shown, labels, strict=True)
     ]
     headers = ["API", "Case", "Status", "Time ms", "GB/s", "TFLOPS"]
-    lines += _table(headers, rows, width, 1)
-    if common:
-        lines.append(f"(every case listed: {common})")
-    if len(cases) > len(rows):
-        lines.append(f"… {len(cases) - len(rows)} more case(s) in the report")
+    lines += _listed(headers, rows, width, common, len(cases) - len(rows), "case")
     return "\n".join(lines)
 
 
@@ -90,7 +87,7 @@ def regression_console(model, width: int, only_changed: bool = False) -> str:
     lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
     changes = model.changes(only_changed=True)
     if not len(changes):
-        lines.append(f"No changed case among {len(model.matched)} matched case(s).")
+        lines.append(f"No changed case among {plural(len(model.matched), 'matched case')}.")
         return "\n".join(lines)
     top = changes.iloc[np.arange(min(len(changes), MAX_CONSOLE_ROWS))]
     labels, common = short_labels(model.case_labels(top["case_id"]).tolist(), width)
@@ -101,9 +98,16 @@ def regression_console(model, width: int, only_changed: bool = False) -> str:
     ):
         rows.append([str(api), str(label), str(state), _number(base), _number(cand), _delta(delta)])
     headers = ["API", "Case", "State", "Base ms", "Cand ms", "Δ time"]
-    lines += _table(headers, rows, width, 1)
+    lines += _listed(headers, rows, width, common, len(changes) - len(rows), "changed case")
+    return "\n".join(lines)
+
+
+def _listed(headers, rows, width: int, common: str, hidden: int, noun: str) -> list[str]:
+    """The table, the case parameters every listed row shares, and how many rows the report
+    holds beyond it."""
+    lines = _table(headers, rows, width, 1)
     if common:
         lines.append(f"(every case listed: {common})")
-    if len(changes) > len(rows):
-        lines.append(f"… {len(changes) - len(rows)} more changed case(s) in the report")
-    return "\n".join(lines)
+    if hidden > 0:
+        lines.append(f"… {plural(hidden, 'more ' + noun)} in the report")
+    return lines
