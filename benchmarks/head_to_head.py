@@ -227,11 +227,7 @@ def report_aa(out: Path, names) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in names:
-        pairs = [
-            (b, o)
-            for b, o in _pairs(out / f"aa_{Path(SCRIPTS[name]).stem}.csv", "a")
-            if float(b["time_ms"]) >= AA_MIN_MS
-        ]
+        pairs = _long_pairs(out, "aa", name, "a", AA_MIN_MS)
         if not pairs:
             continue
         dev = [abs(float(o["paired_ratio"]) - 1) * 100 for _, o in pairs]
@@ -246,6 +242,12 @@ def report_aa(out: Path, names) -> list[str]:
     return lines
 
 
+def _long_pairs(out: Path, part: str, name: str, baseline: str, min_ms: float):
+    """(baseline row, other row) of a part's CSV for the cases whose baseline time >= min_ms."""
+    path = out / f"{part}_{Path(SCRIPTS[name]).stem}.csv"
+    return [(b, o) for b, o in _pairs(path, baseline) if float(b["time_ms"]) >= min_ms]
+
+
 def report_spin(out: Path, names) -> list[str]:
     lines = [
         f"## (b) Sensitivity: a {SPIN_FRACTION:.0%} spin against itself, cases >= 50 us",
@@ -254,11 +256,7 @@ def report_spin(out: Path, names) -> list[str]:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name in names:
-        pairs = [
-            (b, o)
-            for b, o in _pairs(out / f"spin_{Path(SCRIPTS[name]).stem}.csv", "base")
-            if float(b["time_ms"]) >= SPIN_MIN_MS
-        ]
+        pairs = _long_pairs(out, "spin", name, "base", SPIN_MIN_MS)
         if not pairs:
             continue
         ratios = [float(o["paired_ratio"]) for _, o in pairs]
