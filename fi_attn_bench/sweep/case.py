@@ -58,19 +58,24 @@ def _require_finite(tensor) -> None:
         raise NonFiniteOutput("run() produced NaN or infinite values")
 
 
+@dataclass(frozen=True)
+class CheckOutcome:
+    """The check's CSV columns, and why it failed (None when it passed or was skipped)."""
+
+    columns: Mapping[str, object]
+    failure: str | None = None
+
+
 def verify_output(
     prepared: Prepared, options: RunOptions, impl: Impl = DEFAULT_IMPL
-) -> dict[str, object]:
-    """One checked call: poison the output, run, compare with the float32 reference.
-
-    Returns the check's columns; a failed check puts ``check=fail`` among them and raises
-    ``CorrectnessError`` from ``require_passed``."""
+) -> CheckOutcome:
+    """One checked call: poison the output, run, compare with the float32 reference."""
     wanted = options.check and impl.checked and prepared.reference is not None
     if not wanted:
         result = prepared.run()
         synchronize(options.device)
         _require_finite(_output_of(prepared, result))
-        return {"check": "skipped"}
+        return CheckOutcome({"check": "skipped"})
     checking = importlib.import_module("fi_attn_bench.cases.checking")
     if prepared.output is not None:
         checking.poison_(prepared.output)
@@ -83,14 +88,14 @@ def verify_output(
     tolerance = checking.Tolerance(rtol=options.rtol, atol=options.atol)
     outcome = checking.check_output(actual, expected, tolerance)
     del expected, actual, result
-    return {
+    columns = {
         "check": "pass" if outcome.passed else "fail",
         "max_abs_err": float(outcome.max_abs_err),
         "mismatch_frac": float(outcome.mismatch_frac),
         "check_rtol": options.rtol,
         "check_atol": options.atol,
-        **({} if outcome.passed else {"_message": outcome.message}),
     }
+    return CheckOutcome(columns, None if outcome.passed else outcome.message)
 
 
 @dataclass(frozen=True)
@@ -151,10 +156,9 @@ class CaseRunner:
     def _checker(self, prepared: Prepared, impl: Impl, columns) -> Callable[[], None]:
         def check() -> None:
             found = verify_output(prepared, self.options, impl)
-            message = found.pop("_message", None)
-            columns.update(found)
-            if message is not None:
-                raise CorrectnessError(message)
+            columns.update(found.columns)
+            if found.failure is not None:
+                raise CorrectnessError(found.failure)
 
         return check
 
