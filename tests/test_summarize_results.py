@@ -1053,7 +1053,9 @@ def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypa
 
 def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypatch):
     """More bytes and rows than one scan block, the last row without its newline."""
-    from fi_attn_bench.summarizer import scan
+    from fi_attn_bench.summarizer import scan, scan_cells
+
+    monkeypatch.setattr(scan_cells, "CHUNK_BYTES", 1 << 16)  # many blocks: the threaded fill
 
     rows = [
         v1_row(i % 7 + 1, f"{0.001 * (1 + i % 997):.6g}", f"{i * 0.37:.6g}", kv=str(i))
@@ -1063,7 +1065,7 @@ def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypat
     ]
     path = tmp_path / "big.csv"
     path.write_bytes(_scan_case_bytes([V1_HEADER, *rows[:-1], rows[-1] + "<NO-NEWLINE>"]))
-    assert path.stat().st_size > 4 * scan.CHUNK_BYTES
+    assert path.stat().st_size > 8 * scan_cells.CHUNK_BYTES
     assert sr.scan_inputs([path]) is not None
     fast, slow = both_paths(tmp_path, capsys, monkeypatch, [path])
     assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE

@@ -44,12 +44,14 @@ from fi_attn_bench.summarizer.loading import (
     header_error,
     row_error,
 )
-from fi_attn_bench.summarizer.scan_cells import CHUNK_BYTES, _locate  # noqa: F401 (CHUNK_BYTES: tests)
+from fi_attn_bench.summarizer.scan_cells import _locate
 
 BOM = b"\xef\xbb\xbf"
 CHUNK_ROWS = 8192  # rows per vectorized step: temporaries stay in cache
 MAX_RANGE_WORDS = 6  # text_range compares cells of up to 48 bytes as words
 MAX_PEELED = 32  # distinct values found by comparison passes; more are hashed in Python
+SAMPLE_ROWS = 4096  # _word_codes: rows whose distinct words are tried on the whole column
+MAX_SAMPLED = 64  # more distinct words than this in the sample: a full np.unique
 MAX_RECHECKS = 256  # more suspect rows than this: the file is surely invalid
 NUMBER_WIDTH = 16  # cells up to 16 bytes may take the vectorized number parser
 MAX_DIGITS = 15  # a mantissa below 2**53 converts to float64 exactly
@@ -151,6 +153,9 @@ class ScannedTable:
             return self._bad[column.name]
         starts, lengths = self.span(column.name)
         odd = np.zeros(len(starts), dtype=bool)
+        if not lengths.any():  # an empty column (many optional ones are): nothing breaks a rule
+            self._bad[column.name] = odd
+            return odd
         for low in range(0, len(starts), CHUNK_ROWS):
             part = slice(low, low + CHUNK_ROWS)
             cells = self._right_aligned(starts[part] + lengths[part], lengths[part])
@@ -158,8 +163,7 @@ class ScannedTable:
         bad = np.zeros(len(starts), dtype=bool)
         rows = np.flatnonzero(odd)
         if len(rows):
-            texts = [self.cell(int(row), column.name).decode("ascii") for row in rows]
-            values = np.array([float_or_nan(text) for text in texts], dtype=np.float64)
+            values = self._python_floats(starts[rows], lengths[rows])
             bad[rows] = bad_optional(column, values) | np.isnan(values)
         self._bad[column.name] = bad
         return bad
@@ -182,7 +186,7 @@ class ScannedTable:
         words = self._words(starts, lengths)
         if words is None:
             return self.codes(name)
-        distinct, codes = np.unique(words, return_inverse=True)
+        distinct, codes = _word_codes(words)
         texts = [
             word.to_bytes(8, "big").rstrip(b"\0").decode("ascii") for word in distinct.tolist()
         ]
@@ -301,10 +305,21 @@ class ScannedTable:
             part = slice(low, low + CHUNK_ROWS)
             ends = starts[part] + lengths[part]
             values[part] = _plain_decimals(self._right_aligned(ends, lengths[part]))
-        for row in np.flatnonzero(np.isnan(values) & (lengths > 0)):
-            start = int(starts[row])
-            values[row] = float_or_nan(self.buffer[start : start + int(lengths[row])].decode())
+        rows = np.flatnonzero(np.isnan(values) & (lengths > 0))
+        if len(rows):
+            values[rows] = self._python_floats(starts[rows], lengths[rows])
         return values
+
+    def _python_floats(self, starts, lengths) -> np.ndarray:
+        """float_or_nan of each of these cells (Python's float(): the exact semantics)."""
+        buffer = self.buffer
+        return np.array(
+            [
+                float_or_nan(buffer[start : start + length].decode("ascii"))
+                for start, length in zip(starts.tolist(), lengths.tolist(), strict=True)
+            ],
+            dtype=np.float64,
+        )
 
     def _right_aligned(self, ends, lengths) -> np.ndarray:
         """(rows, 16) bytes: each cell's last 16 bytes, zeros before its start.
@@ -326,6 +341,18 @@ def unquote(text: str) -> str:
     if text.startswith('"'):
         return text[1:-1].replace('""', '"')
     return text
+
+
+def _word_codes(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(words, return_inverse=True), faster for the usual few distinct values:
+    the distinct words of the first rows are tried on every row (a search in a short
+    sorted list), and kept only when they explain every row."""
+    distinct = np.unique(words[:SAMPLE_ROWS])
+    if len(distinct) <= MAX_SAMPLED:
+        codes = np.searchsorted(distinct, words)
+        if (distinct[np.minimum(codes, len(distinct) - 1)] == words).all():
+            return distinct, codes
+    return np.unique(words, return_inverse=True)
 
 
 def _stripped(codes: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list[str]]:

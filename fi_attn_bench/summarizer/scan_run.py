@@ -3,8 +3,6 @@ accepted tables of one run in order (see frames.FrameView, the pandas path's twi
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, case_columns
@@ -192,8 +190,9 @@ def scan_runs(baseline, candidate) -> tuple[ScannedView, ScannedView] | None:
     """Both runs of a comparison, case cells located; None when a file needs the
     pandas path.  Any header name is fine: the comparison adds no columns to a run,
     and ``_source``/``_line`` are answered from the file, whatever a header says."""
-    with ThreadPoolExecutor(2) as pool:  # numpy releases the GIL: both runs side by side
-        runs = list(pool.map(lambda paths: scan_inputs(paths, cases=True), (baseline, candidate)))
-    if None in runs:
-        return None
+    runs = []
+    for paths in (baseline, candidate):  # one after the other: each file's scan uses both cores
+        runs.append(scan_inputs(paths, cases=True))
+        if runs[-1] is None:
+            return None
     return runs[0], runs[1]
