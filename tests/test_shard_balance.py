@@ -42,17 +42,18 @@ def row(rows, shards, split):
 
 def test_shard_totals_against_a_hand_computed_split(tmp_path, capsys):
     write_sweep(tmp_path / "sweep.csv")
+    # one case holds nearly all the GPU time: no 2-way split is even in time_ms (exit 1)
     assert (
         shard_balance.main([str(tmp_path), "--shards", "2", "--report", str(tmp_path / "r.md")])
-        == 0
+        == 1
     )
     timing = TimingOptions()
     big, small = case_wall_s(BIG_MS, timing, 20), case_wall_s(SMALL_MS, timing, 1000)
     mean = (big + 7 * small) / 2
     cases = shard_balance.load_sweep([str(tmp_path)], shard_balance.load_specs())
     truth = shard_balance.truths(cases, timing, use_samples=True)
-    costs = shard_balance.split_costs(cases, {}, timing)
-    rows = shard_balance.balance_rows(cases, costs, truth, (2,))
+    items = shard_balance.split_items(cases, {}, timing)
+    rows = shard_balance.balance_rows(cases, items, truth, (2,))
     # cost-from: the 100 ms case alone, the seven small ones together
     assert row(rows, 2, "cost-from").wall == pytest.approx(max(big, 7 * small) / mean)
     # count: cases 0, 2, 4, 6 (the big one and three small) against 1, 3, 5, 7
@@ -61,6 +62,8 @@ def test_shard_totals_against_a_hand_computed_split(tmp_path, capsys):
     assert row(rows, 2, "count").time_ms == pytest.approx((BIG_MS + 3 * SMALL_MS) / time_mean)
     out = capsys.readouterr().out
     assert "| 2 | cost-from |" in out and "| 2 | count |" in out
+    assert "<= 1.10 FAIL |" in out and "<= 1.05 FAIL |" in out
+    assert out.rstrip().endswith("N=2 predicted, N=2 cost-from).")
     assert (tmp_path / "r.md").read_text() == out
 
 
@@ -73,7 +76,7 @@ def test_holdout_costs_come_from_the_other_sweep(tmp_path):
     timing = TimingOptions()
     truth = shard_balance.truths(cases, timing, use_samples=True)
     rows = shard_balance.balance_rows(
-        cases, shard_balance.split_costs(cases, other, timing), truth, (2,)
+        cases, shard_balance.split_items(cases, other, timing), truth, (2,)
     )
     # judged on sweep a, a split made with sweep b's costs puts a's slow case with three others
     assert row(rows, 2, "cost-from holdout").wall > row(rows, 2, "cost-from").wall
@@ -81,10 +84,10 @@ def test_holdout_costs_come_from_the_other_sweep(tmp_path):
 
 def test_every_requested_shard_count_and_split_is_reported(tmp_path, capsys):
     write_sweep(tmp_path / "a.csv")
-    assert shard_balance.main([str(tmp_path / "a.csv"), "--holdout", str(tmp_path / "a.csv")]) == 0
+    assert shard_balance.main([str(tmp_path / "a.csv"), "--holdout", str(tmp_path / "a.csv")]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    splits = ("predicted", "cost-from", "cost-from half", "cost-from holdout", "count")
-    splits += ("time_ms as cost",)
+    splits = ("predicted", "predicted, wall only", "cost-from", "cost-from half")
+    splits += ("cost-from holdout", "time_ms alone", "count")
     for n in (2, 4, 8):
         for split in splits:
             assert any(line.startswith(f"| {n} | {split} |") for line in lines), (n, split)
@@ -95,3 +98,19 @@ def test_bad_input_exits_2(tmp_path, capsys):
     (tmp_path / "empty.csv").write_text("api,status\n")
     assert shard_balance.main([str(tmp_path / "empty.csv")]) == 2
     assert "no ok row" in capsys.readouterr().err
+
+
+def test_targets_are_met_on_both_truths_or_the_split_fails(tmp_path, capsys):
+    write_sweep(tmp_path / "a.csv")
+    assert shard_balance.main([str(tmp_path / "a.csv"), "--shards", "1"]) == 0  # 1 shard: even
+    assert (
+        capsys.readouterr()
+        .out.rstrip()
+        .endswith("Targets: PASS (2 of 2 splits within their target).")
+    )
+    even, uneven_gpu = (
+        shard_balance.BalanceRow(4, "predicted", 1.09, 1.09, 1.10),
+        shard_balance.BalanceRow(4, "cost-from", 1.01, 1.06, 1.05),
+    )
+    assert shard_balance.missed([even, uneven_gpu]) == [uneven_gpu]  # time_ms counts too
+    assert shard_balance.missed([shard_balance.BalanceRow(8, "count", 1.5, 1.5, None)]) == []

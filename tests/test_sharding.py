@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import fake_bench_script
@@ -19,25 +20,33 @@ from fi_attn_bench.sweep import launch as launch_mod
 from fi_attn_bench.sweep.launch import detect_launch, run_tag
 from fi_attn_bench.sweep.shard_plan import shard_request
 from fi_attn_bench.sweep.sharding import (
+    FLUSH_MS_PER_SAMPLE,
+    LAUNCH_MS,
+    ROOFLINE_EFFICIENCY,
+    SYNC_MS,
     ShardItem,
     ShardSpec,
     case_wall_s,
     imbalance,
     parse_shard,
     predicted_call_ms,
+    predicted_samples,
     reference_peaks,
     shard_of_path,
     split_by_cost,
     split_by_count,
     with_shard_tag,
 )
+from fi_attn_bench.timing.loop import should_stop
 from fi_attn_bench.timing.options import TimingOptions
+from fi_attn_bench.timing.statistics import batch_calls
 
 items_strategy = st.lists(
-    st.tuples(st.text(min_size=1, max_size=6), st.integers(0, 10**9)),
-    unique_by=lambda pair: pair[0],
+    st.tuples(st.text(min_size=1, max_size=6), st.integers(0, 10**9), st.integers(0, 10**8)),
+    unique_by=lambda triple: triple[0],
     max_size=60,
-).map(lambda pairs: [ShardItem((key,), cost) for key, cost in pairs])
+).map(lambda triples: [ShardItem((key,), cost, gpu) for key, cost, gpu in triples])
+wall_only_strategy = items_strategy.map(lambda items: [replace(i, gpu_us=0) for i in items])
 
 
 @pytest.mark.parametrize(
@@ -75,6 +84,10 @@ def test_shards_partition_any_case_list_exactly(split, items, count):
     flat = [i for shard in result.shards for i in shard]
     assert sorted(flat) == list(range(len(items)))  # each case in exactly one shard
     assert sum(result.loads_us) == sum(item.cost_us for item in items)
+    assert sum(result.gpu_loads_us) == sum(item.gpu_us for item in items)
+    for shard, members in enumerate(result.shards):
+        assert result.loads_us[shard] == sum(items[i].cost_us for i in members)
+        assert list(members) == sorted(members)  # a shard runs its cases in sweep order
 
 
 @settings(max_examples=100, deadline=None)
@@ -91,7 +104,7 @@ def test_cost_split_does_not_depend_on_input_order(items, count, seed):
 
 
 @settings(max_examples=200, deadline=None)
-@given(items=items_strategy, count=st.integers(1, 9))
+@given(items=wall_only_strategy, count=st.integers(1, 9))
 def test_cost_split_is_within_one_case_of_the_mean(items, count):
     split = split_by_cost(items, count)
     mean = sum(split.loads_us) / count
@@ -112,6 +125,44 @@ def test_equal_costs_are_broken_by_the_case_key():
     assert split.shards == ((1, 2), (0,))  # a -> 0, b -> 1, c -> 0 (tie: lowest index)
 
 
+def test_cost_split_balances_wall_and_gpu_time_at_once():
+    # wall 3 + 1 + 1 | 2 + 2 + 1 is even, but puts both GPU-heavy cases (1 and 2) together
+    costs = ((3, 0), (2, 10), (2, 10), (1, 0), (1, 0), (1, 0))
+    items = [ShardItem((f"{n}",), wall, gpu) for n, (wall, gpu) in enumerate(costs)]
+    wall_only = split_by_cost([replace(i, gpu_us=0) for i in items], 2)
+    gpu_of_wall_only = [sum(items[i].gpu_us for i in shard) for shard in wall_only.shards]
+    assert imbalance(wall_only.loads_us) == pytest.approx(1.0)
+    assert imbalance(gpu_of_wall_only) == pytest.approx(2.0)
+    both = split_by_cost(items, 2)
+    assert imbalance(both.loads_us) == pytest.approx(1.0)
+    assert imbalance(both.gpu_loads_us) == pytest.approx(1.0)
+
+
+def test_cost_split_refines_what_greedy_placement_leaves_uneven():
+    # LPT alone gives 7+4 | 5+4+4 = 11 | 13; a swap finds 7+5 | 4+4+4 = 12 | 12
+    items = [ShardItem((f"{n}",), cost) for n, cost in enumerate((7, 5, 4, 4, 4))]
+    split = split_by_cost(items, 2)
+    assert sorted(split.loads_us) == [12, 12]
+
+
+@pytest.mark.parametrize(
+    "call_ms", [0.004, 0.01, 0.03, 0.07, 0.15, 0.4, 1.0, 3.0, 8.0, 40.0, 300.0]
+)
+@pytest.mark.parametrize("min_time_ms", [100.0, 500.0])
+def test_predicted_samples_are_where_the_stop_hook_stops_noise_free_samples(call_ms, min_time_ms):
+    timing = replace(TimingOptions(), min_time_ms=min_time_ms)
+    samples, estimate_ms, elapsed_s = [], call_ms + SYNC_MS, 0.0
+    while True:  # the measuring loop's batches, every sample call_ms, the GPU time its clock
+        remaining_s = timing.max_time_s - elapsed_s
+        calls = batch_calls(estimate_ms, remaining_s, call_ms + FLUSH_MS_PER_SAMPLE, timing)
+        samples += [call_ms] * calls
+        elapsed_s += calls * (call_ms + FLUSH_MS_PER_SAMPLE) / 1e3
+        estimate_ms = call_ms
+        if should_stop(samples, elapsed_s, timing):
+            break
+    assert predicted_samples(call_ms, timing) == len(samples)
+
+
 def test_case_cost_is_mostly_fixed_for_small_cases_and_grows_with_the_call():
     timing = TimingOptions()
     tiny, small, big, huge = (case_wall_s(ms, timing) for ms in (0.01, 0.05, 1.0, 50.0))
@@ -120,13 +171,14 @@ def test_case_cost_is_mostly_fixed_for_small_cases_and_grows_with_the_call():
     assert case_wall_s(50.0, timing) <= timing.max_time_s + 1.0
 
 
-def test_prediction_uses_the_roofline_at_its_efficiency():
+def test_prediction_uses_the_roofline_at_its_efficiency_plus_the_launch():
     peaks = reference_peaks()
     assert (peaks.bandwidth_GB_s, peaks.tflops) == (4800.0, 989.0)  # published H200
     memory_bound = predicted_call_ms(4.8e9, 1.0, peaks)  # 4.8 GB: 1 ms at peak
-    assert memory_bound == pytest.approx(2.0)
+    assert memory_bound == pytest.approx(1.0 / ROOFLINE_EFFICIENCY + LAUNCH_MS)
     compute_bound = predicted_call_ms(1.0, 989e9, peaks)
-    assert compute_bound == pytest.approx(2.0)
+    assert compute_bound == pytest.approx(1.0 / ROOFLINE_EFFICIENCY + LAUNCH_MS)
+    assert predicted_call_ms(0.0, 0.0, peaks) == LAUNCH_MS  # an empty call still launches
     assert reference_peaks(1000.0, 100.0) != peaks
 
 

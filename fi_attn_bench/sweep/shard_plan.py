@@ -29,8 +29,7 @@ from fi_attn_bench.sweep.sharding import (
     ShardItem,
     ShardSpec,
     Split,
-    case_wall_s,
-    cost_us,
+    case_item,
     parse_shard,
     predicted_call_ms,
     reference_peaks,
@@ -174,10 +173,10 @@ def costed_cases(
                 call_ms = predicted_call_ms(
                     spec.io_bytes(case, element_size), spec.flops(case), peaks
                 )
-                cost = cost_us(case_wall_s(call_ms, timing))
+                item = case_item((spec.api, *key), call_ms, timing)
             else:
-                cost = cost_us(case_wall_s(measured.time_ms, timing, measured.samples))
-            costed.append(CostedCase(run, index, ShardItem((spec.api, *key), cost), key in known))
+                item = case_item((spec.api, *key), measured.time_ms, timing, measured.samples)
+            costed.append(CostedCase(run, index, item, key in known))
     return costed
 
 

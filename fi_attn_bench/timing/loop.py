@@ -15,7 +15,14 @@ import torch
 
 from fi_attn_bench.timing.conditions import BatchWatch, KeepEveryBatch
 from fi_attn_bench.timing.options import CPU_TIMER, TimingOptions
-from fi_attn_bench.timing.statistics import Batch, Measurement, clamp, quantile, stop_noise_pct
+from fi_attn_bench.timing.statistics import (
+    Batch,
+    Measurement,
+    batch_calls,
+    clamp,
+    quantile,
+    stop_noise_pct,
+)
 from fi_attn_bench.timing.timers import Timer, TimerSession
 from fi_attn_bench.timing.trace import shorten_kernel_name
 
@@ -88,16 +95,6 @@ def _enough_samples(samples: Sequence[float], options: TimingOptions) -> bool:
     if len(samples) < options.enough_samples:
         return False
     return statistics.median(samples) < options.enough_samples_below_ms
-
-
-def batch_calls(
-    per_call_ms: float, remaining_s: float, wall_ms: float, options: TimingOptions
-) -> int:
-    """Calls in the next batch: enough GPU time to amortize the timer, within the budget."""
-    wanted = math.ceil(options.batch_target_ms / max(per_call_ms, 1e-6))
-    wanted = clamp(wanted, options.min_batch_calls, options.max_batch_calls)
-    affordable = max(1, int(remaining_s * 1e3 / max(wall_ms, 1e-6)))
-    return min(wanted, affordable)
 
 
 @dataclass

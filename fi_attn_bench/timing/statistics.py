@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from fi_attn_bench.timing.options import TimingError
+from fi_attn_bench.timing.options import TimingError, TimingOptions
 
 MEDIAN_CI_FACTOR = 1.57  # McGill notch: 95% interval of a median is +-1.57 IQR / sqrt(n)
 
@@ -140,6 +140,16 @@ class Batch:
 
 def clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
+
+
+def batch_calls(
+    per_call_ms: float, remaining_s: float, wall_ms: float, options: TimingOptions
+) -> int:
+    """Calls in the next batch: enough GPU time to amortize the timer, within the budget."""
+    wanted = math.ceil(options.batch_target_ms / max(per_call_ms, 1e-6))
+    wanted = clamp(wanted, options.min_batch_calls, options.max_batch_calls)
+    affordable = max(1, int(remaining_s * 1e3 / max(wall_ms, 1e-6)))
+    return min(wanted, affordable)
 
 
 def stop_noise_pct(samples: Sequence[float], rule: str = "spread") -> float:
