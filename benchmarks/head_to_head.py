@@ -13,7 +13,9 @@ reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``,
     time is >= 20 us, its spread and whether each interval holds 1.00.
 (b) ``--impl base=flashinfer --impl spin=benchmarks/head_to_head.py:spin``: the same
     FlashInfer run() followed by a GPU spin calibrated (in the plugin's plan) to
-    ``SPIN_FRACTION`` of that run()'s time; the share of cases >= 50 us called slower.
+    ``SPIN_FRACTION`` of that run()'s time; the share of cases >= 50 us called slower, and
+    the cases that were not. ``--spin busy`` (default) keeps every SM doing FP32 work (needs
+    Triton), ``--spin sleep`` is torch.cuda._sleep, which idles the GPU at low power.
 (c) the wall time of the A/A sweep against a one-impl sweep of the same cases.
 (d) ``--impl flashinfer:fa2 --impl flashinfer:fa3`` (``--backends``) per script.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import importlib
 import json
 import os
@@ -31,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,21 +57,30 @@ AA_MIN_MS = 0.020
 SPIN_MIN_MS = 0.050
 SPIN_FRACTION = 0.02
 AA_BAND = 0.005  # the issue's +-0.5 %
+SPIN_TAGS = {"busy": "spin", "sleep": "spin_sleep"}  # CSV name prefix per spin kind
 SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
-_SPIN_CYCLES_PER_MS: list[float] = []
 
 
-# ---------------------------------------------------------------- the spin plugin (b)
+# ---------------------------------------------------------------- the spin plugins (b)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spin:
+    """A GPU delay of ``units`` work units: its launch and its measured units per GPU ms."""
+
+    name: str
+    launch: Callable[[int], None]
+    units_per_ms: float
 
 
 def _queued_ms(fn, calls: int = 50) -> float:
     """GPU ms per call of ``fn``: ``calls`` back-to-back calls between two events, queued
-    behind a 5 ms spin so the GPU never waits for the CPU's launches (events around one
+    behind a 5 ms sleep so the GPU never waits for the CPU's launches (events around one
     synchronized call would time the launch of a short call)."""
     import torch
 
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(int(5.0 * _cycles_per_ms()))
+    torch.cuda._sleep(int(5.0 * _sleep_spin().units_per_ms))
     begin.record()
     for _ in range(calls):
         fn()
@@ -77,57 +89,113 @@ def _queued_ms(fn, calls: int = 50) -> float:
     return begin.elapsed_time(end) / calls
 
 
-def _cycles_per_ms() -> float:
-    """torch.cuda._sleep cycles per ms (median of five event-timed 1M-cycle spins)."""
+def _units_per_ms(launch: Callable[[int], None], units: int) -> float:
+    """Units per GPU ms of ``launch``: the median of five event-timed ``units`` launches
+    (after one discarded), less the time of a zero-unit launch."""
     import torch
 
-    if not _SPIN_CYCLES_PER_MS:
-        cycles, times = 1_000_000, []
+    def timed(count: int) -> float:
+        times = []
         for _ in range(6):
             begin = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             begin.record()
-            torch.cuda._sleep(cycles)
+            launch(count)
             end.record()
             torch.cuda.synchronize()
             times.append(begin.elapsed_time(end))
-        _SPIN_CYCLES_PER_MS.append(cycles / statistics.median(times[1:]))
-    return _SPIN_CYCLES_PER_MS[0]
+        return statistics.median(times[1:])
+
+    return units / (timed(units) - timed(0))
 
 
-def spin(context):
-    """--impl plugin: the script's own FlashInfer run() on the shared inputs, then a GPU spin
-    sized in plan() so that a call takes SPIN_FRACTION longer (the spin kernel's launch gap
-    included); the fraction reached is appended to $H2H_SPIN_LOG (JSON lines) when set."""
+@functools.cache
+def _sleep_spin() -> Spin:
+    """torch.cuda._sleep: one thread counting SM cycles; the GPU idles at low power meanwhile."""
     import torch
 
+    def launch(cycles: int) -> None:
+        torch.cuda._sleep(max(1, cycles))
+
+    return Spin("sleep", launch, _units_per_ms(launch, 1_000_000))
+
+
+@functools.cache
+def _busy_spin() -> Spin:
+    """A Triton kernel of dependent FP32 multiply-adds on every SM, ``units`` iterations long:
+    it draws power like real kernel work, so a power-limited GPU cannot hand the kernel back
+    the time the delay takes (the sleep spin lets the clock rise instead)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def burn(out_ptr, iterations, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        x = offsets.to(tl.float32) + tl.program_id(0)
+        y = x * 0.5
+        for _ in range(iterations):
+            x = x * 0.99990 + 0.00010
+            y = y * 0.99995 + x
+        tl.store(out_ptr + tl.program_id(0) * BLOCK + offsets, x + y)
+
+    block = 512
+    programs = (
+        4 * torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    )
+    sink = torch.empty(programs * block, device="cuda", dtype=torch.float32)
+
+    def launch(iterations: int) -> None:
+        burn[(programs,)](sink, max(0, iterations), BLOCK=block, num_warps=4)
+
+    launch(1)  # compile
+    return Spin("busy", launch, _units_per_ms(launch, 200_000))
+
+
+SPINS = {"busy": _busy_spin, "sleep": _sleep_spin}
+
+
+def _spin_plugin(context, spin: Spin):
+    """The script's own FlashInfer run() on the shared inputs, then ``spin`` sized in plan()
+    so that a call takes SPIN_FRACTION longer (the spin's launch gap included, two corrections
+    from measured calls); the fraction reached is appended to $H2H_SPIN_LOG when set."""
     from fi_attn_bench.backends.impls import PluginRun
 
     script = importlib.import_module(SCRIPT_BY_API[context.api])
     settings = dataclasses.replace(context.settings, backend="flashinfer", inputs=context.inputs)
     prepared = script.prepare(context.case, settings)
-    run, cycles = prepared.run, [1]
+    run, units = prepared.run, [0]
 
     def spun():
         result = run()
-        torch.cuda._sleep(cycles[0])
+        spin.launch(units[0])
         return result
 
     def plan() -> None:
-        per_ms = _cycles_per_ms()
         _queued_ms(run, 5)
         plain = _queued_ms(run)
-        cycles[0] = max(1, int(SPIN_FRACTION * plain * per_ms))
-        overhead = _queued_ms(spun) - plain - cycles[0] / per_ms  # the spin's launch gap
-        cycles[0] = max(1, int((SPIN_FRACTION * plain - overhead) * per_ms))
+        units[0] = int(SPIN_FRACTION * plain * spin.units_per_ms)
+        for _ in range(2):
+            missing = SPIN_FRACTION * plain - (_queued_ms(spun) - plain)
+            units[0] = max(0, units[0] + int(missing * spin.units_per_ms))
         reached = _queued_ms(spun) / plain - 1.0
         log = os.environ.get("H2H_SPIN_LOG")
         if log:
             with open(log, "a", encoding="utf-8") as handle:
                 entry = {"case": dict(context.case), "plain_ms": plain, "reached": reached}
-                handle.write(json.dumps(entry) + "\n")
+                handle.write(json.dumps({**entry, "spin": spin.name}) + "\n")
 
     return PluginRun(run=spun, plan=plan, output=prepared.output)
+
+
+def spin(context):
+    """--impl plugin: run() then the busy spin (see _busy_spin)."""
+    return _spin_plugin(context, _busy_spin())
+
+
+def sleep_spin(context):
+    """--impl plugin: run() then torch.cuda._sleep, the low-power spin of the first runs."""
+    return _spin_plugin(context, _sleep_spin())
 
 
 # ---------------------------------------------------------------- running the scripts
@@ -203,11 +271,12 @@ def part_aa(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
         _sweep(out, "aa", SCRIPTS[name], ["a=flashinfer", "b=flashinfer"], extra)
 
 
-def part_spin(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
+def part_spin(out: Path, names: Sequence[str], extra: Sequence[str], kind: str = "busy") -> None:
     os.environ["H2H_SPIN_LOG"] = str(out / "spin_reached.jsonl")
+    factory = "spin" if kind == "busy" else "sleep_spin"
     for name in names:
-        plugin = "spin=benchmarks/head_to_head.py:spin"
-        _sweep(out, "spin", SCRIPTS[name], ["base=flashinfer", plugin], extra)
+        plugin = f"spin=benchmarks/head_to_head.py:{factory}"
+        _sweep(out, SPIN_TAGS[kind], SCRIPTS[name], ["base=flashinfer", plugin], extra)
 
 
 def part_backends(out: Path, names, extra, backends: Sequence[str]) -> None:
@@ -249,38 +318,69 @@ def _long_pairs(out: Path, part: str, name: str, baseline: str, min_ms: float):
 
 
 def report_spin(out: Path, names) -> list[str]:
-    lines = [
-        f"## (b) Sensitivity: a {SPIN_FRACTION:.0%} spin against itself, cases >= 50 us",
-        "",
-        "| script | cases | called slower | median ratio | min ratio | max ratio |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for name in names:
-        pairs = _long_pairs(out, "spin", name, "base", SPIN_MIN_MS)
-        if not pairs:
+    lines = []
+    for kind, tag in SPIN_TAGS.items():
+        rows, misses = [], []
+        for name in names:
+            pairs = _long_pairs(out, tag, name, "base", SPIN_MIN_MS)
+            if not pairs:
+                continue
+            ratios = [float(o["paired_ratio"]) for _, o in pairs]
+            slower = sum(o["paired_verdict"] == "slower" for _, o in pairs)
+            misses += [
+                f"{name} {_case_label(o)}: {_ratio_text(o)}"
+                for _, o in pairs
+                if o["paired_verdict"] != "slower"
+            ]
+            rows.append(
+                f"| {name} | {len(pairs)} | {slower}/{len(pairs)} ({slower / len(pairs):.0%}) | "
+                f"{statistics.median(ratios):.4f} | {min(ratios):.4f} | {max(ratios):.4f} |"
+            )
+        if not rows:
             continue
-        ratios = [float(o["paired_ratio"]) for _, o in pairs]
-        slower = sum(o["paired_verdict"] == "slower" for _, o in pairs)
-        lines.append(
-            f"| {name} | {len(pairs)} | {slower}/{len(pairs)} ({slower / len(pairs):.0%}) | "
-            f"{statistics.median(ratios):.4f} | {min(ratios):.4f} | {max(ratios):.4f} |"
-        )
-    reached = _spin_reached(out)
-    if reached:
         lines += [
+            f"## (b) Sensitivity: a {SPIN_FRACTION:.0%} {kind} spin against itself, cases >= 50 us",
             "",
-            f"Slowdown the spin added (plugin's plan, back-to-back calls, warm L2), cases >= 50 us: "
-            f"median {statistics.median(reached):.2%}, range {min(reached):.2%} to {max(reached):.2%}",
+            "| script | cases | called slower | median ratio | min ratio | max ratio |",
+            "|---|---:|---:|---:|---:|---:|",
+            *rows,
         ]
+        if misses:
+            lines += ["", "Not called slower: " + "; ".join(misses)]
+        reached = _spin_reached(out, kind)
+        if reached:
+            lines += [
+                "",
+                f"Slowdown the spin added (plugin's plan, back-to-back calls, warm L2), cases >= "
+                f"50 us: median {statistics.median(reached):.2%}, range {min(reached):.2%} to "
+                f"{max(reached):.2%}",
+            ]
+        lines.append("")
     return lines
 
 
-def _spin_reached(out: Path) -> list[float]:
+def _case_label(row: dict) -> str:
+    fields = list(row)
+    case_fields = fields[2 : fields.index("status")] if "status" in fields else []
+    return ",".join(f"{f}={row[f]}" for f in case_fields if f != "impl" and row[f])
+
+
+def _ratio_text(row: dict) -> str:
+    interval = _interval(row)
+    span = f" [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else ""
+    return f"{float(row['paired_ratio']):.4f}{span}"
+
+
+def _spin_reached(out: Path, kind: str) -> list[float]:
     path = out / "spin_reached.jsonl"
     if not path.exists():
         return []
     entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [e["reached"] for e in entries if e["plain_ms"] >= SPIN_MIN_MS]
+    return [
+        e["reached"]
+        for e in entries
+        if e["plain_ms"] >= SPIN_MIN_MS and e.get("spin", "sleep") == kind
+    ]
 
 
 def report_cost(out: Path, names) -> list[str]:
@@ -393,6 +493,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--backends", default="fa2,fa3", help="--part backends: the impls")
     parser.add_argument("--preset", default="default")
+    parser.add_argument(
+        "--spin",
+        choices=tuple(SPIN_TAGS),
+        default="busy",
+        help="--part spin: busy (FP32 work on every SM, default) or sleep (torch.cuda._sleep)",
+    )
     args = parser.parse_args(argv)
     chosen = args.scripts or (BACKEND_SCRIPTS if args.part == "backends" else ",".join(SCRIPTS))
     names = [n for n in chosen.split(",") if n]
@@ -404,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.part == "aa":
         part_aa(args.out, names, extra)
     elif args.part == "spin":
-        part_spin(args.out, names, extra)
+        part_spin(args.out, names, extra, args.spin)
     elif args.part == "backends":
         part_backends(args.out, names, extra, args.backends.split(","))
     lines = [

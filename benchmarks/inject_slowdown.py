@@ -46,6 +46,7 @@ import bench_common  # noqa: E402  - the public face: main_for, BenchmarkSpec, P
 MIN_CASE_MS = 0.050
 PERCENTS = (3.0, 5.0, 8.0)
 TARGET_CHANGE_PCT = 6.0
+SUMMARIZER = ROOT / "summarize_results.py"
 # A representative subset of each default preset (one --filter per script): short and long,
 # bandwidth- and compute-bound, every wrapper.
 SUBSET: Mapping[str, str] = {
@@ -257,15 +258,17 @@ def default_plans(all_cases: bool = False):
     }
 
 
-def run_gate(out_dir: Path, label: str, gate: float) -> list[GateRow]:
+def run_gate(
+    out_dir: Path, label: str, gate: float, summarizer: Path = SUMMARIZER, tag: str = ""
+) -> list[GateRow]:
     baseline = sorted((out_dir / "A").glob("*.csv"))
     candidate = [out_dir / label / path.name for path in baseline]
-    report = out_dir / f"gate_A_{label}.json"
+    report = out_dir / f"gate_A_{label}{tag}.json"
     command = [
-        sys.executable, str(ROOT / "summarize_results.py"),
+        sys.executable, str(summarizer),
         "--baseline", *map(str, baseline), "--candidate", *map(str, candidate),
         "--fail-on-regression", f"{gate:g}",
-        "--output", str(out_dir / f"gate_A_{label}.md"), "--json", str(report),
+        "--output", str(out_dir / f"gate_A_{label}{tag}.md"), "--json", str(report),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode == 2:
@@ -279,6 +282,18 @@ def main(argv: Sequence[str] | None = None, plans=None, make_spinner=gpu_spinner
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--gate", type=float, default=5.0, help="--fail-on-regression (default 5)")
     parser.add_argument("--gate-only", action="store_true", help="gate the CSVs in OUT_DIR again")
+    parser.add_argument(
+        "--summarizer",
+        type=Path,
+        default=SUMMARIZER,
+        help="the summarize_results.py that gates (default this tree's; an older checkout's "
+        "gives the 'before' column)",
+    )
+    parser.add_argument(
+        "--tag",
+        default="",
+        help="suffix of the gate reports and table names, so a second gate keeps the first's",
+    )
     parser.add_argument("--min-time-ms", default="500", help="passed to every sweep (default 500)")
     parser.add_argument(
         "--all-cases",
@@ -287,18 +302,23 @@ def main(argv: Sequence[str] | None = None, plans=None, make_spinner=gpu_spinner
         "H200, ~4.5 min with the JIT cache)",
     )
     args = parser.parse_args(argv)
+    if not args.summarizer.is_file():
+        parser.error(f"--summarizer {args.summarizer}: no such file")
     if not args.gate_only:
         sweep_argv = ["--no-check", "--min-time-ms", args.min_time_ms]
         plans = plans or default_plans(args.all_cases)
         run_sweeps(args.out_dir, sweep_argv, plans, make_spinner)
     pairs = [*(f"p{p:g}" for p in PERCENTS), "A2"]
     detections = [
-        detection(f"A vs {label}", run_gate(args.out_dir, label, args.gate)) for label in pairs
+        detection(
+            f"A vs {label}", run_gate(args.out_dir, label, args.gate, args.summarizer, args.tag)
+        )
+        for label in pairs
     ]
     text = table(detections, args.gate)
     aa = detections[-1]
     text += f"\n\nA/A false alarms: {aa.flagged} of {aa.cases} cases.\n"
-    (args.out_dir / "inject_slowdown.md").write_text(text)
+    (args.out_dir / f"inject_slowdown{args.tag}.md").write_text(text)
     print(text)
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,11 @@ import bench_batch_decode
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def h2h():
+@pytest.fixture
+def h2h(monkeypatch):
     spec = importlib.util.spec_from_file_location("h2h_script", ROOT / "benchmarks/head_to_head.py")
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # as the plugin loader does
     spec.loader.exec_module(module)
     return module
 
@@ -39,9 +41,15 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
         "base=torch",
         "spin=examples/sdpa_decode_plugin.py:make",
     )
+    _sweep(
+        tmp_path / "spin_sleep_bench_batch_decode.csv",
+        "base=torch",
+        "spin=examples/sdpa_decode_plugin.py:make",
+    )
     reached = [
-        {"case": {}, "plain_ms": 0.2, "reached": 0.021},
-        {"case": {}, "plain_ms": 0.01, "reached": 0.3},
+        {"case": {}, "plain_ms": 0.2, "reached": 0.021, "spin": "busy"},
+        {"case": {}, "plain_ms": 0.01, "reached": 0.3, "spin": "busy"},
+        {"case": {}, "plain_ms": 0.3, "reached": 0.005, "spin": "sleep"},
     ]
     (tmp_path / "spin_reached.jsonl").write_text("".join(json.dumps(e) + "\n" for e in reached))
     walls = {
@@ -54,8 +62,12 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
     aa = next(line for line in text.splitlines() if line.startswith("| decode | 1 |"))
     assert aa.count("|") == 9  # one case >= 20 us with its spread, holds-1 and verdict counts
     assert "| decode | 10.0 | 21.0 | 2.10 | 6.0 | 12.6 | 2.10 |" in text
-    assert re.search(r"\| decode \| 1 \| [01]/1 \(\d+%\) \|", text)  # (b): share called slower
-    assert "cases >= 50 us: median 2.10%, range 2.10% to 2.10%" in text
+    for kind, reached in (("busy", "2.10%"), ("sleep", "0.50%")):
+        section = text.split(f"a 2% {kind} spin against itself")[1].split("## ")[0]
+        called = re.search(r"\| decode \| 1 \| ([01])/1 \(\d+%\) \|", section)  # share slower
+        assert called, section
+        assert ("Not called slower: decode batch_size=2," in section) == (called[1] == "0")
+        assert f"cases >= 50 us: median {reached}, range {reached} to {reached}" in section
     assert "examples/sdpa_decode_plugin.py:make / torch over 1 cases" in text
     svg = (tmp_path / "backends_BatchDecodeWithPagedKVCacheWrapper.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<circle") == 1

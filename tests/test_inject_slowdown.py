@@ -138,8 +138,32 @@ def test_the_whole_run_on_the_cpu_with_a_sleeping_spin(tmp_path, capsys):
     assert max(spins) == inj.spin_cycles(8.0, max(baseline.values()), 1e6)
     out = capsys.readouterr().out
     assert "| A vs p8 | 2 |" in out and "A/A false alarms:" in out
-    assert (tmp_path / "inject_slowdown.md").read_text().startswith("Gate: summarize_results.py")
+    first = (tmp_path / "inject_slowdown.md").read_text()
+    assert first.startswith("Gate: summarize_results.py")
     assert inj.main([str(tmp_path), "--gate-only"], plans=plans, make_spinner=spinner) == 0
+
+    # Another summarizer (an older checkout's) gates the same CSVs; --tag keeps the first reports.
+    marker = tmp_path / "called"
+    other = tmp_path / "older_summarize_results.py"
+    other.write_text(
+        "import pathlib, runpy, sys\n"
+        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        f"sys.argv[0] = {str(inj.SUMMARIZER)!r}\n"
+        f"runpy.run_path({str(inj.SUMMARIZER)!r}, run_name='__main__')\n"
+    )
+    before = ["--gate-only", "--summarizer", str(other), "--tag", "_before"]
+    assert inj.main([str(tmp_path), *before], plans=plans, make_spinner=spinner) == 0
+    assert marker.read_text() == "yes"
+    assert (tmp_path / "inject_slowdown_before.md").exists()
+    assert (tmp_path / "gate_A_p8_before.json").exists() and (tmp_path / "gate_A_p8.json").exists()
+    assert (tmp_path / "inject_slowdown.md").read_text().startswith("Gate: summarize_results.py")
+
+
+def test_a_missing_summarizer_is_refused_before_any_sweep(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        inj.main([str(tmp_path), "--summarizer", str(tmp_path / "nope.py")], plans={})
+    assert exit_info.value.code == 2
+    assert "--summarizer" in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
 def test_throttle_effect_end_to_end_on_the_cpu(tmp_path, monkeypatch, capsys):
