@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -507,6 +508,22 @@ def listing_options(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
     return resolve_options(spec, args, choice, listing=True)
 
 
+def _ends_quietly_when_the_reader_leaves(listing: Callable[..., int]) -> Callable[..., int]:
+    """A listing piped into a reader that stops early (``--list | head``) exits 0 quietly."""
+
+    @functools.wraps(listing)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            return listing(*args, **kwargs)
+        except BrokenPipeError:
+            # Point stdout at devnull so the interpreter's final flush cannot raise again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+
+    return wrapped
+
+
+@_ends_quietly_when_the_reader_leaves
 def list_shard(runs, request: ShardRequest) -> int:
     """--list --shard: this shard's cases (of every run given) with their predicted cost."""
     sharded = split_runs(runs, request)
@@ -529,6 +546,7 @@ def _list_device(args, probe: Probe) -> torch.device:
     return torch.device("cpu" if on_cpu else "cuda")
 
 
+@_ends_quietly_when_the_reader_leaves
 def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
     preset = preset_for(spec, args, _list_device(args, probe))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
+from pathlib import Path
 
 import fake_bench_script
 import pytest
@@ -13,6 +15,8 @@ from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.device import peaks
 from fi_attn_bench.results.schema import HARNESS_VERSION
 
+ROOT = Path(__file__).resolve().parent.parent
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
 
 
@@ -74,3 +78,19 @@ def test_cpu_budget_per_case_is_short_unless_given():
     assert budget(default, torch.device("cpu")).max_time_s == options.CPU_MAX_TIME_S == 0.2
     assert budget(default, torch.device("cuda")).max_time_s == 2.0
     assert budget(given, torch.device("cpu")).max_time_s == 3.0
+
+
+def test_a_listing_cut_short_by_its_reader_exits_quietly():
+    """``--list | head -1``: the reader closes the pipe after one line. The pipe is shrunk to one
+    page before the listing starts, so the ~55 kB listing is still being written then."""
+    command = [sys.executable, "bench_all.py", "--list", "--preset", "full", "--device", "cpu"]
+    with subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+    ) as process:
+        fcntl.fcntl(process.stdout.fileno(), F_SETPIPE_SZ, 4096)
+        first = process.stdout.readline()
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        process.wait(timeout=60)
+    assert first.startswith(b"BatchDecodeWithPagedKVCacheWrapper: preset full")
+    assert (process.returncode, err) == (0, "")
