@@ -152,9 +152,6 @@ def _busy_spin() -> Spin:
     return Spin("busy", launch, _units_per_ms(launch, 200_000))
 
 
-SPINS = {"busy": _busy_spin, "sleep": _sleep_spin}
-
-
 def _spin_plugin(context, spin: Spin):
     """The script's own FlashInfer run() on the shared inputs, then ``spin`` sized in plan()
     so that a call takes SPIN_FRACTION longer (the spin's launch gap included, two corrections
@@ -242,8 +239,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def _pairs(path: Path, base: str) -> list[tuple[dict, dict]]:
     """(baseline row, other row) per case and other impl, both ok."""
     rows = _rows(path)
-    fields = [c for c in rows[0] if c not in ("impl",)] if rows else []
-    case_fields = fields[2 : fields.index("status")] if "status" in fields else []
+    case_fields = _case_fields(rows[0]) if rows else []
 
     def key(row):
         return tuple(row[f] for f in case_fields)
@@ -359,10 +355,14 @@ def report_spin(out: Path, names) -> list[str]:
     return lines
 
 
+def _case_fields(row: dict) -> list[str]:
+    """The case columns of a harness row: after schema_version and api, up to status, less impl."""
+    fields = [c for c in row if c != "impl"]
+    return fields[2 : fields.index("status")] if "status" in fields else []
+
+
 def _case_label(row: dict) -> str:
-    fields = list(row)
-    case_fields = fields[2 : fields.index("status")] if "status" in fields else []
-    return ",".join(f"{f}={row[f]}" for f in case_fields if f != "impl" and row[f])
+    return ",".join(f"{f}={row[f]}" for f in _case_fields(row) if row[f])
 
 
 def _ratio_text(row: dict) -> str:
