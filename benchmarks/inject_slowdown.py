@@ -19,9 +19,12 @@ Usage on the GPU machine (about 4-5 min on a fresh H200, ~3 min of it the JIT of
     python benchmarks/inject_slowdown.py OUT_DIR            # sweeps, gates, table
     python benchmarks/inject_slowdown.py OUT_DIR --gate-only   # gates the CSVs already there
                                                                # (e.g. after a summarizer change)
+    git worktree add /tmp/before 29963bd   # the last main before the interval gate
+    python benchmarks/inject_slowdown.py OUT_DIR --gate-only \
+        --summarizer /tmp/before/summarize_results.py --tag _before   # the 'before' column
 
-Writes OUT_DIR/{A_all,A,p3,p5,p8,A2}/<script>.csv, OUT_DIR/gate_A_<label>.{md,json}, and
-OUT_DIR/inject_slowdown.md (the table).  Lower cost: --min-time-ms (harness default 500).
+Writes OUT_DIR/{A_all,A,p3,p5,p8,A2}/<script>.csv, OUT_DIR/gate_A_<label><tag>.{md,json},
+and OUT_DIR/inject_slowdown<tag>.md (the table).  Lower cost: --min-time-ms (harness default 500).
 """
 
 from __future__ import annotations
