@@ -57,7 +57,8 @@ AA_MIN_MS = 0.020
 SPIN_MIN_MS = 0.050
 SPIN_FRACTION = 0.02
 AA_BAND = 0.005  # the issue's +-0.5 %
-SPIN_TAGS = {"busy": "spin", "sleep": "spin_sleep"}  # CSV name prefix per spin kind
+# Per spin kind: the plugin factory in this file, also the prefix of its CSVs.
+SPIN_PLUGINS = {"busy": "spin", "sleep": "spin_sleep"}
 SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 
 
@@ -192,7 +193,7 @@ def spin(context):
     return _spin_plugin(context, _busy_spin())
 
 
-def sleep_spin(context):
+def spin_sleep(context):
     """--impl plugin: run() then torch.cuda._sleep, the low-power spin of the first runs."""
     return _spin_plugin(context, _sleep_spin())
 
@@ -271,10 +272,10 @@ def part_aa(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
 
 def part_spin(out: Path, names: Sequence[str], extra: Sequence[str], kind: str = "busy") -> None:
     os.environ["H2H_SPIN_LOG"] = str(out / "spin_reached.jsonl")
-    factory = "spin" if kind == "busy" else "sleep_spin"
+    factory = SPIN_PLUGINS[kind]
     for name in names:
         plugin = f"spin=benchmarks/head_to_head.py:{factory}"
-        _sweep(out, SPIN_TAGS[kind], SCRIPTS[name], ["base=flashinfer", plugin], extra)
+        _sweep(out, factory, SCRIPTS[name], ["base=flashinfer", plugin], extra)
 
 
 def part_backends(out: Path, names, extra, backends: Sequence[str]) -> None:
@@ -317,7 +318,7 @@ def _long_pairs(out: Path, part: str, name: str, baseline: str, min_ms: float):
 
 def report_spin(out: Path, names) -> list[str]:
     lines = []
-    for kind, tag in SPIN_TAGS.items():
+    for kind, tag in SPIN_PLUGINS.items():
         rows, misses = [], []
         for name in names:
             pairs = _long_pairs(out, tag, name, "base", SPIN_MIN_MS)
@@ -497,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--preset", default="default")
     parser.add_argument(
         "--spin",
-        choices=tuple(SPIN_TAGS),
+        choices=tuple(SPIN_PLUGINS),
         default="busy",
         help="--part spin: busy (FP32 work on every SM, default) or sleep (torch.cuda._sleep)",
     )
