@@ -12,10 +12,11 @@ reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``,
 (a) ``--impl a=flashinfer --impl b=flashinfer``: the paired ratio b/a of every case whose
     time is >= 20 us, its spread and whether each interval holds 1.00.
 (b) ``--impl base=flashinfer --impl spin=benchmarks/head_to_head.py:spin``: the same
-    FlashInfer run() followed by a GPU spin calibrated (in the plugin's plan) to
-    ``SPIN_FRACTION`` of that run()'s time; the share of cases >= 50 us called slower, and
-    the cases that were not. ``--spin busy`` (default) keeps every SM doing FP32 work (needs
-    Triton), ``--spin sleep`` is torch.cuda._sleep, which idles the GPU at low power.
+    FlashInfer run() followed by a GPU spin calibrated (in the plugin's plan, against run()
+    alone, interleaved) to make a call ``SPIN_FRACTION`` slower; the share of cases >= 50 us
+    called slower, and the cases that were not. ``--spin busy`` (default) keeps every SM doing
+    FP32 work, ``--spin mma`` fp16 tensor-core work (both need Triton), ``--spin sleep`` is
+    torch.cuda._sleep, which idles the GPU at low power.
 (c) the wall time of the A/A sweep against a one-impl sweep of the same cases.
 (d) ``--impl flashinfer:fa2 --impl flashinfer:fa3`` (``--backends``) per script.
 """
@@ -28,6 +29,7 @@ import dataclasses
 import functools
 import importlib
 import json
+import math
 import os
 import re
 import statistics
@@ -57,8 +59,14 @@ AA_MIN_MS = 0.020
 SPIN_MIN_MS = 0.050
 SPIN_FRACTION = 0.02
 AA_BAND = 0.005  # the issue's +-0.5 %
+# The spin's calibration: proportional steps, bursts of run() about as long as a harness round's
+# batch (~1/20 of --min-time-ms 500), pairs of bursts per measured slowdown.
+CALIBRATION_STEPS = 3
+CALIBRATION_MAX_STEP = 4.0
+CALIBRATION_BURST_MS = 20.0
+CALIBRATION_PAIRS = 4
 # Per spin kind: the plugin factory in this file, also the prefix of its CSVs.
-SPIN_PLUGINS = {"busy": "spin", "sleep": "spin_sleep"}
+SPIN_PLUGINS = {"busy": "spin", "mma": "spin_mma", "sleep": "spin_sleep"}
 SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 
 
@@ -155,10 +163,70 @@ def _busy_spin() -> Spin:
     return Spin("busy", launch, _units_per_ms(launch, 200_000))
 
 
+@functools.cache
+def _mma_spin() -> Spin:
+    """A Triton kernel of fp16 tensor-core multiply-accumulates (128x128x128 per step) on every
+    SM, ``units`` steps long: the kind of work, and power, of an attention kernel's matmuls."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["iterations"])
+    def burn(out_ptr, iterations, BLOCK: tl.constexpr):
+        rows = tl.arange(0, BLOCK)
+        seed = (rows[:, None] * 7 + rows[None, :] * 3 + tl.program_id(0)) % 17
+        tile = (seed.to(tl.float32) * (1.0 / 4096)).to(tl.float16)
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+        for _ in range(iterations):
+            acc = tl.dot(tile, tile, acc)
+        offsets = tl.program_id(0) * BLOCK * BLOCK + rows[:, None] * BLOCK + rows[None, :]
+        tl.store(out_ptr + offsets, acc)
+
+    block = 128
+    programs = (
+        2 * torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    )
+    sink = torch.empty(programs * block * block, device="cuda", dtype=torch.float32)
+
+    def launch(iterations: int) -> None:
+        burn[(programs,)](sink, max(0, iterations), BLOCK=block, num_warps=4)
+
+    launch(1)  # compile
+    return Spin("mma", launch, _units_per_ms(launch, 5_000))
+
+
+def calibrate_units(added_fraction: Callable[[int], float], first_units: int, target: float) -> int:
+    """Spin units for which ``added_fraction(units)`` (the measured slowdown) reaches ``target``.
+    A line through the zero-unit point (the spin's launch gap) and the latest measurement, since
+    what a unit costs beside the kernel is not what it costs alone (on a power-limited GPU the
+    clock the spin leaves the kernel)."""
+    gap = added_fraction(0)
+    units = max(1, first_units)
+    for _ in range(CALIBRATION_STEPS):
+        per_unit = (added_fraction(units) - gap) / units
+        wanted = (target - gap) / per_unit if per_unit > 0 else units * CALIBRATION_MAX_STEP
+        units = max(1, round(min(wanted, units * CALIBRATION_MAX_STEP)))
+    return units
+
+
+def _interleaved_added(
+    plain: Callable[[], object], spun: Callable[[], object], calls: int
+) -> float:
+    """spun/plain - 1 as the median over bursts taken in alternating order (A B, B A, ...), so
+    clock and power drift between bursts cancel as in the harness's rounds."""
+    ratios = []
+    for pair in range(CALIBRATION_PAIRS):
+        order = (plain, spun) if pair % 2 == 0 else (spun, plain)
+        first, second = (_queued_ms(fn, calls) for fn in order)
+        ratios.append(second / first if pair % 2 == 0 else first / second)
+    return statistics.median(ratios) - 1.0
+
+
 def _spin_plugin(context, spin: Spin):
     """The script's own FlashInfer run() on the shared inputs, then ``spin`` sized in plan()
-    so that a call takes SPIN_FRACTION longer (the spin's launch gap included, two corrections
-    from measured calls); the fraction reached is appended to $H2H_SPIN_LOG when set."""
+    (once per case) so that a call takes SPIN_FRACTION longer, measured interleaved against
+    run() alone in bursts of about CALIBRATION_BURST_MS; the fraction reached is appended to
+    $H2H_SPIN_LOG when set."""
     from fi_attn_bench.backends.impls import PluginRun
 
     script = importlib.import_module(SCRIPT_BY_API[context.api])
@@ -172,18 +240,23 @@ def _spin_plugin(context, spin: Spin):
         return result
 
     def plan() -> None:
+        if units[0]:
+            return
         _queued_ms(run, 5)
-        plain = _queued_ms(run)
-        units[0] = int(SPIN_FRACTION * plain * spin.units_per_ms)
-        for _ in range(2):
-            missing = SPIN_FRACTION * plain - (_queued_ms(spun) - plain)
-            units[0] = max(0, units[0] + int(missing * spin.units_per_ms))
-        reached = _queued_ms(spun) / plain - 1.0
+        plain_ms = _queued_ms(run)
+        calls = max(3, math.ceil(CALIBRATION_BURST_MS / plain_ms))
+
+        def added(count: int) -> float:
+            units[0] = count
+            return _interleaved_added(run, spun, calls)
+
+        first = int(SPIN_FRACTION * plain_ms * spin.units_per_ms)
+        reached = added(calibrate_units(added, first, SPIN_FRACTION))
         log = os.environ.get("H2H_SPIN_LOG")
         if log:
             with open(log, "a", encoding="utf-8") as handle:
-                entry = {"case": dict(context.case), "plain_ms": plain, "reached": reached}
-                handle.write(json.dumps({**entry, "spin": spin.name}) + "\n")
+                entry = {"case": dict(context.case), "plain_ms": plain_ms, "reached": reached}
+                handle.write(json.dumps({**entry, "spin": spin.name, "units": units[0]}) + "\n")
 
     return PluginRun(run=spun, plan=plan, output=prepared.output)
 
@@ -191,6 +264,11 @@ def _spin_plugin(context, spin: Spin):
 def spin(context):
     """--impl plugin: run() then the busy spin (see _busy_spin)."""
     return _spin_plugin(context, _busy_spin())
+
+
+def spin_mma(context):
+    """--impl plugin: run() then the tensor-core spin (see _mma_spin)."""
+    return _spin_plugin(context, _mma_spin())
 
 
 def spin_sleep(context):
@@ -500,7 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--spin",
         choices=tuple(SPIN_PLUGINS),
         default="busy",
-        help="--part spin: busy (FP32 work on every SM, default) or sleep (torch.cuda._sleep)",
+        help="--part spin: busy (FP32 work on every SM, default), mma (fp16 tensor-core work "
+        "on every SM) or sleep (torch.cuda._sleep)",
     )
     args = parser.parse_args(argv)
     chosen = args.scripts or (BACKEND_SCRIPTS if args.part == "backends" else ",".join(SCRIPTS))

@@ -89,3 +89,28 @@ def test_sweep_runs_a_script_and_records_its_wall_times(tmp_path, h2h, monkeypat
     assert entry["exit"] == 0 and 0 < entry["sweep_s"] < entry["wall_s"]
     rows = h2h._rows(tmp_path / "aa_fake_bench_script.csv")
     assert sorted(row["impl"] for row in rows) == ["a", "a", "b", "b"]
+
+
+def _power_limited_call(units: int) -> float:
+    """A model of a spun call on a power-limited GPU: a 1 % launch gap, and each spin unit
+    costs 0.4 of its nominal 0.001 because the kernel meanwhile runs at a higher clock."""
+    return 0.01 + 0.0004 * units
+
+
+@pytest.mark.parametrize("first_units", [1, 20, 2000])
+def test_spin_calibration_reaches_the_slowdown_despite_gap_and_power_rebate(h2h, first_units):
+    units = h2h.calibrate_units(_power_limited_call, first_units, target=0.02)
+    # exact answer 25 units
+    assert _power_limited_call(units) == pytest.approx(0.02, rel=0.1)
+
+
+def test_spin_calibration_grows_a_spin_that_measured_no_slowdown(h2h):
+    seen = []
+
+    def nothing_yet(units: int) -> float:
+        seen.append(units)
+        return 0.0 if units < 30 else 0.0005 * units
+
+    units = h2h.calibrate_units(nothing_yet, 10, target=0.02)
+    assert seen[:3] == [0, 10, 40]  # bounded steps: x CALIBRATION_MAX_STEP, no division by zero
+    assert units == 40
