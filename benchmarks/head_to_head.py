@@ -9,6 +9,8 @@ reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``,
     python benchmarks/head_to_head.py DIR --part backends  # (d) flashinfer:fa2 vs :fa3
     python benchmarks/head_to_head.py DIR --part report    # tables again from DIR, no GPU
 
+``--sweep-args '--noise-target 0.5'`` passes options on to every script.
+
 (a) ``--impl a=flashinfer --impl b=flashinfer``: the paired ratio b/a of every case whose
     time is >= 20 us, its spread and whether each interval holds 1.00.
 (b) ``--impl base=flashinfer --impl spin=benchmarks/head_to_head.py:spin``: the same
@@ -32,6 +34,7 @@ import json
 import math
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -576,6 +579,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backends", default="fa2,fa3", help="--part backends: the impls")
     parser.add_argument("--preset", default="default")
     parser.add_argument(
+        "--sweep-args",
+        default="",
+        help="more options for every script, one string (e.g. '--noise-target 0.5')",
+    )
+    parser.add_argument(
         "--spin",
         choices=tuple(SPIN_PLUGINS),
         default="busy",
@@ -589,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown --scripts {', '.join(unknown)}; choose from {', '.join(SCRIPTS)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    extra = ["--preset", args.preset]
+    extra = ["--preset", args.preset, *shlex.split(args.sweep_args)]
     if args.part == "aa":
         part_aa(args.out, names, extra)
     elif args.part == "spin":

@@ -114,3 +114,12 @@ def test_spin_calibration_grows_a_spin_that_measured_no_slowdown(h2h):
     units = h2h.calibrate_units(nothing_yet, 10, target=0.02)
     assert seen[:3] == [0, 10, 40]  # bounded steps: x CALIBRATION_MAX_STEP, no division by zero
     assert units == 40
+
+
+def test_sweep_args_reach_every_script_after_the_preset(tmp_path, h2h, monkeypatch):
+    seen = []
+    monkeypatch.setattr(h2h, "_sweep", lambda out, tag, script, impls, extra: seen.append(extra))
+    argv = [str(tmp_path), "--part", "aa", "--scripts", "decode,mla"]
+    assert h2h.main([*argv, "--sweep-args", "--noise-target 0.5 --filter 'head_dim=128'"]) == 0
+    wanted = ["--preset", "default", "--noise-target", "0.5", "--filter", "head_dim=128"]
+    assert seen == [wanted] * 4  # single and aa sweeps of two scripts
