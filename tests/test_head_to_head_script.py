@@ -123,3 +123,16 @@ def test_sweep_args_reach_every_script_after_the_preset(tmp_path, h2h, monkeypat
     assert h2h.main([*argv, "--sweep-args", "--noise-target 0.5 --filter 'head_dim=128'"]) == 0
     wanted = ["--preset", "default", "--noise-target", "0.5", "--filter", "head_dim=128"]
     assert seen == [wanted] * 4  # single and aa sweeps of two scripts
+
+
+@pytest.mark.parametrize(("flag", "factory"), [([], "spin_mma"), (["--spin", "busy"], "spin")])
+def test_spin_part_sweeps_each_script_against_the_chosen_spin_plugin(
+    tmp_path, h2h, monkeypatch, flag, factory
+):
+    seen = []
+    monkeypatch.setenv("H2H_SPIN_LOG", "")  # part_spin sets it; restored after the test
+    monkeypatch.setattr(
+        h2h, "_sweep", lambda out, tag, script, impls, extra: seen.append((tag, impls))
+    )
+    assert h2h.main([str(tmp_path), "--part", "spin", "--scripts", "paged", *flag]) == 0
+    assert seen == [(factory, ["base=flashinfer", f"spin=benchmarks/head_to_head.py:{factory}"])]
