@@ -13,12 +13,13 @@ reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``,
 
 (a) ``--impl a=flashinfer --impl b=flashinfer``: the paired ratio b/a of every case whose
     time is >= 20 us, its spread and whether each interval holds 1.00.
-(b) ``--impl base=flashinfer --impl spin=benchmarks/head_to_head.py:spin_mma``: the same
+(b) ``--impl base=flashinfer --impl spin=benchmarks/head_to_head.py:spin_auto``: the same
     FlashInfer run() followed by a GPU spin calibrated (in the plugin's plan, against run()
     alone, interleaved) to make a call ``SPIN_FRACTION`` slower; the share of cases >= 50 us
-    called slower, and the cases that were not. ``--spin mma`` (default) keeps every SM doing
-    fp16 tensor-core work, ``--spin busy`` FP32 work (both need Triton), ``--spin sleep`` is
-    torch.cuda._sleep, which idles the GPU at low power.
+    called slower, and the cases that were not. ``--spin mma`` keeps every SM doing fp16
+    tensor-core work, ``--spin busy`` FP32 work (both need Triton), ``--spin sleep`` is
+    torch.cuda._sleep, which idles the GPU at low power; ``--spin auto`` (default) takes mma,
+    or sleep for a case too short for mma's fixed cost.
 (c) the wall time of the A/A sweep against a one-impl sweep of the same cases.
 (d) ``--impl flashinfer:fa2 --impl flashinfer:fa3`` (``--backends``) per script.
 """
@@ -26,6 +27,7 @@ reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``,
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import dataclasses
 import functools
@@ -68,8 +70,10 @@ CALIBRATION_STEPS = 3
 CALIBRATION_MAX_STEP = 4.0
 CALIBRATION_BURST_MS = 20.0
 CALIBRATION_PAIRS = 4
+# A spin whose 0-unit call already adds this share of SPIN_FRACTION cannot be sized to it.
+SPIN_GAP_SHARE = 0.5
 # Per spin kind: the plugin factory in this file, also the prefix of its CSVs.
-SPIN_PLUGINS = {"busy": "spin", "mma": "spin_mma", "sleep": "spin_sleep"}
+SPIN_PLUGINS = {"auto": "spin_auto", "mma": "spin_mma", "busy": "spin", "sleep": "spin_sleep"}
 SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 
 
@@ -199,18 +203,32 @@ def _mma_spin() -> Spin:
     return Spin("mma", launch, _units_per_ms(launch, 5_000))
 
 
-def calibrate_units(added_fraction: Callable[[int], float], first_units: int, target: float) -> int:
+def calibrate_units(
+    added_fraction: Callable[[int], float], first_units: int, target: float, gap: float
+) -> int:
     """Spin units for which ``added_fraction(units)`` (the measured slowdown) reaches ``target``.
-    A line through the zero-unit point (the spin's launch gap) and the latest measurement, since
-    what a unit costs beside the kernel is not what it costs alone (on a power-limited GPU the
-    clock the spin leaves the kernel)."""
-    gap = added_fraction(0)
+    A line through the zero-unit point (``gap``, what a 0-unit spin adds) and the latest
+    measurement, since what a unit costs beside the kernel is not what it costs alone (on a
+    power-limited GPU the clock the spin leaves the kernel)."""
     units = max(1, first_units)
     for _ in range(CALIBRATION_STEPS):
         per_unit = (added_fraction(units) - gap) / units
         wanted = (target - gap) / per_unit if per_unit > 0 else units * CALIBRATION_MAX_STEP
         units = max(1, round(min(wanted, units * CALIBRATION_MAX_STEP)))
     return units
+
+
+def choose_spin(
+    spins: Sequence[Callable[[], Spin]], gap_of: Callable[[Spin], float]
+) -> tuple[Spin, float]:
+    """The first of ``spins`` whose 0-unit call adds (``gap_of``) less than SPIN_GAP_SHARE of
+    SPIN_FRACTION, else the last, with its gap."""
+    for make in spins:
+        spin = make()
+        gap = gap_of(spin)
+        if gap < SPIN_GAP_SHARE * SPIN_FRACTION:
+            break
+    return spin, gap
 
 
 def _interleaved_added(
@@ -227,21 +245,22 @@ def _interleaved_added(
     return statistics.median(ratios) - 1.0
 
 
-def _spin_plugin(context, spin: Spin):
-    """The script's own FlashInfer run() on the shared inputs, then ``spin`` sized in plan()
+def _spin_plugin(context, kind: str, spins: Sequence[Callable[[], Spin]]):
+    """The script's own FlashInfer run() on the shared inputs, then a spin sized in plan()
     (once per case) so that a call takes SPIN_FRACTION longer, measured interleaved against
-    run() alone in bursts of about CALIBRATION_BURST_MS; the fraction reached is appended to
-    $H2H_SPIN_LOG when set."""
+    run() alone in bursts of about CALIBRATION_BURST_MS.  The spin is the first of ``spins``
+    whose 0-unit call adds less than SPIN_GAP_SHARE of that (else the last); the fraction
+    reached is appended to $H2H_SPIN_LOG when set."""
     from fi_attn_bench.backends.impls import PluginRun
 
     script = importlib.import_module(SCRIPT_BY_API[context.api])
     settings = dataclasses.replace(context.settings, backend="flashinfer", inputs=context.inputs)
     prepared = script.prepare(context.case, settings)
-    run, units = prepared.run, [0]
+    run, units, active = prepared.run, [0], [spins[0]()]
 
     def spun():
         result = run()
-        spin.launch(units[0])
+        active[0].launch(units[0])
         return result
 
     def plan() -> None:
@@ -255,30 +274,42 @@ def _spin_plugin(context, spin: Spin):
             units[0] = count
             return _interleaved_added(run, spun, calls)
 
-        first = int(SPIN_FRACTION * plain_ms * spin.units_per_ms)
-        reached = added(calibrate_units(added, first, SPIN_FRACTION))
+        def gap_of(spin: Spin) -> float:
+            active[0] = spin
+            return added(0)
+
+        active[0], gap = choose_spin(spins, gap_of)
+        first = int(SPIN_FRACTION * plain_ms * active[0].units_per_ms)
+        reached = added(calibrate_units(added, first, SPIN_FRACTION, gap))
         log = os.environ.get("H2H_SPIN_LOG")
         if log:
             with open(log, "a", encoding="utf-8") as handle:
                 entry = {"case": dict(context.case), "plain_ms": plain_ms, "reached": reached}
-                handle.write(json.dumps({**entry, "spin": spin.name, "units": units[0]}) + "\n")
+                used = {"spin": kind, "used": active[0].name, "units": units[0]}
+                handle.write(json.dumps({**entry, **used}) + "\n")
 
     return PluginRun(run=spun, plan=plan, output=prepared.output)
 
 
+def spin_auto(context):
+    """--impl plugin: run() then the tensor-core spin, or the sleep spin for a case too short
+    for the tensor-core spin's fixed cost."""
+    return _spin_plugin(context, "auto", (_mma_spin, _sleep_spin))
+
+
 def spin(context):
     """--impl plugin: run() then the busy spin (see _busy_spin)."""
-    return _spin_plugin(context, _busy_spin())
+    return _spin_plugin(context, "busy", (_busy_spin,))
 
 
 def spin_mma(context):
     """--impl plugin: run() then the tensor-core spin (see _mma_spin)."""
-    return _spin_plugin(context, _mma_spin())
+    return _spin_plugin(context, "mma", (_mma_spin,))
 
 
 def spin_sleep(context):
     """--impl plugin: run() then torch.cuda._sleep, the low-power spin of the first runs."""
-    return _spin_plugin(context, _sleep_spin())
+    return _spin_plugin(context, "sleep", (_sleep_spin,))
 
 
 # ---------------------------------------------------------------- running the scripts
@@ -353,7 +384,7 @@ def part_aa(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
         _sweep(out, "aa", SCRIPTS[name], ["a=flashinfer", "b=flashinfer"], extra)
 
 
-def part_spin(out: Path, names: Sequence[str], extra: Sequence[str], kind: str = "mma") -> None:
+def part_spin(out: Path, names: Sequence[str], extra: Sequence[str], kind: str = "auto") -> None:
     os.environ["H2H_SPIN_LOG"] = str(out / "spin_reached.jsonl")
     factory = SPIN_PLUGINS[kind]
     for name in names:
@@ -429,13 +460,16 @@ def report_spin(out: Path, names) -> list[str]:
         ]
         if misses:
             lines += ["", "Not called slower: " + "; ".join(misses)]
-        reached = _spin_reached(out, kind)
-        if reached:
+        entries = _spin_entries(out, kind)
+        if entries:
+            reached = [e["reached"] for e in entries]
+            used = collections.Counter(e.get("used", kind) for e in entries)
             lines += [
                 "",
                 f"Slowdown the spin added (plugin's plan, interleaved bursts, warm L2), cases >= "
                 f"50 us: median {statistics.median(reached):.2%}, range {min(reached):.2%} to "
-                f"{max(reached):.2%}",
+                f"{max(reached):.2%}; spin used: "
+                + ", ".join(f"{name} {count}" for name, count in sorted(used.items())),
             ]
         lines.append("")
     return lines
@@ -457,16 +491,14 @@ def _ratio_text(row: dict) -> str:
     return f"{float(row['paired_ratio']):.4f}{span}"
 
 
-def _spin_reached(out: Path, kind: str) -> list[float]:
+def _spin_entries(out: Path, kind: str) -> list[dict]:
+    """The spin log's entries of ``kind`` for cases >= SPIN_MIN_MS (the first logs, of the
+    sleep spin, have no ``spin`` key)."""
     path = out / "spin_reached.jsonl"
     if not path.exists():
         return []
     entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [
-        e["reached"]
-        for e in entries
-        if e["plain_ms"] >= SPIN_MIN_MS and e.get("spin", "sleep") == kind
-    ]
+    return [e for e in entries if e["plain_ms"] >= SPIN_MIN_MS and e.get("spin", "sleep") == kind]
 
 
 def report_cost(out: Path, names) -> list[str]:
@@ -587,9 +619,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--spin",
         choices=tuple(SPIN_PLUGINS),
-        default="mma",
-        help="--part spin: mma (fp16 tensor-core work on every SM, default), busy (FP32 work "
-        "on every SM) or sleep (torch.cuda._sleep)",
+        default="auto",
+        help="--part spin: mma (fp16 tensor-core work on every SM), busy (FP32 work on every "
+        "SM), sleep (torch.cuda._sleep) or auto (default: mma, or sleep where a case is too "
+        "short for mma's fixed cost)",
     )
     args = parser.parse_args(argv)
     chosen = args.scripts or (BACKEND_SCRIPTS if args.part == "backends" else ",".join(SCRIPTS))

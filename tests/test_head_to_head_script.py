@@ -47,8 +47,8 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
         "spin=examples/sdpa_decode_plugin.py:make",
     )
     reached = [
-        {"case": {}, "plain_ms": 0.2, "reached": 0.021, "spin": "busy"},
-        {"case": {}, "plain_ms": 0.01, "reached": 0.3, "spin": "busy"},
+        {"case": {}, "plain_ms": 0.2, "reached": 0.021, "spin": "busy", "used": "busy"},
+        {"case": {}, "plain_ms": 0.01, "reached": 0.3, "spin": "busy", "used": "busy"},
         {"case": {}, "plain_ms": 0.3, "reached": 0.005, "spin": "sleep"},
     ]
     (tmp_path / "spin_reached.jsonl").write_text("".join(json.dumps(e) + "\n" for e in reached))
@@ -62,12 +62,13 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
     aa = next(line for line in text.splitlines() if line.startswith("| decode | 1 |"))
     assert aa.count("|") == 9  # one case >= 20 us with its spread, holds-1 and verdict counts
     assert "| decode | 10.0 | 21.0 | 2.10 | 6.0 | 12.6 | 2.10 |" in text
-    for kind, reached in (("busy", "2.10%"), ("sleep", "0.50%")):
+    for kind, reached in (("busy", "2.10%"), ("sleep", "0.50%")):  # the sleep entry: old format
         section = text.split(f"a 2% {kind} spin against itself")[1].split("## ")[0]
         called = re.search(r"\| decode \| 1 \| ([01])/1 \(\d+%\) \|", section)  # share slower
         assert called, section
         assert ("Not called slower: decode batch_size=2," in section) == (called[1] == "0")
         assert f"cases >= 50 us: median {reached}, range {reached} to {reached}" in section
+        assert f"; spin used: {kind} 1" in section
     assert "examples/sdpa_decode_plugin.py:make / torch over 1 cases" in text
     svg = (tmp_path / "backends_BatchDecodeWithPagedKVCacheWrapper.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<circle") == 1
@@ -99,7 +100,7 @@ def _power_limited_call(units: int) -> float:
 
 @pytest.mark.parametrize("first_units", [1, 20, 2000])
 def test_spin_calibration_reaches_the_slowdown_despite_gap_and_power_rebate(h2h, first_units):
-    units = h2h.calibrate_units(_power_limited_call, first_units, target=0.02)
+    units = h2h.calibrate_units(_power_limited_call, first_units, 0.02, _power_limited_call(0))
     # exact answer 25 units
     assert _power_limited_call(units) == pytest.approx(0.02, rel=0.1)
 
@@ -111,8 +112,8 @@ def test_spin_calibration_grows_a_spin_that_measured_no_slowdown(h2h):
         seen.append(units)
         return 0.0 if units < 30 else 0.0005 * units
 
-    units = h2h.calibrate_units(nothing_yet, 10, target=0.02)
-    assert seen[:3] == [0, 10, 40]  # bounded steps: x CALIBRATION_MAX_STEP, no division by zero
+    units = h2h.calibrate_units(nothing_yet, 10, target=0.02, gap=0.0)
+    assert seen[:2] == [10, 40]  # bounded steps: x CALIBRATION_MAX_STEP, no division by zero
     assert units == 40
 
 
@@ -125,7 +126,10 @@ def test_sweep_args_reach_every_script_after_the_preset(tmp_path, h2h, monkeypat
     assert seen == [wanted] * 4  # single and aa sweeps of two scripts
 
 
-@pytest.mark.parametrize(("flag", "factory"), [([], "spin_mma"), (["--spin", "busy"], "spin")])
+@pytest.mark.parametrize(
+    ("flag", "factory"),
+    [([], "spin_auto"), (["--spin", "busy"], "spin"), (["--spin", "mma"], "spin_mma")],
+)
 def test_spin_part_sweeps_each_script_against_the_chosen_spin_plugin(
     tmp_path, h2h, monkeypatch, flag, factory
 ):
@@ -136,3 +140,23 @@ def test_spin_part_sweeps_each_script_against_the_chosen_spin_plugin(
     )
     assert h2h.main([str(tmp_path), "--part", "spin", "--scripts", "paged", *flag]) == 0
     assert seen == [(factory, ["base=flashinfer", f"spin=benchmarks/head_to_head.py:{factory}"])]
+
+
+def _fake_spin(h2h, name: str):
+    return lambda: h2h.Spin(name, lambda units: None, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("gaps", "chosen"),
+    [
+        ({"mma": 0.004, "sleep": 0.001}, ("mma", 0.004)),  # mma's fixed cost fits: mma
+        ({"mma": 0.3, "sleep": 0.006}, ("sleep", 0.006)),  # a short case: the finer sleep spin
+        ({"mma": 0.3, "sleep": 0.2}, ("sleep", 0.2)),  # none fits: the last, not an error
+    ],
+)
+def test_the_auto_spin_takes_the_first_whose_fixed_cost_leaves_room_for_the_target(
+    h2h, gaps, chosen
+):
+    spins = (_fake_spin(h2h, "mma"), _fake_spin(h2h, "sleep"))
+    spin, gap = h2h.choose_spin(spins, lambda s: gaps[s.name])
+    assert (spin.name, gap) == chosen
