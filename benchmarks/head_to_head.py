@@ -379,9 +379,10 @@ def _interval(row) -> tuple[float, float] | None:
 
 
 def part_aa(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
+    samples = ["--samples-dir", str(out / "samples")]  # round medians: the order split below
     for name in names:
         _sweep(out, "single", SCRIPTS[name], ["flashinfer"], extra)
-        _sweep(out, "aa", SCRIPTS[name], ["a=flashinfer", "b=flashinfer"], extra)
+        _sweep(out, "aa", SCRIPTS[name], ["a=flashinfer", "b=flashinfer"], [*extra, *samples])
 
 
 def part_spin(out: Path, names: Sequence[str], extra: Sequence[str], kind: str = "auto") -> None:
@@ -408,6 +409,7 @@ def report_aa(out: Path, names) -> list[str]:
         "| script | cases | median abs(r-1) % | max abs(r-1) % | within +-0.5 % | interval holds 1 | slower | faster |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    outside = []
     for name in names:
         pairs = _long_pairs(out, "aa", name, "a", AA_MIN_MS)
         if not pairs:
@@ -421,7 +423,40 @@ def report_aa(out: Path, names) -> list[str]:
             f"{within}/{len(pairs)} | {holds}/{len(pairs)} | {verdicts.count('slower')} | "
             f"{verdicts.count('faster')} |"
         )
+        rounds = _round_medians(out / "samples" / f"aa_{Path(SCRIPTS[name]).stem}.samples.jsonl.gz")
+        outside += [
+            f"{name} {_case_label(o)}: {_ratio_text(o)}{_order_split(rounds, o)}"
+            for _, o in pairs
+            if abs(float(o["paired_ratio"]) - 1) > AA_BAND
+        ]
+    if outside:
+        lines += ["", "Outside +-0.5 %: " + "; ".join(outside)]
     return lines
+
+
+def _round_medians(path: Path) -> dict[tuple, list[float]]:
+    """(case cells, impl) -> the case's round medians, from a sweep's --samples-dir file."""
+    if not path.exists():
+        return {}
+    from fi_attn_bench.sweep.samples import read_samples
+
+    return {
+        (tuple(sorted(e["case"].items())), e["impl"]): e["round_medians_ms"]
+        for e in read_samples(str(path))
+        if "round_medians_ms" in e
+    }
+
+
+def _order_split(rounds: dict[tuple, list[float]], row: dict) -> str:
+    """The A/A ratio b/a over the rounds run A B and over those run B A: apart, they show an
+    order effect that the paired ratio (all rounds) averages out only with balanced rounds."""
+    cells = tuple(sorted((f, row[f]) for f in _case_fields(row)))
+    a, b = rounds.get((cells, "a")), rounds.get((cells, "b"))
+    if not a or not b or len(a) != len(b) or len(a) < 2:
+        return ""
+    ratios = [mine / base for mine, base in zip(b, a, strict=True)]
+    ab, ba = statistics.median(ratios[0::2]), statistics.median(ratios[1::2])
+    return f" (rounds A B {ab:.4f}, B A {ba:.4f})"
 
 
 def _long_pairs(out: Path, part: str, name: str, baseline: str, min_ms: float):

@@ -24,8 +24,8 @@ def h2h(monkeypatch):
     return module
 
 
-def _sweep(path: Path, *impls: str) -> None:
-    argv = ["--device", "cpu", "--filter", "batch_size=2", "--max-time-per-case", "0.3"]
+def _sweep(path: Path, *impls: str, extra: tuple[str, ...] = ()) -> None:
+    argv = ["--device", "cpu", "--filter", "batch_size=2", "--max-time-per-case", "0.3", *extra]
     for impl in impls:
         argv += ["--impl", impl]
     assert bench_batch_decode.main([*argv, "--output", str(path)]) == 0
@@ -123,7 +123,8 @@ def test_sweep_args_reach_every_script_after_the_preset(tmp_path, h2h, monkeypat
     argv = [str(tmp_path), "--part", "aa", "--scripts", "decode,mla"]
     assert h2h.main([*argv, "--sweep-args", "--noise-target 0.5 --filter 'head_dim=128'"]) == 0
     wanted = ["--preset", "default", "--noise-target", "0.5", "--filter", "head_dim=128"]
-    assert seen == [wanted] * 4  # single and aa sweeps of two scripts
+    aa = [*wanted, "--samples-dir", str(tmp_path / "samples")]  # the A/A keeps its rounds
+    assert seen == [wanted, aa] * 2  # single and aa sweeps of two scripts
 
 
 @pytest.mark.parametrize(
@@ -160,3 +161,36 @@ def test_the_auto_spin_takes_the_first_whose_fixed_cost_leaves_room_for_the_targ
     spins = (_fake_spin(h2h, "mma"), _fake_spin(h2h, "sleep"))
     spin, gap = h2h.choose_spin(spins, lambda s: gaps[s.name])
     assert (spin.name, gap) == chosen
+
+
+def test_aa_report_splits_a_case_outside_the_band_by_round_order(tmp_path, h2h):
+    import csv
+
+    aa = tmp_path / "aa_bench_batch_decode.csv"
+    samples_dir = str(tmp_path / "samples")
+    _sweep(aa, "a=torch", "b=torch", extra=("--samples-dir", samples_dir))
+    with open(aa, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:  # push b's ratio out of the band; its rounds stay as measured
+        if row["impl"] == "b":
+            row.update(paired_ratio="1.01", paired_ratio_lo="0.99", paired_ratio_hi="1.03")
+    with open(aa, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    found = re.search(
+        r"Outside \+-0\.5 %: decode batch_size=2,.*: 1\.0100 \[0\.9900, 1\.0300\]"
+        r" \(rounds A B (\d\.\d{4}), B A (\d\.\d{4})\)",
+        text,
+    )
+    assert found, text
+
+
+def test_order_split_shows_an_order_effect_the_paired_ratio_hides(h2h):
+    row = {"schema_version": "1", "api": "X", "batch_size": "2", "impl": "b", "status": "ok"}
+    cells = (("batch_size", "2"),)
+    rounds = {(cells, "a"): [1.0, 1.0, 1.0, 1.0], (cells, "b"): [1.02, 0.98, 1.02, 0.98]}
+    assert h2h._order_split(rounds, row) == " (rounds A B 1.0200, B A 0.9800)"
+    assert h2h._order_split({}, row) == ""  # no samples file: nothing to add

@@ -127,3 +127,28 @@ def test_an_existing_samples_file_is_not_overwritten(tmp_path, monkeypatch, caps
     assert not os.path.exists(tmp_path / "r.csv")
     assert run_in_process([*argv, "--force"], monkeypatch) == 0
     assert len(read_samples(str(samples_dir / "r.samples.jsonl.gz"))) == 2
+
+
+def test_a_head_to_head_case_writes_each_impls_round_medians_behind_its_paired_ratio(tmp_path):
+    import csv
+
+    import bench_batch_decode
+
+    path, samples_dir = tmp_path / "h.csv", tmp_path / "samples"
+    argv = ["--device", "cpu", "--filter", "batch_size=2", "--max-time-per-case", "0.3"]
+    argv += ["--impl", "a=torch", "--impl", "b=torch", "--samples-dir", str(samples_dir)]
+    assert bench_batch_decode.main([*argv, "--output", str(path)]) == 0
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = {row["impl"]: row for row in csv.DictReader(handle)}
+    entries = {e["impl"]: e for e in read_samples(str(samples_dir / "h.samples.jsonl.gz"))}
+    a, b = entries["a"]["round_medians_ms"], entries["b"]["round_medians_ms"]
+    assert len(a) == len(b) == int(rows["b"]["paired_rounds"]) >= 2
+    per_round = [mine / base for mine, base in zip(b, a, strict=True)]
+    assert statistics.median(per_round) == pytest.approx(float(rows["b"]["paired_ratio"]))
+
+
+def test_a_single_impl_case_has_no_round_medians():
+    line = samples_line({"api": "A", "batch_size": 1}, ("batch_size",), [1.0, 2.0])
+    assert "round_medians_ms" not in json.loads(line)
+    line = samples_line({"api": "A", "batch_size": 1}, ("batch_size",), [1.0], [1.0, 1.1])
+    assert json.loads(line)["round_medians_ms"] == [1.0, 1.1]

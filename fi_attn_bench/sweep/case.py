@@ -108,6 +108,7 @@ class CaseResult:
     notes: tuple[str, ...] = ()
     error: Exception | None = None
     ratio: PairedRatio | None = None  # head to head: against the baseline implementation
+    round_medians_ms: tuple[float, ...] = ()  # head to head: the median of each kept round
 
 
 @dataclass
@@ -282,8 +283,15 @@ class CaseRunner:
                     baseline_impl=impl.name, paired_rounds=len(outcome.round_medians[at])
                 )
             result = self._finished(measurement, columns[index])
+            rounds = outcome.round_medians[at]
             results.append(
-                CaseResult(result.measurement, result.columns, result.notes, ratio=ratio)
+                CaseResult(
+                    result.measurement,
+                    result.columns,
+                    result.notes,
+                    ratio=ratio,
+                    round_medians_ms=rounds,
+                )
             )
         return tuple(results)
 

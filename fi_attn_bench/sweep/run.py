@@ -188,7 +188,12 @@ class Sweep:
             record["error"] = clip_error(str(record["error"]))
             record["timestamp_utc"] = timestamp_utc()
             if self.options.samples and record["status"] == STATUS_OK:
-                line = samples_line(record, self.spec.case_fields, result.measurement.samples)
+                line = samples_line(
+                    record,
+                    self.spec.case_fields,
+                    result.measurement.samples,
+                    result.round_medians_ms,
+                )
                 append_samples(self.options.samples, line)
             records.append(record)
         return records, results

@@ -4,6 +4,9 @@ gzip JSON Lines, one object per finished ok case (the format agreed with the sum
 
     {"api": str, "case": {param: cell text as in the CSV}, "impl": str, "samples_ms": [float, ...]}
 
+plus, for a head-to-head case, ``"round_medians_ms": [float, ...]``: each kept round's median,
+in round order (A B, B A, ...), the same count for every implementation of the case.
+
 Each case is appended as its own gzip member, flushed and fsynced, so a killed sweep loses no
 finished case; a resumed sweep appends, so a case measured again appears again (the last wins).
 """
@@ -20,7 +23,10 @@ from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, format_cell
 
 
 def samples_line(
-    record: Mapping[str, object], fields: Sequence[str], samples: Sequence[float]
+    record: Mapping[str, object],
+    fields: Sequence[str],
+    samples: Sequence[float],
+    round_medians: Sequence[float] = (),
 ) -> str:
     """One case's JSON line: case cells exactly as the CSV writes them."""
     payload = {
@@ -29,6 +35,8 @@ def samples_line(
         "impl": str(record.get("impl") or IDENTITY_DEFAULTS["impl"]),
         "samples_ms": [float(value) for value in samples],
     }
+    if round_medians:
+        payload["round_medians_ms"] = [float(value) for value in round_medians]
     return json.dumps(payload) + "\n"
 
 
