@@ -284,15 +284,7 @@ class CaseRunner:
                 )
             result = self._finished(measurement, columns[index])
             rounds = outcome.round_medians[at]
-            results.append(
-                CaseResult(
-                    result.measurement,
-                    result.columns,
-                    result.notes,
-                    ratio=ratio,
-                    round_medians_ms=rounds,
-                )
-            )
+            results.append(replace(result, ratio=ratio, round_medians_ms=rounds))
         return tuple(results)
 
     def _notes(self, measurement: Measurement) -> tuple[str, ...]:
