@@ -423,7 +423,9 @@ def report_aa(out: Path, names) -> list[str]:
             f"{within}/{len(pairs)} | {holds}/{len(pairs)} | {verdicts.count('slower')} | "
             f"{verdicts.count('faster')} |"
         )
-        rounds = _round_medians(out / "samples" / f"aa_{Path(SCRIPTS[name]).stem}.samples.jsonl.gz")
+        rounds = _read_round_medians(
+            out / "samples" / f"aa_{Path(SCRIPTS[name]).stem}.samples.jsonl.gz"
+        )
         outside += [
             f"{name} {_case_label(o)}: {_ratio_text(o)}{_order_split(rounds, o)}"
             for _, o in pairs
@@ -434,14 +436,15 @@ def report_aa(out: Path, names) -> list[str]:
     return lines
 
 
-def _round_medians(path: Path) -> dict[tuple, list[float]]:
-    """(case cells, impl) -> the case's round medians, from a sweep's --samples-dir file."""
+def _read_round_medians(path: Path) -> dict[tuple, list[float]]:
+    """case_key -> the case's round medians, from a sweep's --samples-dir file."""
     if not path.exists():
         return {}
+    from fi_attn_bench.summarizer.samples import case_key
     from fi_attn_bench.sweep.samples import read_samples
 
     return {
-        (tuple(sorted(e["case"].items())), e["impl"]): e["round_medians_ms"]
+        case_key(e["api"], e["case"], e["impl"]): e["round_medians_ms"]
         for e in read_samples(str(path))
         if "round_medians_ms" in e
     }
@@ -450,12 +453,14 @@ def _round_medians(path: Path) -> dict[tuple, list[float]]:
 def _order_split(rounds: dict[tuple, list[float]], row: dict) -> str:
     """The A/A ratio b/a over the rounds run A B and over those run B A: apart, they show an
     order effect that the paired ratio (all rounds) averages out only with balanced rounds."""
-    cells = tuple(sorted((f, row[f]) for f in _case_fields(row)))
-    a, b = rounds.get((cells, "a")), rounds.get((cells, "b"))
+    from fi_attn_bench.summarizer.samples import case_key
+    from fi_attn_bench.timing.paired import paired_ratio
+
+    cells = {f: row[f] for f in _case_fields(row)}
+    a, b = (rounds.get(case_key(row["api"], cells, impl)) for impl in ("a", "b"))
     if not a or not b or len(a) != len(b) or len(a) < 2:
         return ""
-    ratios = [mine / base for mine, base in zip(b, a, strict=True)]
-    ab, ba = statistics.median(ratios[0::2]), statistics.median(ratios[1::2])
+    ab, ba = (paired_ratio(b[start::2], a[start::2]).ratio for start in (0, 1))
     return f" (rounds A B {ab:.4f}, B A {ba:.4f})"
 
 

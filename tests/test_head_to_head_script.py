@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import re
@@ -164,13 +165,10 @@ def test_the_auto_spin_takes_the_first_whose_fixed_cost_leaves_room_for_the_targ
 
 
 def test_aa_report_splits_a_case_outside_the_band_by_round_order(tmp_path, h2h):
-    import csv
-
     aa = tmp_path / "aa_bench_batch_decode.csv"
     samples_dir = str(tmp_path / "samples")
     _sweep(aa, "a=torch", "b=torch", extra=("--samples-dir", samples_dir))
-    with open(aa, newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = h2h._rows(aa)
     for row in rows:  # push b's ratio out of the band; its rounds stay as measured
         if row["impl"] == "b":
             row.update(paired_ratio="1.01", paired_ratio_lo="0.99", paired_ratio_hi="1.03")
@@ -189,8 +187,10 @@ def test_aa_report_splits_a_case_outside_the_band_by_round_order(tmp_path, h2h):
 
 
 def test_order_split_shows_an_order_effect_the_paired_ratio_hides(h2h):
+    from fi_attn_bench.summarizer.samples import case_key
+
     row = {"schema_version": "1", "api": "X", "batch_size": "2", "impl": "b", "status": "ok"}
-    cells = (("batch_size", "2"),)
-    rounds = {(cells, "a"): [1.0, 1.0, 1.0, 1.0], (cells, "b"): [1.02, 0.98, 1.02, 0.98]}
+    a, b = (case_key("X", {"batch_size": "2"}, impl) for impl in ("a", "b"))
+    rounds = {a: [1.0, 1.0, 1.0, 1.0], b: [1.02, 0.98, 1.02, 0.98]}
     assert h2h._order_split(rounds, row) == " (rounds A B 1.0200, B A 0.9800)"
     assert h2h._order_split({}, row) == ""  # no samples file: nothing to add

@@ -15,6 +15,8 @@ import fake_bench_script
 import pytest
 from test_bench_resume import FAST, ROOT, rows_of, run_in_process
 
+import bench_batch_decode
+from fi_attn_bench.results.schema import read_result_rows
 from fi_attn_bench.sweep import environment
 from fi_attn_bench.sweep.samples import append_samples, read_samples, samples_line
 
@@ -130,16 +132,11 @@ def test_an_existing_samples_file_is_not_overwritten(tmp_path, monkeypatch, caps
 
 
 def test_a_head_to_head_case_writes_each_impls_round_medians_behind_its_paired_ratio(tmp_path):
-    import csv
-
-    import bench_batch_decode
-
     path, samples_dir = tmp_path / "h.csv", tmp_path / "samples"
     argv = ["--device", "cpu", "--filter", "batch_size=2", "--max-time-per-case", "0.3"]
     argv += ["--impl", "a=torch", "--impl", "b=torch", "--samples-dir", str(samples_dir)]
     assert bench_batch_decode.main([*argv, "--output", str(path)]) == 0
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = {row["impl"]: row for row in csv.DictReader(handle)}
+    rows = {row["impl"]: row for row in read_result_rows(path)[1]}
     entries = {e["impl"]: e for e in read_samples(str(samples_dir / "h.samples.jsonl.gz"))}
     a, b = entries["a"]["round_medians_ms"], entries["b"]["round_medians_ms"]
     assert len(a) == len(b) == int(rows["b"]["paired_rounds"]) >= 2
