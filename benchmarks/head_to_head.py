@@ -670,8 +670,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(names) - set(SCRIPTS))
     if unknown:
         parser.error(f"unknown --scripts {', '.join(unknown)}; choose from {', '.join(SCRIPTS)}")
+    try:
+        sweep_args = shlex.split(args.sweep_args)
+    except ValueError as exc:
+        parser.error(f"--sweep-args {args.sweep_args!r}: {exc}")
     args.out.mkdir(parents=True, exist_ok=True)
-    extra = ["--preset", args.preset, *shlex.split(args.sweep_args)]
+    extra = ["--preset", args.preset, *sweep_args]
     if args.part == "aa":
         part_aa(args.out, names, extra)
     elif args.part == "spin":

@@ -82,6 +82,14 @@ def test_unknown_script_name_is_refused(tmp_path, h2h, capsys):
     assert "unknown --scripts nope" in capsys.readouterr().err
 
 
+def test_unbalanced_sweep_args_are_refused_before_any_sweep(tmp_path, h2h, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        h2h.main([str(tmp_path / "new"), "--part", "aa", "--sweep-args", "--filter 'a"])
+    assert exit_info.value.code == 2
+    assert '--sweep-args "--filter \'a": No closing quotation' in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
 def test_sweep_runs_a_script_and_records_its_wall_times(tmp_path, h2h, monkeypatch):
     monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.001")
     extra = ["--preset", "smoke", "--max-time-per-case", "0.1"]
