@@ -5,6 +5,7 @@ reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``,
 ``<part>.md`` table and (backends) ``backends_<api>.svg`` forest plots into DIR.
 
     python benchmarks/head_to_head.py DIR --part aa        # (a) A/A + (c) cost, ~7 min
+    python benchmarks/head_to_head.py DIR --part aa-one    # (a) one instance against itself
     python benchmarks/head_to_head.py DIR --part spin      # (b) 2 % spin against itself
     python benchmarks/head_to_head.py DIR --part backends  # (d) flashinfer:fa2 vs :fa3
     python benchmarks/head_to_head.py DIR --part report    # tables again from DIR, no GPU
@@ -12,7 +13,8 @@ reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``,
 ``--sweep-args '--noise-target 0.5'`` passes options on to every script.
 
 (a) ``--impl a=flashinfer --impl b=flashinfer``: the paired ratio b/a of every case whose
-    time is >= 20 us, its spread and whether each interval holds 1.00.
+    time is >= 20 us, its spread and whether each interval holds 1.00; ``aa-one``: the same
+    with one instance (plugin ``one_instance``) as a and b, no second wrapper or buffers.
 (b) ``--impl base=flashinfer --impl spin=benchmarks/head_to_head.py:spin_auto``: the same
     FlashInfer run() followed by a GPU spin calibrated (in the plugin's plan, against run()
     alone, interleaved) to make a call ``SPIN_FRACTION`` slower; the share of cases >= 50 us
@@ -64,6 +66,7 @@ AA_MIN_MS = 0.020
 SPIN_MIN_MS = 0.050
 SPIN_FRACTION = 0.02
 AA_BAND = 0.005  # the issue's +-0.5 %
+AA_ONE = "aaone"  # the CSV prefix of the one-instance A/A
 # The spin's calibration: proportional steps, bursts of run() about as long as a harness round's
 # batch (~1/20 of --min-time-ms 500), pairs of bursts per measured slowdown.
 CALIBRATION_STEPS = 3
@@ -253,9 +256,7 @@ def _spin_plugin(context, kind: str, spins: Sequence[Callable[[], Spin]]):
     reached is appended to $H2H_SPIN_LOG when set."""
     from fi_attn_bench.backends.impls import PluginRun
 
-    script = importlib.import_module(SCRIPT_BY_API[context.api])
-    settings = dataclasses.replace(context.settings, backend="flashinfer", inputs=context.inputs)
-    prepared = script.prepare(context.case, settings)
+    prepared = _flashinfer_prepared(context)
     run, units, active = prepared.run, [0], [spins[0]()]
 
     def spun():
@@ -289,6 +290,30 @@ def _spin_plugin(context, kind: str, spins: Sequence[Callable[[], Spin]]):
                 handle.write(json.dumps({**entry, **used}) + "\n")
 
     return PluginRun(run=spun, plan=plan, output=prepared.output)
+
+
+def _flashinfer_prepared(context):
+    """The script's own FlashInfer Prepared (wrapper, plan, output) on the plugin's inputs."""
+    script = importlib.import_module(SCRIPT_BY_API[context.api])
+    settings = dataclasses.replace(context.settings, backend="flashinfer", inputs=context.inputs)
+    return script.prepare(context.case, settings)
+
+
+# The case's one instance, kept beside its inputs so their id cannot be reused meanwhile.
+_ONE_INSTANCE: dict[int, tuple[object, object]] = {}
+
+
+def one_instance(context):
+    """--impl plugin: the script's FlashInfer run(), built once per case for every impl naming
+    this plugin, so an A/A times one callable (wrapper, workspace, output) against itself."""
+    from fi_attn_bench.backends.impls import PluginRun
+
+    key = id(context.inputs)
+    if key not in _ONE_INSTANCE:
+        _ONE_INSTANCE.clear()
+        _ONE_INSTANCE[key] = (context.inputs, _flashinfer_prepared(context))
+    prepared = _ONE_INSTANCE[key][1]
+    return PluginRun(run=prepared.run, output=prepared.output)
 
 
 def spin_auto(context):
@@ -379,10 +404,21 @@ def _interval(row) -> tuple[float, float] | None:
 
 
 def part_aa(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
-    samples = ["--samples-dir", str(out / "samples")]  # round medians: the order split below
     for name in names:
         _sweep(out, "single", SCRIPTS[name], ["flashinfer"], extra)
-        _sweep(out, "aa", SCRIPTS[name], ["a=flashinfer", "b=flashinfer"], [*extra, *samples])
+        _sweep(out, "aa", SCRIPTS[name], ["a=flashinfer", "b=flashinfer"], [*extra, *_samples(out)])
+
+
+def part_aa_one(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
+    """A/A of one instance against itself: what is left is the measurement's own error."""
+    one = "benchmarks/head_to_head.py:one_instance"
+    for name in names:
+        _sweep(out, AA_ONE, SCRIPTS[name], [f"a={one}", f"b={one}"], [*extra, *_samples(out)])
+
+
+def _samples(out: Path) -> list[str]:
+    """The sweep options that keep each case's round medians (read back by the reports)."""
+    return ["--samples-dir", str(out / "samples")]
 
 
 def part_spin(out: Path, names: Sequence[str], extra: Sequence[str], kind: str = "auto") -> None:
@@ -390,7 +426,7 @@ def part_spin(out: Path, names: Sequence[str], extra: Sequence[str], kind: str =
     factory = SPIN_PLUGINS[kind]
     for name in names:
         plugin = f"spin=benchmarks/head_to_head.py:{factory}"
-        _sweep(out, factory, SCRIPTS[name], ["base=flashinfer", plugin], extra)
+        _sweep(out, factory, SCRIPTS[name], ["base=flashinfer", plugin], [*extra, *_samples(out)])
 
 
 def part_backends(out: Path, names, extra, backends: Sequence[str]) -> None:
@@ -404,36 +440,42 @@ def report_aa(out: Path, names) -> list[str]:
         "",
         "Next to the cross-process A/A of issue 22 (H200, harness 0.6.0, cases >= 50 us): two "
         "sweeps on one machine |d time_ms| median 0.11 %, max 1.4 %; on another H200 median "
-        "0.8 %, max 3.8 %. Target here: every ratio within +-0.5 %, every interval holding 1.",
+        "0.8 %, max 3.8 %. Target here: every ratio within +-0.5 %, every interval holding 1. "
+        "Two instances: a=flashinfer b=flashinfer (own wrapper, workspace, output each); one "
+        "instance: the same callable twice (--part aa-one).",
         "",
-        "| script | cases | median abs(r-1) % | max abs(r-1) % | within +-0.5 % | interval holds 1 | slower | faster |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| script | A/A of | cases | median abs(r-1) % | max abs(r-1) % | within +-0.5 % | interval holds 1 | slower | faster |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     outside = []
-    for name in names:
-        pairs = _long_pairs(out, "aa", name, "a", AA_MIN_MS)
-        if not pairs:
-            continue
-        dev = [abs(float(o["paired_ratio"]) - 1) * 100 for _, o in pairs]
-        holds = sum(1 for _, o in pairs if (i := _interval(o)) and i[0] <= 1 <= i[1])
-        within = sum(d <= AA_BAND * 100 for d in dev)
-        verdicts = [o["paired_verdict"] for _, o in pairs]
-        lines.append(
-            f"| {name} | {len(pairs)} | {statistics.median(dev):.2f} | {max(dev):.2f} | "
-            f"{within}/{len(pairs)} | {holds}/{len(pairs)} | {verdicts.count('slower')} | "
-            f"{verdicts.count('faster')} |"
-        )
-        rounds = _read_round_medians(
-            out / "samples" / f"aa_{Path(SCRIPTS[name]).stem}.samples.jsonl.gz"
-        )
-        outside += [
-            f"{name} {_case_label(o)}: {_ratio_text(o)}{_order_split(rounds, o)}"
-            for _, o in pairs
-            if abs(float(o["paired_ratio"]) - 1) > AA_BAND
-        ]
+    for tag, instances in (("aa", "two instances"), (AA_ONE, "one instance")):
+        for name in names:
+            pairs = _long_pairs(out, tag, name, "a", AA_MIN_MS)
+            if not pairs:
+                continue
+            lines.append(f"| {name} | {instances} | " + _aa_cells(pairs))
+            rounds = _read_round_medians(
+                out / "samples" / f"{tag}_{Path(SCRIPTS[name]).stem}.samples.jsonl.gz"
+            )
+            outside += [
+                f"{name} ({instances}) {_case_label(o)}: {_ratio_text(o)}{_order_split(rounds, o)}"
+                for _, o in pairs
+                if abs(float(o["paired_ratio"]) - 1) > AA_BAND
+            ]
     if outside:
         lines += ["", "Outside +-0.5 %: " + "; ".join(outside)]
     return lines
+
+
+def _aa_cells(pairs) -> str:
+    dev = [abs(float(o["paired_ratio"]) - 1) * 100 for _, o in pairs]
+    holds = sum(1 for _, o in pairs if (i := _interval(o)) and i[0] <= 1 <= i[1])
+    within = sum(d <= AA_BAND * 100 for d in dev)
+    verdicts = [o["paired_verdict"] for _, o in pairs]
+    return (
+        f"{len(pairs)} | {statistics.median(dev):.2f} | {max(dev):.2f} | {within}/{len(pairs)} | "
+        f"{holds}/{len(pairs)} | {verdicts.count('slower')} | {verdicts.count('faster')} |"
+    )
 
 
 def _read_round_medians(path: Path) -> dict[tuple, list[float]]:
@@ -451,16 +493,16 @@ def _read_round_medians(path: Path) -> dict[tuple, list[float]]:
 
 
 def _order_split(rounds: dict[tuple, list[float]], row: dict) -> str:
-    """The A/A ratio b/a over the rounds run A B and over those run B A: apart, they show an
-    order effect that the paired ratio (all rounds) averages out only with balanced rounds."""
+    """The median A/A round ratio b/a over the rounds run A B and over those run B A: apart,
+    they show the order effect that each pair of rounds cancels in the paired ratio."""
     from fi_attn_bench.summarizer.samples import case_key
-    from fi_attn_bench.timing.paired import paired_ratio
 
     cells = {f: row[f] for f in _case_fields(row)}
     a, b = (rounds.get(case_key(row["api"], cells, impl)) for impl in ("a", "b"))
     if not a or not b or len(a) != len(b) or len(a) < 2:
         return ""
-    ab, ba = (paired_ratio(b[start::2], a[start::2]).ratio for start in (0, 1))
+    ratios = [y / x for x, y in zip(a, b, strict=True)]
+    ab, ba = (statistics.median(ratios[start::2]) for start in (0, 1))
     return f" (rounds A B {ab:.4f}, B A {ba:.4f})"
 
 
@@ -643,7 +685,9 @@ def forest_svg(api: str, pairs, base: str, out: Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="directory for CSVs, walls.json, tables, plots")
-    parser.add_argument("--part", choices=("aa", "spin", "backends", "report"), required=True)
+    parser.add_argument(
+        "--part", choices=("aa", "aa-one", "spin", "backends", "report"), required=True
+    )
     parser.add_argument(
         "--scripts",
         help="some of decode,paged,ragged,mla (default: all; for --part backends paged,ragged,mla: "
@@ -678,6 +722,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = ["--preset", args.preset, *sweep_args]
     if args.part == "aa":
         part_aa(args.out, names, extra)
+    elif args.part == "aa-one":
+        part_aa_one(args.out, names, extra)
     elif args.part == "spin":
         part_spin(args.out, names, extra, args.spin)
     elif args.part == "backends":

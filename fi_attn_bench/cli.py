@@ -156,6 +156,15 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="exit 1 when an implementation is slower than the baseline by more than PCT %% "
         "with its 95%% interval excluding it (interval's lower end > 1 + PCT/100)",
     )
+    head.add_argument(
+        "--same-within",
+        type=_non_negative_float,
+        default=TimingOptions.same_within_pct,
+        metavar="PCT",
+        help="call an implementation faster or slower only when its paired ratio's whole 95%% "
+        "interval lies beyond 1 -+ PCT/100 (default %(default)g: the harness's own A/A "
+        "offsets); 0: whenever the interval excludes 1",
+    )
     timing = parser.add_argument_group("timing")
     timing.add_argument(
         "--timer",

@@ -3,6 +3,7 @@ verdicts and the --fail-if-slower gate (CPU; fake timers and the fake script).""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 from typing import Literal
@@ -60,6 +61,29 @@ def test_median_interval_covers_the_true_median_95pct_of_the_time():
 )
 def test_verdict_comes_from_the_interval(interval, verdict):
     assert paired.PairedRatio(1.0, 20, interval).verdict == verdict
+
+
+@pytest.mark.parametrize(
+    ("interval", "same_within", "verdict"),
+    [
+        ((1.001, 1.004), 0.25, "same"),  # excludes 1, but not beyond the margin
+        ((1.001, 1.004), 0.0, "slower"),
+        ((1.003, 1.01), 0.25, "slower"),
+        ((0.99, 0.9974), 0.25, "faster"),
+        ((0.99, 0.998), 0.25, "same"),
+    ],
+)
+def test_a_verdict_needs_the_whole_interval_beyond_the_same_within_margin(
+    interval, same_within, verdict
+):
+    assert paired.PairedRatio(1.0, 20, interval, same_within).verdict == verdict
+
+
+def test_measured_ratios_carry_the_sweeps_same_within_margin():
+    options = dataclasses.replace(OPTIONS, same_within_pct=5.0)
+    outcome = paired.measure_paired([contender(1.0), contender(1.03)], DriftTimer(), options)
+    ratio = outcome.ratios[1]
+    assert ratio.interval[0] > 1.0 and ratio.verdict == "same"  # 3 % is within 5 %
 
 
 def test_slower_beyond_needs_the_lower_end_above_the_threshold():
@@ -135,6 +159,48 @@ def test_a_a_is_same_and_its_interval_holds_one():
     assert ratio.verdict == "same"
     assert ratio.interval[0] <= 1.0 <= ratio.interval[1]
     assert ratio.half_width_pct() <= OPTIONS.noise_target_pct
+
+
+class OrderTimer(DriftTimer):
+    """No drift; the second batch of every round runs ``second`` times slower (what the
+    GPU state a round's first batch leaves does to the next one)."""
+
+    def __init__(self, second=1.02):
+        super().__init__(drift=lambda step: second if step % 2 == 0 else 1.0)
+
+
+def test_an_order_effect_cancels_in_each_pair_of_rounds():
+    outcome = paired.measure_paired([contender(1.0), contender(1.0)], OrderTimer(), OPTIONS)
+    ratio = outcome.ratios[1]
+    assert abs(ratio.ratio - 1.0) < 0.002 and ratio.verdict == "same"
+    assert ratio.half_width_pct() <= OPTIONS.noise_target_pct  # the rounds alone: +-2 %
+
+
+def test_pair_ratios_are_each_pairs_geometric_mean_and_skip_an_odd_last_round():
+    values, baseline = [1.02, 0.98, 1.5, 1.0, 7.0], [1.0, 1.0, 1.0, 1.5, 1.0]
+    assert paired.pair_ratios(values, baseline) == pytest.approx([(1.02 * 0.98) ** 0.5, 1.0])
+    assert paired.pair_ratios([1.0, 1.0], [0.0, 1.0]) == []  # a round without baseline time
+    ratio = paired.paired_ratio([1.0] * 13, [1.0] * 13)
+    assert (ratio.ratio, ratio.rounds, ratio.interval) == (1.0, 12, (1.0, 1.0))
+    assert paired.paired_ratio([1.0] * 11, [1.0] * 11).interval is None  # 5 pairs: too few
+
+
+def test_a_round_is_kept_only_with_its_partner():
+    assert paired.kept_in_pairs([True, False, True, True, False]) == [
+        False,
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert paired.kept_in_pairs([True, True, True]) == [True, True, True]
+
+
+def test_a_spent_budget_still_ends_on_a_whole_pair_of_rounds():
+    options = dataclasses.replace(OPTIONS, max_time_s=1e-9)
+    timer = DriftTimer()
+    outcome = paired.measure_paired([contender(1.0), contender(1.0)], timer, options)
+    assert len(timer.log) == 4 and outcome.ratios[1].rounds == 2  # A B, B A: one pair
 
 
 def test_the_loop_waits_for_each_impls_min_time():
@@ -373,6 +439,12 @@ def test_unknown_baseline_exits_2(capsys):
     assert "--baseline-impl 'x' is none of the --impl names" in capsys.readouterr().err
 
 
+def test_negative_same_within_exits_2(capsys):
+    argv = ["--impl", "torch", "--impl", f"{PLUGIN}:same", "--same-within", "-1"]
+    assert run_main(argv, spec=EXPLODING) == 2
+    assert "--same-within" in capsys.readouterr().err
+
+
 def test_fail_if_slower_with_one_impl_exits_2(capsys):
     assert run_main(["--impl", "torch", "--fail-if-slower", "1"], spec=EXPLODING) == 2
     assert "give two or more --impl" in capsys.readouterr().err
@@ -404,6 +476,7 @@ def test_one_row_per_case_and_impl_with_paired_columns(tmp_path, quick_script):
     assert plugin["baseline_impl"] == "torch" and float(plugin["paired_ratio"]) > 0
     assert int(plugin["paired_rounds"]) >= 1
     assert f"--impl torch --impl {PLUGIN}:same" in plugin["repro"]
+    assert "--same-within" not in plugin["repro"]  # the default is not repeated
     assert rows[("1", "torch")]["paired_ratio"] == "" and rows[("1", "torch")]["backend"] == "torch"
 
 
@@ -441,6 +514,15 @@ def test_fail_if_slower_exits_1_naming_the_slower_impl(tmp_path, quick_script, c
     assert f"--fail-if-slower 50: {PLUGIN}:slow is slower than torch" in printed
     row = _by_impl(read_rows(out))[("1", f"{PLUGIN}:slow")]
     assert row["paired_verdict"] == "slower" and float(row["paired_ratio_lo"]) > 1.5
+
+
+def test_same_within_widens_what_is_called_same_and_goes_into_the_repro(tmp_path, quick_script):
+    out = tmp_path / "h.csv"
+    argv = ["--impl", "torch", "--impl", f"{PLUGIN}:slow", "--output", str(out), *FAST]
+    assert run_main([*argv, "--filter", "batch_size=1", "--same-within", "1000"]) == 0
+    row = _by_impl(read_rows(out))[("1", f"{PLUGIN}:slow")]
+    assert float(row["paired_ratio_lo"]) > 1.5 and row["paired_verdict"] == "same"
+    assert "--same-within 1000" in row["repro"]
 
 
 def test_example_sdpa_plugin_passes_the_decode_check_on_the_cpu(tmp_path):

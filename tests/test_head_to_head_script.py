@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -60,8 +61,9 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
     (tmp_path / "walls.json").write_text(json.dumps(walls))
     assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
     text = (tmp_path / "report.md").read_text()
-    aa = next(line for line in text.splitlines() if line.startswith("| decode | 1 |"))
-    assert aa.count("|") == 9  # one case >= 20 us with its spread, holds-1 and verdict counts
+    aa = next(line for line in text.splitlines() if line.startswith("| decode | two instances"))
+    assert aa.count("|") == 10  # one case >= 20 us with its spread, holds-1 and verdict counts
+    assert "| decode | one instance |" not in text  # no aa-one CSV here
     assert "| decode | 10.0 | 21.0 | 2.10 | 6.0 | 12.6 | 2.10 |" in text
     for kind, reached in (("busy", "2.10%"), ("sleep", "0.50%")):  # the sleep entry: old format
         section = text.split(f"a 2% {kind} spin against itself")[1].split("## ")[0]
@@ -187,7 +189,7 @@ def test_aa_report_splits_a_case_outside_the_band_by_round_order(tmp_path, h2h):
     assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
     text = (tmp_path / "report.md").read_text()
     found = re.search(
-        r"Outside \+-0\.5 %: decode batch_size=2,.*: 1\.0100 \[0\.9900, 1\.0300\]"
+        r"Outside \+-0\.5 %: decode \(two instances\) batch_size=2,.*: 1\.0100 \[0\.9900, 1\.0300\]"
         r" \(rounds A B (\d\.\d{4}), B A (\d\.\d{4})\)",
         text,
     )
@@ -202,3 +204,30 @@ def test_order_split_shows_an_order_effect_the_paired_ratio_hides(h2h):
     rounds = {a: [1.0, 1.0, 1.0, 1.0], b: [1.02, 0.98, 1.02, 0.98]}
     assert h2h._order_split(rounds, row) == " (rounds A B 1.0200, B A 0.9800)"
     assert h2h._order_split({}, row) == ""  # no samples file: nothing to add
+
+
+def test_one_instance_hands_every_impl_of_a_case_the_same_callable(h2h, monkeypatch):
+    built = []
+
+    def prepared(context):
+        built.append(context.inputs)
+        return SimpleNamespace(run=lambda: len(built), output=object())
+
+    monkeypatch.setattr(h2h, "_flashinfer_prepared", prepared)
+    case_inputs, next_inputs = object(), object()
+    a, b = (h2h.one_instance(SimpleNamespace(inputs=case_inputs)) for _ in "ab")
+    assert a.run is b.run and a.output is b.output and built == [case_inputs]
+    c = h2h.one_instance(SimpleNamespace(inputs=next_inputs))  # the next case: its own
+    assert c.run is not a.run and built == [case_inputs, next_inputs]
+
+
+def test_aa_one_sweeps_one_instance_as_both_impls_and_reports_it(tmp_path, h2h, monkeypatch):
+    seen = []
+    monkeypatch.setattr(h2h, "_sweep", lambda out, tag, script, impls, extra: seen.append(impls))
+    assert h2h.main([str(tmp_path), "--part", "aa-one", "--scripts", "decode"]) == 0
+    one = "benchmarks/head_to_head.py:one_instance"
+    assert seen == [[f"a={one}", f"b={one}"]]
+    _sweep(tmp_path / "aaone_bench_batch_decode.csv", "a=torch", "b=torch")
+    assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "| decode | one instance | 1 |" in text

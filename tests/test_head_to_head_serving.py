@@ -38,17 +38,31 @@ class RoundWatch:
 
 
 def test_paired_rounds_call_the_watch_once_per_round_and_drop_throttled_rounds_for_all():
-    timer, watch = DriftTimer(), RoundWatch(throttled={2, 3})
+    timer, watch = DriftTimer(), RoundWatch(throttled={3, 4})  # one pair of rounds: A B, B A
     outcome = paired.measure_paired([contender(1.0), contender(1.03)], timer, OPTIONS, watch=watch)
     rounds = len(timer.log) // 2
     assert watch.starts == 1 and watch.done == rounds
-    dropped = [calls for _, calls in timer.log[2:6]]  # rounds 2 and 3: two batches each
+    dropped = [calls for _, calls in timer.log[4:8]]  # rounds 3 and 4: two batches each
     assert [len(medians) for medians in outcome.round_medians] == [rounds - 2, rounds - 2]
     baseline, other = outcome.measurements
     assert baseline.discarded_samples + other.discarded_samples == sum(dropped)
     assert baseline.throttled_samples == baseline.discarded_samples > 0
-    assert outcome.ratios[1].rounds == rounds - 2 and outcome.ratios[1].verdict == "slower"
+    assert outcome.ratios[1].rounds == 2 * ((rounds - 2) // 2)
+    assert outcome.ratios[1].verdict == "slower"
     assert len(baseline.samples) + len(other.samples) == sum(c for _, c in timer.log) - sum(dropped)
+
+
+def test_a_throttled_round_takes_its_partner_round_with_it():
+    timer, watch = DriftTimer(), RoundWatch(throttled={2})  # round 1 (A B) pairs with it
+    outcome = paired.measure_paired([contender(1.0), contender(1.03)], timer, OPTIONS, watch=watch)
+    rounds = len(timer.log) // 2
+    throttled = [calls for _, calls in timer.log[2:4]]
+    dropped = [calls for _, calls in timer.log[0:4]]
+    baseline, other = outcome.measurements
+    assert [len(medians) for medians in outcome.round_medians] == [rounds - 2, rounds - 2]
+    assert baseline.throttled_samples + other.throttled_samples == sum(throttled)
+    assert baseline.discarded_samples + other.discarded_samples == sum(dropped)
+    assert outcome.ratios[1].verdict == "slower"
 
 
 def test_paired_rounds_keep_every_round_when_every_round_ran_throttled():

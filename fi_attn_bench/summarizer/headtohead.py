@@ -2,8 +2,9 @@
 
 For each API, each case (its parameters without ``impl``) gets the time of every
 implementation, the speedup of each against the baseline implementation (the rows'
-``baseline_impl``, else the API's first implementation) with its 95 % interval from
-``paired_ratio_lo``/``paired_ratio_hi`` where the bench measured them interleaved, and
+``baseline_impl``, else the API's first implementation): 1 / ``paired_ratio`` with its 95 %
+interval from ``paired_ratio_lo``/``paired_ratio_hi`` where the bench measured them
+interleaved, else the ratio of the times; and
 the winner (lowest time); per API, the geometric mean of each implementation's speedup.
 """
 
@@ -20,7 +21,7 @@ from fi_attn_bench.summarizer.identity import case_ids, view_codes
 
 @dataclass(frozen=True)
 class ImplResult:
-    """One implementation on one case; speedup = baseline time / this time."""
+    """One implementation on one case; speedup: above 1, faster than the baseline."""
 
     impl: str
     time_ms: float
@@ -78,6 +79,7 @@ def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | No
     order.remove(baseline)
     order.insert(0, baseline)
     time_ms = view.floats("time_ms")
+    paired = view.floats("paired_ratio")
     lo, hi = view.floats("paired_ratio_lo"), view.floats("paired_ratio_hi")
     cases, ratios = [], {impl: [] for impl in order}
     bounds = np.flatnonzero(np.diff(groups[rows])) + 1
@@ -91,7 +93,7 @@ def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | No
             if impl not in by_impl:
                 continue
             row = by_impl[impl]
-            speedup = base_ms / float(time_ms[row])
+            speedup = _speedup(base_ms, float(time_ms[row]), float(paired[row]))
             ratios[impl].append(speedup)
             results.append(ImplResult(impl, float(time_ms[row]), speedup, 1 / hi[row], 1 / lo[row]))
         winner = min(results, key=lambda result: result.time_ms).impl
@@ -101,3 +103,11 @@ def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | No
         for impl, values in ratios.items()
     }
     return ApiComparison(api, baseline, tuple(order), tuple(cases), geomean)
+
+
+def _speedup(base_ms: float, time_ms: float, paired_ratio: float) -> float:
+    """1 / the paired ratio where the bench measured one (the estimate its interval is
+    about), else the ratio of the two times."""
+    if paired_ratio == paired_ratio and paired_ratio > 0:
+        return 1.0 / paired_ratio
+    return base_ms / time_ms

@@ -282,8 +282,9 @@ def head_to_head_tables(comparisons) -> list[Block | Table]:
         head = [
             f"## Head to Head: {cell(api.api)}",
             "",
-            f"Speedup = {names[0]} time / implementation time (above 1: faster than the "
-            "baseline implementation); [interval] from the paired rounds where measured.",
+            f"Speedup over {names[0]} (above 1: faster than the baseline implementation) = "
+            "1 / paired ratio with its [95 % interval] where the rounds were interleaved, "
+            f"else {names[0]} time / implementation time.",
             "",
             "| Case | "
             + " | ".join(f"{name} ms" for name in names)

@@ -126,6 +126,7 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         attribution=args.attribution,
         stop_rule=args.stop_rule,
         noise_target_pct=args.noise_target,
+        same_within_pct=args.same_within,
         min_samples=args.min_samples,
         max_time_s=args.max_time_per_case
         or (CPU_MAX_TIME_S if device.type == "cpu" else TimingOptions.max_time_s),
@@ -332,6 +333,8 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
             words += ["--impl", f"{impl.name}={impl.target}" if named else impl.target]
     if options.baseline:
         words += ["--baseline-impl", options.impls[options.baseline].name]
+    if options.paired and timing.same_within_pct != TimingOptions.same_within_pct:
+        words += ["--same-within", f"{timing.same_within_pct:g}"]
     if timing.kernel_pattern:
         words += ["--kernel-pattern", timing.kernel_pattern]
     if timing.attribution != TimingOptions.attribution:

@@ -44,6 +44,10 @@ class TimingOptions:
     # kernels stop early) or as the samples' IQR/median (does not shrink with samples).
     stop_rule: str = "median_ci"
     noise_target_pct: float = 1.0
+    # Head to head: an impl is called faster or slower only when its paired ratio's whole
+    # interval lies beyond +-same_within_pct % (Criterion's noise threshold): an A/A of one
+    # instance against itself showed offsets of 0.1-0.2 % that its interval excluded.
+    same_within_pct: float = 0.25
     min_samples: int = 10
     max_time_s: float = 2.0  # per-case budget of the measurement loop (wall clock)
     warmup_min_calls: int = 3
@@ -107,3 +111,5 @@ class TimingOptions:
             raise ValueError("throttle threshold in (0, 100] % and cooldown >= 0 ms required")
         if self.min_samples < 1 or self.noise_target_pct <= 0 or self.max_time_s <= 0:
             raise ValueError("min_samples >= 1, noise target > 0 and time budget > 0 required")
+        if self.same_within_pct < 0:
+            raise ValueError("same_within_pct >= 0 required")

@@ -3,8 +3,10 @@
 Each round gives every implementation one batch of calls, in alternating order (A B, B A,
 A B, ...), on the same inputs and with the same L2 treatment, so a drift of clocks, power
 or temperature hits all of them alike.  The per-round ratio (round median of an
-implementation / round median of the baseline) cancels that drift; its median over the
-rounds, with a distribution-free 95 % interval, is the paired ratio.
+implementation / round median of the baseline), combined over each pair of rounds (A B then
+B A) by its geometric mean, cancels that drift and what running first or second in a round
+does to a batch; the median over the pairs, with a distribution-free 95 % interval, is the
+paired ratio.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from fi_attn_bench.timing.statistics import Batch, Measurement, clamp, quantile
 from fi_attn_bench.timing.timers import Timer, TimerSession
 
 ROUNDS_TARGET = 20  # rounds the min-time window is cut into (each impl's batch ~ 1/20 of it)
-MIN_ROUNDS = 10  # the stop rule waits for these (95 % interval from ranks 2 and 9)
+MIN_ROUNDS = 12  # the stop rule waits for these: 6 pairs, the fewest with a 95 % interval
 MIN_ROUND_CALLS = 3  # calls per impl per round at least: a round median needs some
 CONFIDENCE = 0.95
 SLOWER, FASTER, SAME = "slower", "faster", "same"
@@ -47,20 +49,23 @@ class Contender:
 
 @dataclass(frozen=True)
 class PairedRatio:
-    """One implementation against the baseline: median of the per-round ratios and its
-    interval (None where fewer than ``min_rounds_for_interval()`` rounds ran)."""
+    """One implementation against the baseline: median of the per-pair-of-rounds ratios, the
+    rounds they came from, and the median's interval (None with fewer than 6 pairs)."""
 
     ratio: float
     rounds: int
     interval: tuple[float, float] | None
+    same_within_pct: float = 0.0
 
     @property
     def verdict(self) -> str:
-        """faster / slower when the interval excludes 1, else same ("" without interval)."""
+        """faster / slower when the whole interval lies beyond 1 -+ same_within_pct %, else
+        same ("" without interval)."""
         if self.interval is None:
             return ""
         low, high = self.interval
-        return SLOWER if low > 1.0 else FASTER if high < 1.0 else SAME
+        margin = self.same_within_pct / 100.0
+        return SLOWER if low > 1.0 + margin else FASTER if high < 1.0 - margin else SAME
 
     def slower_beyond(self, pct: float) -> bool:
         """Slower than the baseline by more than ``pct`` %, the interval excluding it."""
@@ -123,12 +128,24 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE):
     return ordered[ranks[0] - 1], ordered[ranks[1] - 1]
 
 
-def paired_ratio(values: Sequence[float], baseline: Sequence[float]) -> PairedRatio | None:
-    """Median over rounds of ``values[r] / baseline[r]`` with its interval."""
-    ratios = [v / b for v, b in zip(values, baseline, strict=True) if b > 0]
+def pair_ratios(values: Sequence[float], baseline: Sequence[float]) -> list[float]:
+    """Per pair of consecutive rounds (0 1, 2 3, ...: run A B then B A), the geometric mean of
+    the two rounds' ``values / baseline``: the order effect and a linear drift over the
+    pair's batches cancel inside it.  An odd last round has no partner and is left out."""
+    ratios = [v / b if b > 0 else math.nan for v, b in zip(values, baseline, strict=True)]
+    pairs = (ratios[i : i + 2] for i in range(0, len(ratios) - 1, 2))
+    return [math.sqrt(first * second) for first, second in pairs if first > 0 and second > 0]
+
+
+def paired_ratio(
+    values: Sequence[float], baseline: Sequence[float], same_within_pct: float = 0.0
+) -> PairedRatio | None:
+    """Median over pairs of rounds of ``pair_ratios`` with its interval; None under one pair."""
+    ratios = pair_ratios(values, baseline)
     if not ratios:
         return None
-    return PairedRatio(quantile(sorted(ratios), 0.5), len(ratios), median_interval(ratios))
+    median = quantile(sorted(ratios), 0.5)
+    return PairedRatio(median, 2 * len(ratios), median_interval(ratios), same_within_pct)
 
 
 def round_order(index: int, count: int) -> tuple[int, ...]:
@@ -173,9 +190,9 @@ class PairedLoop:
         timer: Timer,
         watch: BatchWatch | None = None,
     ) -> list[list[Batch]]:
-        """Each session's batches, one per round, in round order (every round: ``kept``
-        says which the throttle policy keeps).  ``watch`` reads the device after each whole
-        round, so a throttled round is dropped for every contender and the pairs stay."""
+        """Each session's batches, one per round, in round order, over whole pairs of rounds
+        (every round: ``kept`` says which the throttle policy keeps).  ``watch`` reads the
+        device after each whole round, so a throttled round is dropped for every contender."""
         watch = watch or KeepEveryBatch()
         count = len(sessions)
         batches: list[list[Batch]] = [[] for _ in sessions]
@@ -200,6 +217,8 @@ class PairedLoop:
                     self.order.append(index)
                 rounds += 1
                 self.kept.append(watch.batch_done())
+                if rounds % 2:  # the ratio is taken over whole pairs of rounds (A B, B A)
+                    continue
                 kept = [kept_rounds(found, self.kept) for found in batches]
                 if self._stop(kept, sessions, self.clock() - start, budget_s):
                     return self.order
@@ -253,9 +272,15 @@ class PairedLoop:
 
 
 def kept_rounds(found: Sequence[Batch], kept: Sequence[bool]) -> list[Batch]:
-    """One session's batches of the rounds the watch kept: what the stop rule sees, as the
-    single loop's stop hook sees only kept samples."""
-    return [batch for batch, keep in zip(found, kept, strict=True) if keep]
+    """One session's batches of the rounds the watch kept (``kept_in_pairs``): what the stop
+    rule sees, as the single loop's stop hook sees only kept samples."""
+    return [batch for batch, keep in zip(found, kept_in_pairs(kept), strict=True) if keep]
+
+
+def kept_in_pairs(kept: Sequence[bool]) -> list[bool]:
+    """The watch's judgement per round, a round dropped with its partner (0 1, 2 3, ...), so
+    the kept rounds still pair A B with B A; a last round without partner keeps its own."""
+    return [kept[i] and kept[i ^ 1] if i ^ 1 < len(kept) else kept[i] for i in range(len(kept))]
 
 
 def throttle_filter(
@@ -266,7 +291,8 @@ def throttle_filter(
     batches cannot be matched with the rounds."""
     if any(len(batches) != len(kept) for batches in found):
         return [list(batches) for batches in found], False
-    return [kept_batches(batches, kept)[0] for batches in found], True
+    pairs = kept_in_pairs(kept)
+    return [kept_batches(batches, pairs)[0] for batches in found], True
 
 
 def _round_medians(batches: Sequence[Batch]) -> tuple[float, ...]:
@@ -344,12 +370,14 @@ def measure_paired(
         for position, index in enumerate(alive):
             runs = sessions[index].runs_per_sample
             throttled = _samples_in(found[position], loop.kept) if judged else 0
-            dropped = throttled if len(kept[position]) < len(found[position]) else 0
+            dropped = 0
+            if len(kept[position]) < len(found[position]):  # with their partners' rounds
+                dropped = _samples_in(found[position], kept_in_pairs(loop.kept))
             measurements[index] = _measurement(kept[position], timer, runs, throttled, dropped)
             medians[index] = _round_medians(kept[position])
     has_baseline = 0 <= baseline < len(contenders) and measurements[baseline] is not None
     ratios = tuple(
-        paired_ratio(medians[i], medians[baseline])
+        paired_ratio(medians[i], medians[baseline], options.same_within_pct)
         if has_baseline and i != baseline and measurements[i] is not None
         else None
         for i in range(len(contenders))
