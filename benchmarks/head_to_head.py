@@ -67,6 +67,7 @@ SPIN_MIN_MS = 0.050
 SPIN_FRACTION = 0.02
 AA_BAND = 0.005  # the issue's +-0.5 %
 AA_ONE = "aaone"  # the CSV prefix of the one-instance A/A
+MARGINS_PCT = (0.0, 0.1, 0.25, 0.5)  # --same-within values the reports recount verdicts at
 # The spin's calibration: proportional steps, bursts of run() about as long as a harness round's
 # batch (~1/20 of --min-time-ms 500), pairs of bursts per measured slowdown.
 CALIBRATION_STEPS = 3
@@ -447,12 +448,14 @@ def report_aa(out: Path, names) -> list[str]:
         "| script | A/A of | cases | median abs(r-1) % | max abs(r-1) % | within +-0.5 % | interval holds 1 | slower | faster |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    outside = []
+    outside, margins = [], []
     for tag, instances in (("aa", "two instances"), (AA_ONE, "one instance")):
+        every = []
         for name in names:
             pairs = _long_pairs(out, tag, name, "a", AA_MIN_MS)
             if not pairs:
                 continue
+            every += pairs
             lines.append(f"| {name} | {instances} | " + _aa_cells(pairs))
             rounds = _read_round_medians(
                 out / "samples" / f"{tag}_{Path(SCRIPTS[name]).stem}.samples.jsonl.gz"
@@ -462,9 +465,27 @@ def report_aa(out: Path, names) -> list[str]:
                 for _, o in pairs
                 if abs(float(o["paired_ratio"]) - 1) > AA_BAND
             ]
+        if every:
+            margins.append(_margin_line(f"A/A of {instances}: called faster or slower", every))
     if outside:
         lines += ["", "Outside +-0.5 %: " + "; ".join(outside)]
-    return lines
+    return [*lines, "", *margins] if margins else lines
+
+
+def _margin_line(label: str, pairs, verdicts=("faster", "slower")) -> str:
+    """How many of ``pairs`` get one of ``verdicts`` at each of MARGINS_PCT, recounted from
+    their intervals with the harness's own rule (the CSV's verdict used the sweep's margin)."""
+    from fi_attn_bench.timing.paired import PairedRatio
+
+    def verdict(row: dict, margin: float) -> str:
+        ratio = PairedRatio(float(row["paired_ratio"]), 0, _interval(row), margin)
+        return ratio.verdict
+
+    counts = [sum(verdict(o, m) in verdicts for _, o in pairs) for m in MARGINS_PCT]
+    return (
+        f"{label} at --same-within {' / '.join(f'{m:g}' for m in MARGINS_PCT)} %: "
+        f"{' / '.join(map(str, counts))} of {len(pairs)}"
+    )
 
 
 def _aa_cells(pairs) -> str:
@@ -515,11 +536,12 @@ def _long_pairs(out: Path, part: str, name: str, baseline: str, min_ms: float):
 def report_spin(out: Path, names) -> list[str]:
     lines = []
     for kind, tag in SPIN_PLUGINS.items():
-        rows, misses = [], []
+        rows, misses, every = [], [], []
         for name in names:
             pairs = _long_pairs(out, tag, name, "base", SPIN_MIN_MS)
             if not pairs:
                 continue
+            every += pairs
             ratios = [float(o["paired_ratio"]) for _, o in pairs]
             slower = sum(o["paired_verdict"] == "slower" for _, o in pairs)
             misses += [
@@ -542,6 +564,7 @@ def report_spin(out: Path, names) -> list[str]:
         ]
         if misses:
             lines += ["", "Not called slower: " + "; ".join(misses)]
+        lines += ["", _margin_line("Called slower", every, ("slower",))]
         entries = _spin_entries(out, kind)
         if entries:
             reached = [e["reached"] for e in entries]

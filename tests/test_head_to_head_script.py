@@ -231,3 +231,13 @@ def test_aa_one_sweeps_one_instance_as_both_impls_and_reports_it(tmp_path, h2h, 
     assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
     text = (tmp_path / "report.md").read_text()
     assert "| decode | one instance | 1 |" in text
+
+
+def test_margin_line_recounts_verdicts_from_the_intervals_at_each_margin(h2h):
+    def row(low, high):
+        return {"paired_ratio": str((low + high) / 2), "paired_ratio_lo": str(low),
+                "paired_ratio_hi": str(high)}  # fmt: skip
+
+    pairs = [(None, row(1.002, 1.004)), (None, row(1.003, 1.01)), (None, row(0.99, 1.01))]
+    line = h2h._margin_line("Called slower", pairs, ("slower",))
+    assert line == "Called slower at --same-within 0 / 0.1 / 0.25 / 0.5 %: 2 / 2 / 1 / 0 of 3"
