@@ -165,10 +165,14 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     # Head to head: implementations measured in interleaved rounds against a baseline one.
     Column("baseline_impl", _P, Kind.TEXT, "implementation the paired ratio is taken against"),
     Column("paired_rounds", _P, Kind.COUNT, "interleaved rounds behind the paired ratio"),
-    Column("paired_ratio", _P, Kind.POSITIVE, "median over pairs of rounds of time / baseline time"),
+    Column(
+        "paired_ratio", _P, Kind.POSITIVE, "median over pairs of rounds of time / baseline time"
+    ),
     Column("paired_ratio_lo", _P, Kind.POSITIVE, "lower end of the paired ratio's 95% interval"),
     Column("paired_ratio_hi", _P, Kind.POSITIVE, "upper end of the paired ratio's 95% interval"),
-    Column("paired_verdict", _P, Kind.CHOICE, "against the baseline, beyond --same-within", VERDICTS),
+    Column(
+        "paired_verdict", _P, Kind.CHOICE, "against the baseline, beyond --same-within", VERDICTS
+    ),
     Column(
         "resolved_backend",
         _M,

@@ -45,8 +45,8 @@ class TimingOptions:
     stop_rule: str = "median_ci"
     noise_target_pct: float = 1.0
     # Head to head: an impl is called faster or slower only when its paired ratio's whole
-    # interval lies beyond +-same_within_pct % (Criterion's noise threshold): an A/A of one
-    # instance against itself showed offsets of 0.1-0.2 % that its interval excluded.
+    # interval lies beyond +-same_within_pct % (Criterion's noise threshold): A/A runs, even of
+    # one instance against itself, had intervals that excluded 1 by up to 0.16 %.
     same_within_pct: float = 0.25
     min_samples: int = 10
     max_time_s: float = 2.0  # per-case budget of the measurement loop (wall clock)

@@ -386,7 +386,7 @@ def measure_paired(
 
 
 def _samples_in(batches: Sequence[Batch], kept: Sequence[bool]) -> int:
-    """The samples of one session's rounds the watch judged throttled."""
+    """The samples of one session's rounds that ``kept`` leaves out."""
     return sum(len(b.samples_ms) for b, keep in zip(batches, kept, strict=True) if not keep)
 
 
