@@ -1629,12 +1629,12 @@ def test_run_conditions_that_differ_are_named_next_to_the_case(tmp_path):
 
 def test_head_to_head_table_for_several_implementations(tmp_path):
     """Issue 22: one run, two impls: times side by side, speedup (1 / the paired ratio
-    where there is one) with its paired interval, winner, geomean per API."""
+    where there is one) with its paired interval and verdict, winner, geomean per API."""
     header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,") + (
-        ",baseline_impl,paired_ratio,paired_ratio_lo,paired_ratio_hi"
+        ",baseline_impl,paired_ratio,paired_ratio_lo,paired_ratio_hi,paired_verdict"
     )
 
-    def row(batch, impl, time_ms, paired=",,"):
+    def row(batch, impl, time_ms, paired=",,,"):
         cells = v1_row(batch, time_ms).split(",")
         return ",".join([*cells[:8], impl, *cells[8:]]) + f",fa2,{paired}"
 
@@ -1642,18 +1642,42 @@ def test_head_to_head_table_for_several_implementations(tmp_path):
         tmp_path / "h.csv",
         header,
         row(1, "fa2", "1.0"),
-        row(1, "fa3", "0.5", "0.52,0.45,0.55"),  # the paired estimate, not the times' ratio
+        row(1, "fa3", "0.5", "0.52,0.45,0.55,faster"),  # the paired estimate, not the times'
         row(2, "fa2", "1.0"),
-        row(2, "fa3", "2.0"),
+        row(2, "fa3", "2.0", "2.0,1.9,2.1,slower"),
+        row(3, "fa2", "1.0"),
+        row(3, "fa3", "0.99", "0.99,0.98,1.003,same"),  # lower time, but not told apart
     )
     assert summarize(tmp_path, path)[0] == sr.EXIT_OK
     text = report(tmp_path)
     table = text[text.index("## Head to Head: Decode") :]
     assert "| Case | fa2 ms | fa3 ms | fa3 speedup | Winner |" in table
-    assert "| 1 | 0.5 | 1.9231x [1.818, 2.222] | fa3 |" in table
+    assert "| 1 | 0.5 | 1.9231x [1.818, 2.222] faster | fa3 |" in table
     assert "impl=" not in table.split("## Case Results")[0]  # cases named without impl
-    assert "| 1 | 2 | 0.5000x | fa2 |" in table
-    assert "Geomean speedup over fa2: fa3 0.9806x" in table
+    assert "| 1 | 2 | 0.5000x [0.476, 0.526] slower | fa2 |" in table
+    assert "| 1 | 0.99 | 1.0101x [0.997, 1.020] same | tie |" in table
+    assert "Geomean speedup over fa2: fa3 0.9903x" in table  # (1/0.52 * 1/2 * 1/0.99)^(1/3)
+    assert "Verdicts against fa2: fa3 1 faster, 1 same, 1 slower" in table
+
+
+@pytest.mark.parametrize(
+    ("times", "verdicts", "winner"),
+    [
+        ((1.0, 0.9, 1.1), ("", "faster", "slower"), "b"),
+        ((1.0, 0.9, 1.1), ("", "same", "slower"), "tie"),
+        ((1.0, 1.2, 1.1), ("", "slower", "slower"), "a"),
+        ((1.0, 1.2, 1.1), ("", "slower", "same"), "tie"),
+        ((1.0, 0.9, 1.1), ("", "", ""), "b"),  # separate sweeps: the lowest time
+    ],
+)
+def test_the_winner_is_the_fastest_only_where_the_verdicts_back_it(times, verdicts, winner):
+    from fi_attn_bench.summarizer.headtohead import ImplResult, case_winner
+
+    results = [
+        ImplResult(impl, time, 1.0, math.nan, math.nan, verdict)
+        for impl, time, verdict in zip("abc", times, verdicts, strict=True)
+    ]
+    assert case_winner(results, "a") == winner
 
 
 def test_harness_shaped_csvs_take_the_numpy_path_and_agree_with_pandas(
@@ -1685,3 +1709,29 @@ def test_harness_shaped_csvs_take_the_numpy_path_and_agree_with_pandas(
             code, captured = regress(tmp_path, [base], [cand], gate=5, capsys=capsys)
         outcomes.append((code, captured.out, captured.err, report(tmp_path)))
     assert outcomes[0] == outcomes[1]
+
+
+def test_head_to_head_verdicts_merge_with_a_file_without_them_on_both_paths(
+    tmp_path, capsys, monkeypatch
+):
+    """A run with paired verdicts summarized together with one of other impls that has no
+    verdict column: the scan and pandas paths give the same table, the old file's cases
+    won by lowest time."""
+    impl_header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,")
+
+    def row(batch, impl, time_ms, tail=""):
+        cells = v1_row(batch, time_ms).split(",")
+        return ",".join([*cells[:8], impl, *cells[8:]]) + tail
+
+    paired = write(
+        tmp_path / "p.csv",
+        impl_header + ",baseline_impl,paired_ratio,paired_ratio_lo,paired_ratio_hi,paired_verdict",
+        row(1, "fa2", "1.0", ",fa2,,,,"),
+        row(1, "fa3", "0.99", ",fa2,0.99,0.98,1.003,same"),
+    )
+    plain = write(tmp_path / "q.csv", impl_header, row(2, "fa2", "1.0"), row(2, "fa3", "0.5"))
+    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [paired, plain])
+    assert fast == slow and fast[0] == sr.EXIT_OK
+    table = fast[3][fast[3].index("## Head to Head: Decode") :]
+    assert "| 1 | 0.99 | 1.0101x [0.997, 1.020] same | tie |" in table
+    assert "| 1 | 0.5 | 2.0000x | fa3 |" in table  # fa2 1 ms, fa3 0.5 ms, no verdict

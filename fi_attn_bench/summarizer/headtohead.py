@@ -4,8 +4,8 @@ For each API, each case (its parameters without ``impl``) gets the time of every
 implementation, the speedup of each against the baseline implementation (the rows'
 ``baseline_impl``, else the API's first implementation): 1 / ``paired_ratio`` with its 95 %
 interval from ``paired_ratio_lo``/``paired_ratio_hi`` where the bench measured them
-interleaved, else the ratio of the times; and
-the winner (lowest time); per API, the geometric mean of each implementation's speedup.
+interleaved, else the ratio of the times; the paired verdict; and the winner (``winner``);
+per API, the geometric mean of each implementation's speedup.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import numpy as np
 from fi_attn_bench.summarizer.frames import success_mask
 from fi_attn_bench.summarizer.identity import case_ids, view_codes
 
+TIE = "tie"  # the winner where the paired intervals cannot tell the implementations apart
+
 
 @dataclass(frozen=True)
 class ImplResult:
@@ -28,13 +30,14 @@ class ImplResult:
     speedup: float
     speedup_lo: float  # NaN without a paired interval
     speedup_hi: float
+    verdict: str = ""  # the bench's paired_verdict against the baseline ("" for the baseline)
 
 
 @dataclass(frozen=True)
 class CaseComparison:
     case: str
     results: tuple[ImplResult, ...]  # in ApiComparison.impls order; absent impls left out
-    winner: str
+    winner: str  # an impl, or TIE
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | No
     order.remove(baseline)
     order.insert(0, baseline)
     time_ms = view.floats("time_ms")
+    verdicts = _texts(view, "paired_verdict")
     paired = view.floats("paired_ratio")
     lo, hi = view.floats("paired_ratio_lo"), view.floats("paired_ratio_hi")
     cases, ratios = [], {impl: [] for impl in order}
@@ -95,14 +99,36 @@ def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | No
             row = by_impl[impl]
             speedup = _speedup(base_ms, float(time_ms[row]), float(paired[row]))
             ratios[impl].append(speedup)
-            results.append(ImplResult(impl, float(time_ms[row]), speedup, 1 / hi[row], 1 / lo[row]))
-        winner = min(results, key=lambda result: result.time_ms).impl
+            interval = (1 / hi[row], 1 / lo[row])
+            verdict = str(verdicts[row]) if verdicts is not None else ""
+            results.append(ImplResult(impl, float(time_ms[row]), speedup, *interval, verdict))
+        winner = case_winner(results, baseline)
         cases.append(CaseComparison(str(labels[part[0]]), tuple(results), winner))
     geomean = {
         impl: (math.exp(float(np.log(values).mean())) if values else math.nan)
         for impl, values in ratios.items()
     }
     return ApiComparison(api, baseline, tuple(order), tuple(cases), geomean)
+
+
+def case_winner(results, baseline: str) -> str:
+    """The fastest implementation where the paired verdicts back it (a non-baseline one called
+    faster, or the baseline when every other was called slower), else TIE; without verdicts
+    (implementations from separate sweeps) the lowest time."""
+    best = min(results, key=lambda result: result.time_ms)
+    others = [result for result in results if result.impl != baseline]
+    if not any(result.verdict for result in others):
+        return best.impl
+    if best.impl == baseline:
+        return best.impl if all(result.verdict == "slower" for result in others) else TIE
+    return best.impl if best.verdict == "faster" else TIE
+
+
+def _texts(view, name: str):
+    """A text column as objects ('' where empty), or None when no input has it."""
+    if view.distinct(name) is None:
+        return None
+    return np.array(["" if v != v or v is None else str(v) for v in view.objects(name)], object)
 
 
 def _speedup(base_ms: float, time_ms: float, paired_ratio: float) -> float:

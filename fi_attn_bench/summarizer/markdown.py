@@ -283,8 +283,9 @@ def head_to_head_tables(comparisons) -> list[Block | Table]:
             f"## Head to Head: {cell(api.api)}",
             "",
             f"Speedup over {names[0]} (above 1: faster than the baseline implementation) = "
-            "1 / paired ratio with its [95 % interval] where the rounds were interleaved, "
-            f"else {names[0]} time / implementation time.",
+            "1 / paired ratio with its [95 % interval] and verdict where the rounds were "
+            f"interleaved, else {names[0]} time / implementation time. Winner: the fastest "
+            "where the verdicts back it, else tie.",
             "",
             "| Case | "
             + " | ".join(f"{name} ms" for name in names)
@@ -298,7 +299,11 @@ def head_to_head_tables(comparisons) -> list[Block | Table]:
         geomean = ", ".join(
             f"{cell(impl)} {_ratio(api.geomean_speedup[impl])}" for impl in api.impls[1:]
         )
-        parts.append(Block([f"Geomean speedup over {cell(api.impls[0])}: {geomean}", ""]))
+        lines = [f"Geomean speedup over {cell(api.impls[0])}: {geomean}"]
+        counts = _verdict_counts(api)
+        if counts:
+            lines.append(f"Verdicts against {cell(api.impls[0])}: {counts}")
+        parts.append(Block([*lines, ""]))
     return parts
 
 
@@ -315,7 +320,18 @@ def _speedup_cell(result) -> str:
     text = _ratio(result.speedup)
     if result.speedup_lo == result.speedup_lo and result.speedup_hi == result.speedup_hi:
         text += f" [{result.speedup_lo:.3f}, {result.speedup_hi:.3f}]"
-    return text
+    return f"{text} {result.verdict}" if result.verdict else text
+
+
+def _verdict_counts(api) -> str:
+    """Per non-baseline implementation, its cases by paired verdict ('' without any)."""
+    parts = []
+    for impl in api.impls[1:]:
+        verdicts = [r.verdict for case in api.cases for r in case.results if r.impl == impl]
+        found = [f"{verdicts.count(v)} {v}" for v in ("faster", "same", "slower") if v in verdicts]
+        if found:
+            parts.append(f"{cell(impl)} " + ", ".join(found))
+    return "; ".join(parts)
 
 
 def _artefact_table(artefacts) -> list[Table]:

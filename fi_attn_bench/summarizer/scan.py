@@ -123,10 +123,13 @@ class ScannedTable:
         return self._lines[row][self.position[name]].strip()
 
     def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
-        """(integer code per row, distinct stripped texts) of a text column."""
+        """(integer code per row, distinct stripped texts) of a text column; "" in every row
+        where the file lacks the column (the pandas path's NaN)."""
         if name not in self._codes:
             if self.legacy and name == "status":
                 self._codes[name] = (np.zeros(self.rows, np.int64), [STATUS_LEGACY_OK])
+            elif not self.has(name):
+                self._codes[name] = (np.zeros(self.rows, np.int64), [""])
             else:
                 self._codes[name] = _stripped(*self._factorize(*self.span(name)))
         return self._codes[name]
