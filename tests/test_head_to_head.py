@@ -525,6 +525,29 @@ def test_same_within_widens_what_is_called_same_and_goes_into_the_repro(tmp_path
     assert "--same-within 1000" in row["repro"]
 
 
+def test_the_sweep_ends_with_each_impls_verdicts_and_geomean(tmp_path, quick_script, capsys):
+    out = tmp_path / "h.csv"
+    argv = ["--impl", "torch", "--impl", f"slow={PLUGIN}:slow", "--output", str(out), *FAST]
+    assert run_main(argv) == 0
+    ratios = [float(row["paired_ratio"]) for row in read_rows(out) if row["impl"] == "slow"]
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    printed = capsys.readouterr().out
+    assert (
+        f"Head to head, slow/torch over 2 cases: 0 faster, 0 same, 2 slower; geomean ratio {geomean:.4f}"
+        in printed
+    )
+
+
+def test_tally_counts_cases_without_an_interval_apart():
+    from fi_attn_bench.sweep.run import tally_lines
+
+    found = [paired.PairedRatio(0.5, 20, (0.4, 0.6)), paired.PairedRatio(2.0, 4, None)]
+    assert tally_lines("a", {"b": found}) == [
+        "Head to head, b/a over 2 cases: 1 faster, 0 same, 0 slower, 1 without an interval; "
+        "geomean ratio 1.0000"
+    ]
+
+
 def test_example_sdpa_plugin_passes_the_decode_check_on_the_cpu(tmp_path):
     out = tmp_path / "d.csv"
     argv = [

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +48,7 @@ from fi_attn_bench.sweep.storage import (
     remove_stale_temporaries,
     resume_todo,
 )
+from fi_attn_bench.timing.paired import FASTER, SAME, SLOWER, PairedRatio
 from fi_attn_bench.timing.timers import Timer, method_columns
 
 
@@ -97,6 +99,7 @@ class Sweep:
         progress = Progress.start(len(todo) * len(options.impls))
         failed, index, started = 0, 0, time.monotonic()
         slower: list[str] = []
+        tally: dict[str, list[PairedRatio]] = {}
         try:
             for index, case in enumerate(todo, 1):
                 text = case_text(case, spec.case_fields)
@@ -114,6 +117,9 @@ class Sweep:
                 if options.paired:
                     progress.line(paired_line(options, results))
                     slower += self._gate(text, results)
+                    for impl, result in zip(options.impls, results, strict=True):
+                        if result.ratio is not None:
+                            tally.setdefault(impl.name, []).append(result.ratio)
                 if any(r["status"] != STATUS_OK for r in records):
                     release_memory(options.device)
                 elif options.device.type == "cuda":
@@ -137,6 +143,8 @@ class Sweep:
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
         self.log(f"\nResults saved to {options.output}")
+        for line in tally_lines(options.impls[options.baseline].name, tally):
+            self.log(line)
         if failed:
             what = "rows" if options.paired else "cases"
             self.log(f"{failed} of {len(todo) * len(options.impls)} {what} failed")
@@ -217,6 +225,24 @@ def paired_line(options: RunOptions, results: Sequence[CaseResult]) -> str:
     return "  paired: " + (
         "; ".join(parts) if parts else "no ratio (the baseline or all others failed)"
     )
+
+
+def tally_lines(base: str, ratios: Mapping[str, Sequence[PairedRatio]]) -> list[str]:
+    """The sweep's head-to-head result: per implementation, its cases by verdict against the
+    baseline and the geometric mean of its paired ratios."""
+    lines = []
+    for name, found in ratios.items():
+        verdicts = [ratio.verdict for ratio in found]
+        counts = [f"{verdicts.count(v)} {v}" for v in (FASTER, SAME, SLOWER)]
+        if "" in verdicts:
+            counts.append(f"{verdicts.count('')} without an interval")
+        geomean = math.exp(sum(math.log(ratio.ratio) for ratio in found) / len(found))
+        lines.append(
+            f"Head to head, {name}/{base} over {len(found)} case{'s' * (len(found) != 1)}: "
+            f"{', '.join(counts)}; "
+            f"geomean ratio {geomean:.4f}"
+        )
+    return lines
 
 
 def _cost_line(runner: CaseRunner, wall_s: float) -> str:
