@@ -4,8 +4,8 @@ Runs the four bench scripts' command lines (the public CLI, ``--impl``) over a p
 reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``, a
 ``<part>.md`` table and (backends) ``backends_<api>.svg`` forest plots into DIR.
 
-    python benchmarks/head_to_head.py DIR --part aa        # (a) A/A + (c) cost, ~7 min
-    python benchmarks/head_to_head.py DIR --part aa-one    # (a) one instance against itself
+    python benchmarks/head_to_head.py DIR --part aa        # (a) A/A + (c) cost, ~4 min
+    python benchmarks/head_to_head.py DIR --part aa-one    # (a) one instance against itself, ~2 min
     python benchmarks/head_to_head.py DIR --part spin      # (b) 2 % spin against itself
     python benchmarks/head_to_head.py DIR --part backends  # (d) flashinfer:fa2 vs :fa3
     python benchmarks/head_to_head.py DIR --part report    # tables again from DIR, no GPU
