@@ -1,4 +1,5 @@
-"""benchmarks/head_to_head.py: its tables and plot read real harness CSVs (CPU sweeps)."""
+"""benchmarks/head_to_head.py and its plugins (h2h_impls.py): tables, plot and plugin logic
+on real harness CSVs and fakes (CPU)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ def h2h(monkeypatch):
     spec = importlib.util.spec_from_file_location("h2h_script", ROOT / "benchmarks/head_to_head.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # as the plugin loader does
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def impls(monkeypatch):
+    """benchmarks/h2h_impls.py, the plugins head_to_head.py sweeps with (fresh per test)."""
+    spec = importlib.util.spec_from_file_location("h2h_impls", ROOT / "benchmarks/h2h_impls.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     return module
 
@@ -110,20 +121,20 @@ def _power_limited_call(units: int) -> float:
 
 
 @pytest.mark.parametrize("first_units", [1, 20, 2000])
-def test_spin_calibration_reaches_the_slowdown_despite_gap_and_power_rebate(h2h, first_units):
-    units = h2h.calibrate_units(_power_limited_call, first_units, 0.02, _power_limited_call(0))
+def test_spin_calibration_reaches_the_slowdown_despite_gap_and_power_rebate(impls, first_units):
+    units = impls.calibrate_units(_power_limited_call, first_units, 0.02, _power_limited_call(0))
     # exact answer 25 units
     assert _power_limited_call(units) == pytest.approx(0.02, rel=0.1)
 
 
-def test_spin_calibration_grows_a_spin_that_measured_no_slowdown(h2h):
+def test_spin_calibration_grows_a_spin_that_measured_no_slowdown(impls):
     seen = []
 
     def nothing_yet(units: int) -> float:
         seen.append(units)
         return 0.0 if units < 30 else 0.0005 * units
 
-    units = h2h.calibrate_units(nothing_yet, 10, target=0.02, gap=0.0)
+    units = impls.calibrate_units(nothing_yet, 10, target=0.02, gap=0.0)
     assert seen[:2] == [10, 40]  # bounded steps: x CALIBRATION_MAX_STEP, no division by zero
     assert units == 40
 
@@ -154,8 +165,8 @@ def test_spin_part_sweeps_each_script_against_the_chosen_spin_plugin(
     assert seen == [(factory, ["base=flashinfer", f"spin=benchmarks/head_to_head.py:{factory}"])]
 
 
-def _fake_spin(h2h, name: str):
-    return lambda: h2h.Spin(name, lambda units: None, 1.0)
+def _fake_spin(impls, name: str):
+    return lambda: impls.Spin(name, lambda units: None, 1.0)
 
 
 @pytest.mark.parametrize(
@@ -167,10 +178,10 @@ def _fake_spin(h2h, name: str):
     ],
 )
 def test_the_auto_spin_takes_the_first_whose_fixed_cost_leaves_room_for_the_target(
-    h2h, gaps, chosen
+    impls, gaps, chosen
 ):
-    spins = (_fake_spin(h2h, "mma"), _fake_spin(h2h, "sleep"))
-    spin, gap = h2h.choose_spin(spins, lambda s: gaps[s.name])
+    spins = (_fake_spin(impls, "mma"), _fake_spin(impls, "sleep"))
+    spin, gap = impls.choose_spin(spins, lambda s: gaps[s.name])
     assert (spin.name, gap) == chosen
 
 
@@ -206,18 +217,18 @@ def test_order_split_shows_an_order_effect_the_paired_ratio_hides(h2h):
     assert h2h._order_split({}, row) == ""  # no samples file: nothing to add
 
 
-def test_one_instance_hands_every_impl_of_a_case_the_same_callable(h2h, monkeypatch):
+def test_one_instance_hands_every_impl_of_a_case_the_same_callable(impls, monkeypatch):
     built = []
 
     def prepared(context):
         built.append(context.inputs)
         return SimpleNamespace(run=lambda: len(built), output=object())
 
-    monkeypatch.setattr(h2h, "_flashinfer_prepared", prepared)
+    monkeypatch.setattr(impls, "_flashinfer_prepared", prepared)
     case_inputs, next_inputs = object(), object()
-    a, b = (h2h.one_instance(SimpleNamespace(inputs=case_inputs)) for _ in "ab")
+    a, b = (impls.one_instance(SimpleNamespace(inputs=case_inputs)) for _ in "ab")
     assert a.run is b.run and a.output is b.output and built == [case_inputs]
-    c = h2h.one_instance(SimpleNamespace(inputs=next_inputs))  # the next case: its own
+    c = impls.one_instance(SimpleNamespace(inputs=next_inputs))  # the next case: its own
     assert c.run is not a.run and built == [case_inputs, next_inputs]
 
 

@@ -367,12 +367,13 @@ def measure_paired(
         )
         found = loop.run([sessions[i] for i in alive], [estimates[i] for i in alive], timer, watch)
         kept, judged = throttle_filter(found, loop.kept)
+        pairs = kept_in_pairs(loop.kept)  # what throttle_filter kept, with partner rounds
         for position, index in enumerate(alive):
             runs = sessions[index].runs_per_sample
             throttled = _samples_in(found[position], loop.kept) if judged else 0
             dropped = 0
-            if len(kept[position]) < len(found[position]):  # with their partners' rounds
-                dropped = _samples_in(found[position], kept_in_pairs(loop.kept))
+            if len(kept[position]) < len(found[position]):
+                dropped = _samples_in(found[position], pairs)
             measurements[index] = _measurement(kept[position], timer, runs, throttled, dropped)
             medians[index] = _round_medians(kept[position])
     has_baseline = 0 <= baseline < len(contenders) and measurements[baseline] is not None
