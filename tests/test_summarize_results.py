@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import summarize_results as face
 from fi_attn_bench.results.schema import csv_fieldnames
 from fi_attn_bench.summarizer import cli as sr
 
@@ -97,7 +98,7 @@ def test_valid_summary_reports_counts_and_bests(tmp_path, capsys):
     assert "- Minimum time_ms: 1.5 (batch\\_size=2" in text
     assert "- Maximum bandwidth_GB_s: 80 (batch\\_size=2" in text
     assert "- Maximum tflops: 0.5 (batch\\_size=1" in text
-    assert f"| {sr.escape_markdown(str(csv_path))} | 2 | ok=2 |" in text
+    assert f"| {face.escape_markdown(str(csv_path))} | 2 | ok=2 |" in text
 
 
 def test_failed_case_exits_one_with_details(tmp_path):
@@ -143,7 +144,7 @@ def test_header_errors_exit_two_named_in_report_and_stderr(tmp_path, capsys, lin
     code, out = summarize(tmp_path, path, capsys=capsys)
     assert code == sr.EXIT_INPUT_ERROR
     assert "## Input Errors" in report(tmp_path)
-    assert sr.escape_markdown(message) in report(tmp_path)
+    assert face.escape_markdown(message) in report(tmp_path)
     assert message in out.err
     assert "Traceback" not in out.err
 
@@ -178,13 +179,13 @@ def test_row_errors_exit_two_with_line_numbers(tmp_path, capsys, row, message):
     path = write(tmp_path / "bad.csv", V1_HEADER, row)
     code, out = summarize(tmp_path, path, capsys=capsys)
     assert code == sr.EXIT_INPUT_ERROR
-    assert sr.escape_markdown(message) in report(tmp_path)
+    assert face.escape_markdown(message) in report(tmp_path)
     assert message in out.err
 
 
 def test_one_bad_row_invalidates_the_whole_file(tmp_path):
     path = write(tmp_path / "a.csv", V1_HEADER, v1_row(1), v1_row(2, "nan"), v1_row(3))
-    records, issues = sr.load_csv(path)
+    records, issues = face.load_csv(path)
     assert records == []
     assert [issue.message for issue in issues] == ["line 3: time_ms must be a finite number"]
 
@@ -209,7 +210,7 @@ def test_bom_and_crlf_are_accepted(tmp_path):
     path.write_bytes(b"\xef\xbb\xbf" + (V1_HEADER + "\r\n" + v1_row(1) + "\r\n").encode())
     code, _ = summarize(tmp_path, path)
     assert code == sr.EXIT_OK
-    records, issues = sr.load_csv(path)
+    records, issues = face.load_csv(path)
     assert issues == [] and records[0]["schema_version"] == "1" and records[0]["time_ms"] == 1.0
 
 
@@ -219,14 +220,16 @@ def test_legacy_rows_are_inferred_ok_with_a_note(tmp_path):
     assert code == sr.EXIT_OK
     assert "legacy\\_inferred\\_ok=3" in text
     assert "## Compatibility Note" in text
-    records, _ = sr.load_csv(LEGACY)
+    records, _ = face.load_csv(LEGACY)
     assert records[0]["status"] == "legacy_inferred_ok"
     assert records[0]["error"] == "" and records[0]["_line"] == 2
 
 
 def test_markdown_escaping_of_csv_text():
-    assert sr.escape_markdown("a|b*c_d#e[f]`g<h>\\") == "a\\|b\\*c\\_d\\#e\\[f\\]\\`g&lt;h&gt;\\\\"
-    assert sr.escape_markdown("one\r\ntwo\nthree") == "one<br>two<br>three"
+    assert (
+        face.escape_markdown("a|b*c_d#e[f]`g<h>\\") == "a\\|b\\*c\\_d\\#e\\[f\\]\\`g&lt;h&gt;\\\\"
+    )
+    assert face.escape_markdown("one\r\ntwo\nthree") == "one<br>two<br>three"
 
 
 def test_error_text_is_escaped_in_the_report(tmp_path):
@@ -238,24 +241,24 @@ def test_error_text_is_escaped_in_the_report(tmp_path):
 
 def test_seed_helpers():
     record = {"api": "A", "batch_size": "2", "head_dim": "", "time_ms": 1.0, "_source": "x"}
-    assert sr.describe_case(record) == "batch_size=2"
-    assert sr.case_identity(record) == ("A", (("batch_size", "2"), ("head_dim", "")))
-    assert sr.parse_float("1e3") == 1000.0 and sr.parse_float("nan") is None
-    assert sr.format_delta(math.inf) == "+∞%" and sr.format_delta(-2.5) == "-2.50%"
-    assert sr.format_metric(1234567.0) == "1.23457e+06"
+    assert face.describe_case(record) == "batch_size=2"
+    assert face.case_identity(record) == ("A", (("batch_size", "2"), ("head_dim", "")))
+    assert face.parse_float("1e3") == 1000.0 and face.parse_float("nan") is None
+    assert face.format_delta(math.inf) == "+∞%" and face.format_delta(-2.5) == "-2.50%"
+    assert face.format_metric(1234567.0) == "1.23457e+06"
 
 
 def test_optional_columns_are_validated_not_case_parameters(tmp_path):
     header = V1_HEADER + ",samples,noise_pct,device"
     good = write(tmp_path / "good.csv", header, v1_row(1) + ",10,,H200", v1_row(2) + ",,1.5,")
-    records, issues = sr.load_csv(good)
+    records, issues = face.load_csv(good)
     assert issues == []
     assert (
-        sr.describe_case(records[0])
+        face.describe_case(records[0])
         == "batch_size=1, seq_len_q=1, seq_len_kv=128, num_qo_heads=32, num_kv_heads=8, head_dim=64"
     )
     bad = write(tmp_path / "bad.csv", header, v1_row(1) + ",0.5,,H200")
-    _, issues = sr.load_csv(bad)
+    _, issues = face.load_csv(bad)
     assert [i.message for i in issues] == ["line 2: samples must be a whole number >= 1, got '0.5'"]
 
 
@@ -345,8 +348,11 @@ def test_duplicate_cases_are_input_errors(tmp_path, capsys):
     code, out = regress(tmp_path, [base], [cand], capsys=capsys)
     assert code == sr.EXIT_INPUT_ERROR
     assert f"duplicate case also found at {base}:2: Decode (batch_size=1" in out.err
-    baseline, candidate = sr.load_inputs([base], "baseline"), sr.load_inputs([cand], "candidate")
-    markdown, failed, issues = sr.build_regression_markdown(baseline, candidate, None)
+    baseline, candidate = (
+        face.load_inputs([base], "baseline"),
+        face.load_inputs([cand], "candidate"),
+    )
+    markdown, failed, issues = face.build_regression_markdown(baseline, candidate, None)
     assert len(issues) == 1 and issues[0].group == "baseline" and "- Matched cases: 0" in markdown
     assert failed is False
 
@@ -695,14 +701,14 @@ def test_seed_record_helpers_work_on_hand_built_records():
             "_line": 4,
         },
     ]
-    assert list(sr.group_by_api(records)) == ["A", "B"]
-    assert sr.best_record(records, "time_ms")["_source"] == "y"
-    assert sr.best_record(records[2:], "tflops") is None
-    index, issues = sr.build_case_index(records, "candidate")
+    assert list(face.group_by_api(records)) == ["A", "B"]
+    assert face.best_record(records, "time_ms")["_source"] == "y"
+    assert face.best_record(records[2:], "tflops") is None
+    index, issues = face.build_case_index(records, "candidate")
     assert list(index) == [("B", (("batch_size", "2"),))]
     assert [i.message for i in issues] == ["duplicate case also found at x:2: A (batch_size=1)"]
-    result = sr.LoadResult("input", ["x", "y"], records=records)
-    markdown = sr.build_summary_markdown(result)
+    result = face.LoadResult("input", ["x", "y"], records=records)
+    markdown = face.build_summary_markdown(result)
     assert "- Valid files: 2" in markdown and "- Total rows: 3" in markdown
     assert "- Minimum time_ms: 1 (batch\\_size=1; source=y)" in markdown
     assert "| y | 2 | failed=1, ok=1 |" in markdown
@@ -753,7 +759,7 @@ def test_unexpected_errors_are_one_line_exit_two(tmp_path, capsys, monkeypatch):
 def test_legacy_file_with_error_columns_clears_them(tmp_path):
     header = "api,batch_size,seq_len,num_heads,head_dim_ckv,head_dim_kpe,time_ms,bandwidth_GB_s,tflops,error"
     path = write(tmp_path / "l.csv", header, "MLA,1,128,16,512,64,1.0,2.0,3.0,stale")
-    records, issues = sr.load_csv(path)
+    records, issues = face.load_csv(path)
     assert issues == []
     assert list(records[0])[-6:] == [
         "error",
@@ -1110,9 +1116,9 @@ def test_escape_markdown_escapes_each_character_once_and_leaves_plain_text_alone
     alphabet = "".join(specials) + "ab &<br>\r\n"
     for _ in range(5000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16)))
-        assert sr.escape_markdown(text) == oracle(text), repr(text)
+        assert face.escape_markdown(text) == oracle(text), repr(text)
     plain = "BatchDecodeWithPagedKVCacheWrapper 1.5 ok"
-    assert sr.escape_markdown(plain) == plain
+    assert face.escape_markdown(plain) == plain
 
 
 # ------------------------------------- the pandas-free comparison (scan views)

@@ -316,12 +316,21 @@ def execute_benchmark_case(
     or an invalid metric turns the case into a ``failed`` row.  ``metadata`` holds
     optional columns known before the run (environment, timer).
     """
+    check_case_fields(case)  # before the run: a misnamed case must not cost a benchmark
     try:
-        outcome = tuple(benchmark_fn())
+        metrics, extra = _split_outcome(benchmark_fn())
     except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
         return result_record(api, case, error=exc, metadata=metadata)
-    extra = outcome[3] if len(outcome) > 3 else None
-    return result_record(api, case, metrics=outcome[:3], columns=extra, metadata=metadata)
+    return result_record(api, case, metrics=metrics, columns=extra, metadata=metadata)
+
+
+def _split_outcome(outcome) -> tuple[tuple, Mapping[str, object] | None]:
+    """(metrics, optional columns) of what ``benchmark_fn`` returned; any other shape
+    than three values (or three and a mapping) fails with the seed's unpacking error."""
+    if isinstance(outcome, (tuple, list)) and len(outcome) == 4:
+        return tuple(outcome[:3]), outcome[3]
+    time_ms, io_bytes, flops = outcome
+    return (time_ms, io_bytes, flops), None
 
 
 def result_record(

@@ -11,7 +11,7 @@ baseline case, or a regression beyond the gate; 2 bad arguments, unreadable or
 invalid input, or a report that cannot be written.
 
 The work is load -> validate -> compare -> render (package ``summarizer``); this
-module is the command line and keeps the seed's importable API.
+module is the command line (the seed's importable API is ``summarizer.seed_api``).
 """
 
 from __future__ import annotations
@@ -25,25 +25,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fi_attn_bench.results.schema import CASE_COLUMN_ORDER, HARNESS_VERSION
-from fi_attn_bench.summarizer.frames import case_labels, frame_case_columns
+from fi_attn_bench.results.schema import HARNESS_VERSION
 from fi_attn_bench.summarizer.inputs import expand_paths
-from fi_attn_bench.summarizer.loading import (
-    INTERNAL_COLUMNS,
-    LEGACY_SCHEMAS,
-    SUCCESS_STATUSES,
-    V1_REQUIRED_COLUMNS,
-    InputIssue,
-    LoadResult,
-    load_csv,
-    load_inputs,
-    parse_float,
-)
+from fi_attn_bench.summarizer.loading import load_inputs
 from fi_attn_bench.summarizer.markdown import (
     DEFAULT_MAX_REPORT_BYTES,
-    escape_markdown,
-    format_delta,
-    format_metric,
     regression_markdown,
     summary_markdown,
 )
@@ -51,9 +37,7 @@ from fi_attn_bench.summarizer.model import (
     EXIT_BENCHMARK_FAILURE,
     EXIT_INPUT_ERROR,
     EXIT_OK,
-    CaseState,
     Gate,
-    Verdict,
     summarize,
     summary_plot_rows,
 )
@@ -61,118 +45,19 @@ from fi_attn_bench.summarizer.output import is_stdout, model_json, unwritable, w
 from fi_attn_bench.summarizer.scan_run import scan_inputs, scan_runs
 from fi_attn_bench.summarizer.terminal import regression_console, summary_console, terminal_width
 
+# main's exit codes stay beside it; the seed's record-level API is summarize_results.py's.
 __all__ = [
-    "CASE_COLUMN_ORDER",
-    "LEGACY_SCHEMAS",
-    "V1_REQUIRED_COLUMNS",
-    "best_record",
-    "build_case_index",
-    "group_by_api",
-    "EXIT_OK",
     "EXIT_BENCHMARK_FAILURE",
     "EXIT_INPUT_ERROR",
-    "SUCCESS_STATUSES",
-    "INTERNAL_COLUMNS",
-    "CaseState",
-    "Gate",
-    "InputIssue",
-    "LoadResult",
-    "Verdict",
-    "build_regression_markdown",
-    "build_summary_markdown",
-    "case_identity",
-    "describe_case",
-    "escape_markdown",
-    "format_delta",
-    "format_metric",
-    "load_csv",
-    "load_inputs",
+    "EXIT_OK",
+    "build_parser",
     "main",
     "parse_args",
-    "parse_float",
+    "run_as_program",
 ]
 
 MIN_REPORT_BYTES = 4096
 STDERR_ISSUE_LIMIT = 50
-
-
-# ------------------------------------------------------------- seed-level API
-
-
-def _record_frame(record: dict):
-    import pandas as pd
-
-    return pd.DataFrame([{key: value for key, value in record.items() if key != "api"}])
-
-
-def describe_case(record: dict) -> str:
-    """ "name=value, ..." of the record's non-empty case parameters, or "n/a"."""
-    frame = _record_frame(record)
-    return str(case_labels(frame, frame_case_columns(frame))[0])
-
-
-def case_identity(record: dict) -> tuple:
-    """(api, ((parameter, value), ...)): what makes two rows the same case."""
-    frame = _record_frame(record)
-    return record["api"], tuple(
-        (name, str(record.get(name, "")).strip()) for name in frame_case_columns(frame)
-    )
-
-
-def group_by_api(records) -> dict[str, list[dict]]:
-    """Records per API, in input order."""
-    grouped: dict[str, list[dict]] = {}
-    for record in records:
-        grouped.setdefault(record["api"], []).append(record)
-    return grouped
-
-
-def best_record(records, column: str):
-    """The first successful record with the minimum time or maximum throughput."""
-    candidates = [record for record in records if record["status"] in SUCCESS_STATUSES]
-    if not candidates:
-        return None
-    pick = min if column == "time_ms" else max
-    return pick(candidates, key=lambda record: record[column])
-
-
-def build_case_index(records, group: str):
-    """(case identity -> record, duplicate issues); duplicated cases are left out."""
-    index, duplicates, issues = {}, set(), []
-    for record in records:
-        key = case_identity(record)
-        if key not in index:
-            index[key] = record
-            continue
-        first = index[key]
-        issues.append(
-            InputIssue(
-                record["_source"],
-                f"duplicate case also found at {first['_source']}:{first['_line']}: "
-                f"{record['api']} ({describe_case(record)})",
-                group,
-            )
-        )
-        duplicates.add(key)
-    for key in duplicates:
-        index.pop(key, None)
-    return index, issues
-
-
-def build_summary_markdown(result: LoadResult, max_bytes: int = DEFAULT_MAX_REPORT_BYTES) -> str:
-    """The summary report of one run."""
-    return summary_markdown(summarize(result), max_bytes)
-
-
-def build_regression_markdown(
-    baseline, candidate, threshold=None, max_bytes=DEFAULT_MAX_REPORT_BYTES
-):
-    """(markdown, comparison failed, duplicate-case issues): the seed's triple."""
-    from fi_attn_bench.summarizer.regression import compare
-
-    model = compare(baseline, candidate, Gate(threshold))
-    markdown = regression_markdown(model, max_bytes)
-    return markdown, model.comparison_failed, list(model.comparison_issues)
 
 
 # --------------------------------------------------------------------- command
