@@ -1604,8 +1604,7 @@ def test_shards_merge_and_a_missing_shard_is_an_incomplete_run(tmp_path, capsys)
     code, out = regress(tmp_path, shards, [shards[0], *shards[2:]], capsys=capsys)
     assert code == sr.EXIT_INPUT_ERROR
     assert (
-        "candidate: (all files of the run): incomplete sharded run: shard 1 of 4 missing"
-        in out.err
+        "candidate: (all files of the run): incomplete sharded run: shard 1 of 4 missing" in out.err
     )
     twice = write(tmp_path / "again.csv", header, v1_row(1) + ",1,4")
     code, out = summarize(tmp_path, *shards, twice, capsys=capsys)

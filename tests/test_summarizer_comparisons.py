@@ -390,6 +390,13 @@ def test_version_and_usage_name_the_program_the_user_ran(monkeypatch, capsys):
     assert bad.stderr.startswith("usage: summarize_results.py ")
 
 
+def test_the_doctor_answers_version_as_every_command_does(capsys):
+    from fi_attn_bench import doctor
+
+    assert doctor.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"{VERSION_TEXT}\n"
+
+
 @pytest.mark.parametrize("given", ["--baseline-samples", "--candidate-samples"])
 def test_samples_of_one_side_only_is_an_argument_error(tmp_path, capsys, given):
     base = run_csv(tmp_path / "base.csv")
