@@ -60,7 +60,18 @@ class Role(enum.Enum):
 
 
 class Compare(enum.Enum):
-    """What a difference in a column between a baseline and a candidate means."""
+    """What a difference in a column between a baseline and a candidate means.
+
+    MUST_MATCH (timer, l2, dtype, page_size, backend, check_rtol, check_atol): what is
+    computed or how it is timed; a matched case whose two rows differ makes the summarizer
+    exit 2 unless --allow-difference names the column.  WARN (device, compute_capability,
+    runtime, torch_version, flashinfer_version, harness_version, host): the machine or the
+    software stack; a warning.  FREE: everything else, among them preset and filter (which
+    cases ran: a case is matched by its parameters, the rest show as missing or new),
+    kernels and resolved_backend (what the code under test launched), git_commit and
+    git_dirty (the code under test), statistics and run conditions (measured).  Case
+    parameters are not here: they identify the case.
+    """
 
     FREE = "free"  # expected to differ (the code under test, when, where in the sweep)
     MUST_MATCH = "must match"  # changes what is computed or how it is timed: no comparison
