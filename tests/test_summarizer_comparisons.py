@@ -255,6 +255,9 @@ def test_the_registry_is_the_one_list_of_comparability_rules():
     assert set(sr.ALLOWABLE_DIFFERENCES) == must and {"dtype", "page_size", "timer"} <= must
     assert OPTIONAL_COLUMN_BY_NAME["host"].compare is Compare.WARN
     assert OPTIONAL_COLUMN_BY_NAME["preset"].compare is Compare.FREE
+    for rule in (Compare.MUST_MATCH, Compare.WARN):  # the docstring lists the same columns
+        named = Compare.__doc__.split(f"{rule.name} (")[1].split(")")[0].replace(",", " ").split()
+        assert named == [n for n, c in OPTIONAL_COLUMN_BY_NAME.items() if c.compare is rule]
 
 
 @pytest.mark.parametrize(
