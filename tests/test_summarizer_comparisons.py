@@ -424,6 +424,9 @@ def test_counts_are_pluralized(tmp_path, capsys):
     twice = write(tmp_path / "twice.csv", RUN_HEADER, row(1), row(1))
     assert sr.main([str(twice), "--output", str(tmp_path / "r.md")]) == 2
     assert "INVALID INPUT — 1 input error; the results" in capsys.readouterr().out
+    many = write(tmp_path / "many.csv", RUN_HEADER, *[row(1)] * (sr.STDERR_ISSUE_LIMIT + 2))
+    assert sr.main([str(many), "--output", str(tmp_path / "r.md")]) == 2
+    assert capsys.readouterr().err.endswith("error: ... and 1 more issue (see the report)\n")
     assert regress(tmp_path, one, one) == sr.EXIT_OK
     out = capsys.readouterr().out
     assert "1 matched case, none failing" in out and "among 1 matched case." in out

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fi_attn_bench import VERSION_TEXT
-from fi_attn_bench.results.schema import CASE_COLUMN_ORDER, OPTIONAL_COLUMNS, Compare
+from fi_attn_bench.results.schema import CASE_COLUMN_ORDER
+from fi_attn_bench.summarizer.comparability import MUST_MATCH_COLUMNS
 from fi_attn_bench.summarizer.frames import case_labels, frame_case_columns
 from fi_attn_bench.summarizer.inputs import expand_paths
 from fi_attn_bench.summarizer.loading import (
@@ -106,9 +107,7 @@ __all__ = [
 
 MIN_REPORT_BYTES = 4096
 STDERR_ISSUE_LIMIT = 50
-ALLOWABLE_DIFFERENCES = tuple(
-    column.name for column in OPTIONAL_COLUMNS if column.compare is Compare.MUST_MATCH
-)
+ALLOWABLE_DIFFERENCES = tuple(column.name for column in MUST_MATCH_COLUMNS)
 
 
 # ------------------------------------------------------------- seed-level API
