@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends import flashinfer_api
 from fi_attn_bench.device.power import cuda_device_uuid, open_power_monitor
 from fi_attn_bench.device.telemetry import (
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output-dir", default=".", help="where the reports go (default .)")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
 
 

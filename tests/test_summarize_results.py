@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import summarize_results as face
-from fi_attn_bench.results.schema import csv_fieldnames
+from fi_attn_bench.results.schema import HARNESS_VERSION, csv_fieldnames
 from fi_attn_bench.summarizer import cli as sr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_valid_summary_reports_counts_and_bests(tmp_path, capsys):
     text = report(tmp_path)
     assert code == sr.EXIT_OK
     lines = out.out.strip().splitlines()
-    assert lines[0] == "Verdict: PASS — all 2 case(s) ok"  # stdout: verdict and the cases
+    assert lines[0] == "Verdict: PASS — all 2 cases ok"  # stdout: verdict and the cases
     assert lines[1].split() == ["API", "Case", "Status", "Time", "ms", "GB/s", "TFLOPS"]
     assert lines[2].startswith("Decode  batch_size=1 ") and lines[2].split()[-4:] == [
         "ok",
@@ -193,16 +193,14 @@ def test_one_bad_row_invalidates_the_whole_file(tmp_path):
 def test_unreadable_inputs_exit_two(tmp_path, capsys):
     bad_bytes = tmp_path / "latin1.csv"
     bad_bytes.write_bytes((V1_HEADER + "\n" + v1_row(1, api="D\xe9code") + "\n").encode("latin-1"))
-    folder = tmp_path / "folder.csv"
-    folder.mkdir()
     missing = tmp_path / "missing.csv"
-    code, out = summarize(tmp_path, bad_bytes, folder, missing, capsys=capsys)
+    code, out = summarize(tmp_path, bad_bytes, missing, capsys=capsys)
     text = report(tmp_path)
     assert code == sr.EXIT_INPUT_ERROR
-    assert text.count("unable to read CSV") == 3
-    assert "codec can't decode" in text and "Is a directory" in text and "No such file" in text
+    assert text.count("unable to read CSV") == 2
+    assert "codec can't decode" in text and "No such file" in text
     assert "- Valid files: 0" in text
-    assert out.err.count("unable to read CSV") == 3
+    assert out.err.count("unable to read CSV") == 2
 
 
 def test_bom_and_crlf_are_accepted(tmp_path):
@@ -481,7 +479,7 @@ def test_peak_artefacts_flagged_and_not_counted_as_speed(tmp_path):
     text = report(tmp_path)
     assert "- Maximum bandwidth_GB_s: 500 (batch\\_size=2" in text
     assert "## Measurement Artefacts" in text and "| 9000 | 180 | n/a |" in text
-    assert "Measurement artefacts: 1 row(s) above 100% of a hardware peak" in text
+    assert "Measurement artefacts: 1 row above 100% of a hardware peak" in text
 
 
 # --------------------------------------------------------- size, JSON, files
@@ -576,6 +574,8 @@ def test_bad_arguments_exit_two(argv):
 
 class FakePlots:
     """Stands in for report_plots: records what it was given, returns PNG paths."""
+
+    PLOT_FILE_SUFFIXES = ("_time.png", "speedup.png")
 
     def __init__(self):
         self.calls = []
@@ -740,7 +740,7 @@ def test_every_long_list_is_cut_under_the_limit(tmp_path):
     assert len(text.encode()) <= 8192
     assert "(+1493 more)" in text  # 1501 device names, 8 shown
     assert "of 300 failures shown" in text and "of 1500 API sections shown" in text
-    assert text.index("**Verdict: FAIL** — 300 of 1800 case(s) failed") < 200
+    assert text.index("**Verdict: FAIL** — 300 of 1800 cases failed") < 200
 
 
 def test_unexpected_errors_are_one_line_exit_two(tmp_path, capsys, monkeypatch):
@@ -1480,7 +1480,7 @@ def test_directory_arguments_and_version(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         sr.main(["--version"])
     assert stop.value.code == 0
-    assert capsys.readouterr().out.startswith("summarize_results.py 0.")
+    assert capsys.readouterr().out == f"fi-attn-bench {HARNESS_VERSION}\n"
 
 
 @pytest.mark.parametrize("scan", [True, False])
@@ -1610,8 +1610,7 @@ def test_shards_merge_and_a_missing_shard_is_an_incomplete_run(tmp_path, capsys)
     code, out = regress(tmp_path, shards, [shards[0], *shards[2:]], capsys=capsys)
     assert code == sr.EXIT_INPUT_ERROR
     assert (
-        "candidate: (all files of the run): incomplete sharded run: shard(s) 1 of 4 missing"
-        in out.err
+        "candidate: (all files of the run): incomplete sharded run: shard 1 of 4 missing" in out.err
     )
     twice = write(tmp_path / "again.csv", header, v1_row(1) + ",1,4")
     code, out = summarize(tmp_path, *shards, twice, capsys=capsys)

@@ -59,6 +59,25 @@ class Role(enum.Enum):
     CONDITIONS = "conditions"  # clocks, temperature and throttling while the case ran
 
 
+class Compare(enum.Enum):
+    """What a difference in a column between a baseline and a candidate means.
+
+    MUST_MATCH (timer, l2, dtype, page_size, backend, check_rtol, check_atol): what is
+    computed or how it is timed; a matched case whose two rows differ makes the summarizer
+    exit 2 unless --allow-difference names the column.  WARN (device, compute_capability,
+    runtime, torch_version, flashinfer_version, harness_version, host): the machine or the
+    software stack; a warning.  FREE: everything else, among them preset and filter (which
+    cases ran: a case is matched by its parameters, the rest show as missing or new),
+    kernels and resolved_backend (what the code under test launched), git_commit and
+    git_dirty (the code under test), statistics and run conditions (measured).  Case
+    parameters are not here: they identify the case.
+    """
+
+    FREE = "free"  # expected to differ (the code under test, when, where in the sweep)
+    MUST_MATCH = "must match"  # changes what is computed or how it is timed: no comparison
+    WARN = "warn"  # another machine or software stack: compared, with a warning
+
+
 class Kind(enum.Enum):
     """How a non-empty cell of a column is validated."""
 
@@ -80,6 +99,7 @@ class Column:
     kind: Kind
     description: str
     choices: tuple[str, ...] = ()
+    compare: Compare = Compare.FREE  # see Compare; the one list of comparability rules
 
     def check(self, text: str) -> str | None:
         """Return why a non-empty cell is invalid, or None when it is valid."""
@@ -97,6 +117,7 @@ VERDICTS = ("faster", "slower", "same")
 IMPL_COLUMN = "impl"  # which implementation a row measured (--impl); written by the sweep only
 IDENTITY_DEFAULTS: Mapping[str, str] = {IMPL_COLUMN: "flashinfer", "workload": ""}
 
+_MUST, _WARN = Compare.MUST_MATCH, Compare.WARN
 _S, _M, _E, _C, _R, _P, _W, _K = (
     Role.STATISTIC,
     Role.MEASUREMENT,
@@ -131,31 +152,39 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         "(NVML), in %: where high, time_ms follows the limiter and the temperature",
     ),
     Column("power_W", _S, Kind.NON_NEGATIVE, "mean board power during the case (NVML), in W"),
-    Column("timer", _M, Kind.CHOICE, "how time_ms was measured", TIMERS),
-    Column("l2", _M, Kind.CHOICE, "L2 cache state before each timed call", L2_MODES),
+    Column("timer", _M, Kind.CHOICE, "how time_ms was measured", TIMERS, compare=_MUST),
+    Column("l2", _M, Kind.CHOICE, "L2 cache state before each timed call", L2_MODES, compare=_MUST),
     Column("kernels", _M, Kind.TEXT, "GPU kernels counted in time_ms, ';'-separated"),
     Column("plan_ms", _M, Kind.NON_NEGATIVE, "host time of the wrapper's plan()"),
     Column("io_bytes", _M, Kind.NON_NEGATIVE, "bytes read + written by one run()"),
     Column("flops", _M, Kind.NON_NEGATIVE, "floating-point operations of one run()"),
-    Column("dtype", _M, Kind.TEXT, "data type of q/k/v/o"),
-    Column("page_size", _M, Kind.COUNT, "tokens per KV-cache page"),
+    Column("dtype", _M, Kind.TEXT, "data type of q/k/v/o", compare=_MUST),
+    Column("page_size", _M, Kind.COUNT, "tokens per KV-cache page", compare=_MUST),
     Column("repro", _M, Kind.TEXT, "command line that reruns this case alone"),
-    Column("backend", _E, Kind.CHOICE, "attention implementation measured", BACKENDS),
-    Column("device", _E, Kind.TEXT, "device name"),
-    Column("compute_capability", _E, Kind.TEXT, "device compute capability"),
-    Column("runtime", _E, Kind.TEXT, "CUDA or MACA runtime version"),
-    Column("torch_version", _E, Kind.TEXT, "torch.__version__"),
-    Column("flashinfer_version", _E, Kind.TEXT, "flashinfer.__version__"),
-    Column("harness_version", _E, Kind.TEXT, "fi-attn-bench version that measured the row"),
+    Column(
+        "backend", _E, Kind.CHOICE, "attention implementation measured", BACKENDS, compare=_MUST
+    ),
+    Column("device", _E, Kind.TEXT, "device name", compare=_WARN),
+    Column("compute_capability", _E, Kind.TEXT, "device compute capability", compare=_WARN),
+    Column("runtime", _E, Kind.TEXT, "CUDA or MACA runtime version", compare=_WARN),
+    Column("torch_version", _E, Kind.TEXT, "torch.__version__", compare=_WARN),
+    Column("flashinfer_version", _E, Kind.TEXT, "flashinfer.__version__", compare=_WARN),
+    Column(
+        "harness_version",
+        _E,
+        Kind.TEXT,
+        "fi-attn-bench version that measured the row",
+        compare=_WARN,
+    ),
     Column("check", _C, Kind.CHOICE, "output checked against the reference", CHECK_OUTCOMES),
     Column("max_abs_err", _C, Kind.NON_NEGATIVE, "largest |output - reference|"),
     Column("mismatch_frac", _C, Kind.NON_NEGATIVE, "share of elements out of tolerance"),
-    Column("check_rtol", _C, Kind.NON_NEGATIVE, "relative tolerance of the check"),
-    Column("check_atol", _C, Kind.NON_NEGATIVE, "absolute tolerance of the check"),
+    Column("check_rtol", _C, Kind.NON_NEGATIVE, "relative tolerance of the check", compare=_MUST),
+    Column("check_atol", _C, Kind.NON_NEGATIVE, "absolute tolerance of the check", compare=_MUST),
     Column("pct_peak_bw", _R, Kind.NON_NEGATIVE, "bandwidth_GB_s as % of the device peak"),
     Column("pct_peak_tflops", _R, Kind.NON_NEGATIVE, "tflops as % of the device peak"),
     # Run metadata (where and from what code the row came).
-    Column("host", _E, Kind.TEXT, "host name of the machine that measured the row"),
+    Column("host", _E, Kind.TEXT, "host name of the machine that measured the row", compare=_WARN),
     Column("git_commit", _E, Kind.TEXT, "git commit of the code under test, when known"),
     Column("git_dirty", _E, Kind.CHOICE, "uncommitted changes in that checkout", ("yes", "no")),
     Column("timestamp_utc", _E, Kind.TEXT, "when the case finished, UTC, ISO 8601"),

@@ -4,11 +4,14 @@ Summary mode:    summarize_results.py A.csv B.csv ... [--output summary.md]
 Regression mode: summarize_results.py --baseline B.csv... --candidate C.csv...
                  [--fail-on-regression PERCENT] [--output report.md]
 A directory argument stands for every *.csv under it; ``--output -`` writes the
-report to standard output.  Otherwise the verdict and a compact table go to stdout.
+report to standard output.  Otherwise the verdict, warnings and a compact table go to
+stdout.  No output path may be an input or an existing data file.
 
 Exit codes: 0 valid input and nothing failed; 1 a failed case, a candidate missing a
 baseline case, or a regression beyond the gate; 2 bad arguments, unreadable or
-invalid input, or a report that cannot be written.
+invalid input, runs that measured different things (schema.Compare.MUST_MATCH
+columns; see --allow-difference), or a report that cannot be written.  A reader that
+closes stdout early (``| head``) does not change the exit code.
 
 The work is load -> validate -> compare -> render (package ``summarizer``); this
 module is the command line (the seed's importable API is ``summarizer.seed_api``).
@@ -25,7 +28,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fi_attn_bench.results.schema import HARNESS_VERSION
+from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.summarizer.comparability import MUST_MATCH_COLUMNS
 from fi_attn_bench.summarizer.inputs import expand_paths
 from fi_attn_bench.summarizer.loading import load_inputs
 from fi_attn_bench.summarizer.markdown import (
@@ -38,10 +42,19 @@ from fi_attn_bench.summarizer.model import (
     EXIT_INPUT_ERROR,
     EXIT_OK,
     Gate,
+    Verdict,
+    plural,
     summarize,
     summary_plot_rows,
 )
-from fi_attn_bench.summarizer.output import is_stdout, model_json, unwritable, write_report
+from fi_attn_bench.summarizer.output import (
+    OutputTarget,
+    is_stdout,
+    model_json,
+    overwrite_error,
+    unwritable,
+    write_report,
+)
 from fi_attn_bench.summarizer.scan_run import scan_inputs, scan_runs
 from fi_attn_bench.summarizer.terminal import regression_console, summary_console, terminal_width
 
@@ -58,6 +71,7 @@ __all__ = [
 
 MIN_REPORT_BYTES = 4096
 STDERR_ISSUE_LIMIT = 50
+ALLOWABLE_DIFFERENCES = tuple(column.name for column in MUST_MATCH_COLUMNS)
 
 
 # --------------------------------------------------------------------- command
@@ -74,10 +88,27 @@ class ReportOptions:
     only_changed: bool = False
 
 
+def program_name() -> str:
+    """The name the user ran: the console script's, else ``summarize_results.py`` (also
+    when called as a library, where ``sys.argv[0]`` is some other program)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return name if name.startswith("fi-attn-") else "summarize_results.py"
+
+
+def column_list(text: str) -> list[str]:
+    """--allow-difference's value: comma-separated must-match column names."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ALLOWABLE_DIFFERENCES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'no column'}: name columns among "
+            + ", ".join(ALLOWABLE_DIFFERENCES)
+        )
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="summarize_results.py", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog=program_name(), description=__doc__.split("\n")[0])
     parser.add_argument(
         "csv", nargs="*", type=Path, help="Benchmark CSV files or directories for summary mode."
     )
@@ -145,7 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="Raw samples of the candidate (see --baseline-samples).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {HARNESS_VERSION}")
+    parser.add_argument(
+        "--allow-difference",
+        type=column_list,
+        action="extend",
+        metavar="COLUMN[,COLUMN...]",
+        help="Regression mode: compare runs that differ in these columns, which otherwise "
+        f"make the comparison exit 2 ({', '.join(ALLOWABLE_DIFFERENCES)}); the report "
+        "states the differences at the top.",
+    )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
 
 
@@ -170,12 +210,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.max_report_bytes < MIN_REPORT_BYTES:
         parser.error(f"--max-report-bytes must be at least {MIN_REPORT_BYTES}")
     if not regression_mode:
-        for name in ("only_changed", "baseline_samples", "candidate_samples"):
+        for name in ("only_changed", "baseline_samples", "candidate_samples", "allow_difference"):
             if getattr(args, name):
                 parser.error(f"--{name.replace('_', '-')} requires regression mode")
-    if is_stdout(args.json) or (args.json is not None and args.json == args.output):
+    if (args.baseline_samples is None) != (args.candidate_samples is None):
+        parser.error("--baseline-samples and --candidate-samples go together: give both")
+    if is_stdout(args.json) or (args.json is not None and _same_path(args.json, args.output)):
         parser.error("--json needs a file of its own")
     return args
+
+
+def _same_path(first: Path, second: Path) -> bool:
+    return first == second or os.path.realpath(first) == os.path.realpath(second)
 
 
 def main(argv=None) -> int:
@@ -203,7 +249,9 @@ def _run(args: argparse.Namespace) -> int:
     if error is None and options.plot_dir is not None:
         plots_module, error = _import_plots()
     if error is None:
-        _expand_arguments(args)
+        error = _expand_arguments(args)
+    if error is None:
+        error = _overwrite_error(args, options, plots_module)
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT_ERROR
@@ -229,13 +277,34 @@ def _output_error(options: ReportOptions) -> str | None:
     return None
 
 
-def _expand_arguments(args: argparse.Namespace) -> None:
-    """Directories become the CSV files under them (sorted), in place; one without any
-    stays, and the reader reports it as an input error."""
+def _expand_arguments(args: argparse.Namespace) -> str | None:
+    """Directories become the CSV files under them (sorted), in place; why not, when a
+    directory holds none."""
     for name in ("csv", "baseline", "candidate"):
         paths = getattr(args, name)
         if paths:
-            setattr(args, name, expand_paths(paths, "*.csv")[0])
+            files, why = expand_paths(paths, "*.csv")
+            if why:
+                return why
+            setattr(args, name, files)
+    return None
+
+
+def _overwrite_error(args: argparse.Namespace, options: ReportOptions, plots_module):
+    """Why an output would replace an input or an existing data file (None: it would not)."""
+    from fi_attn_bench.summarizer.samples import SAMPLES_PATTERN
+
+    inputs = [*(args.csv or ()), *(args.baseline or ()), *(args.candidate or ())]
+    for paths in (args.baseline_samples, args.candidate_samples):
+        inputs += expand_paths(paths or [], SAMPLES_PATTERN)[0]
+    targets = [
+        OutputTarget(options.output, "report (--output)"),
+        OutputTarget(options.json_path, "JSON report (--json)"),
+    ]
+    if options.plot_dir is not None:
+        suffixes = plots_module.PLOT_FILE_SUFFIXES
+        targets.append(OutputTarget(options.plot_dir, "plots (--plot-dir)", suffixes))
+    return overwrite_error(targets, inputs)
 
 
 def _summary(paths, options: ReportOptions, plots_module):
@@ -259,7 +328,7 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
         samples = _run_samples(args.baseline_samples or [], args.candidate_samples or [])
         if samples is None:
             return None
-    gate = Gate(args.fail_on_regression)
+    gate = Gate(args.fail_on_regression, allowed_differences=tuple(args.allow_difference or ()))
     if options.json_path is None and plots_module is None:
         scanned = scan_runs(args.baseline, args.candidate)
         if scanned is not None:
@@ -300,25 +369,48 @@ def _report(model, options: ReportOptions, plots_module) -> int:
     to_stdout = is_stdout(options.output)
     if not to_stdout:
         console = regression_console if regression else summary_console
-        print(console(model, terminal_width(), only_changed=options.only_changed), flush=True)
+        _say(console(model, terminal_width(), only_changed=options.only_changed))
     if not _write(options.output, markdown, "Summary"):
         return EXIT_INPUT_ERROR
     if options.json_path is not None and not _write(
         options.json_path, model_json(model), "JSON", quiet=to_stdout
     ):
         return EXIT_INPUT_ERROR
+    if model.verdict is Verdict.NOT_COMPARABLE:
+        print(f"error: {model.reason}", file=sys.stderr)
     _print_issues(model.issues)
     return EXIT_INPUT_ERROR if plots_failed else model.exit_code
+
+
+def _say(text: str) -> None:
+    """A line on stdout; a reader that stopped reading (``| head``) changes nothing."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _stdout_closed()
+
+
+def _stdout_closed() -> None:
+    """Point stdout at /dev/null once its reader is gone, so later writes and the flush at
+    exit succeed (Python's documented SIGPIPE recipe) and the verdict's exit code stands."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def _write(path: Path, text: str, what: str, quiet: bool = False) -> bool:
     try:
         write_report(path, text)
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and is_stdout(path):
+            _stdout_closed()  # the report went to a reader that stopped reading
+            return True
         print(f"error: cannot write {what.lower()} report to {path}: {exc}", file=sys.stderr)
         return False
     if not is_stdout(path) and not quiet:
-        print(f"{what} saved to {path}")
+        _say(f"{what} saved to {path}")
     return True
 
 
@@ -327,7 +419,8 @@ def _print_issues(issues) -> None:
         print(f"error: {issue.group}: {issue.source}: {issue.message}", file=sys.stderr)
     if len(issues) > STDERR_ISSUE_LIMIT:
         print(
-            f"error: ... and {len(issues) - STDERR_ISSUE_LIMIT} more (see the report)",
+            f"error: ... and {plural(len(issues) - STDERR_ISSUE_LIMIT, 'more issue')} "
+            "(see the report)",
             file=sys.stderr,
         )
 
@@ -372,6 +465,10 @@ def run_as_program(argv: list[str] | None = None) -> int:
     # of the 1M-row summary and of the regression measured the same with it off).
     gc.disable()
     status = main(argv)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_closed()
     # The process ends here: spare the interpreter's shutdown collections a walk over
     # every object (numpy's included), a sizeable part of a short run's wall time.
     gc.freeze()

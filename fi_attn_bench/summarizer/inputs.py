@@ -9,6 +9,7 @@ missing one is an incomplete run, also an input error (exit 2).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ def expand_paths(paths, pattern: str) -> tuple[list[Path], str | None]:
         )
         files.extend(found or [path])
         if path.is_dir() and not found:
-            empty.append(str(path))
+            empty.append(os.path.join(str(path), ""))  # "runs/": a directory, as typed
     why = f"no {pattern} file under directory {', '.join(empty)}" if empty else None
     return files, why
 
@@ -55,8 +56,9 @@ def missing_shards(view, group: str) -> list[InputIssue]:
     if not absent:
         return []
     listed = ", ".join(str(index) for index in absent)
+    shards = "shard" if len(absent) == 1 else "shards"
     return [
         InputIssue(
-            RUN_SOURCE, f"incomplete sharded run: shard(s) {listed} of {total} missing", group
+            RUN_SOURCE, f"incomplete sharded run: {shards} {listed} of {total} missing", group
         )
     ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fi_attn_bench.results.schema import NUMERIC_COLUMNS
-from fi_attn_bench.summarizer.model import PEAK_PCT_LIMIT, SummaryModel
+from fi_attn_bench.summarizer.model import PEAK_PCT_LIMIT, SummaryModel, plural, values_text
 from fi_attn_bench.summarizer.regression import Selection, condition_text
 
 DEFAULT_MAX_REPORT_BYTES = 1 << 20
@@ -205,15 +205,16 @@ def _summary_head(model: SummaryModel) -> list[str]:
     lines = [
         "# FlashInfer Benchmark Summary",
         "",
-        f"**Verdict: {model.verdict.label.upper()}** — {model.reason}",
+        f"**Verdict: {model.verdict.label.upper()}** — {cell(model.reason)}",
         "",
+        *warning_lines(model.warnings),
         f"- Input files: {len(model.paths)}",
         f"- Valid files: {model.valid_files}",
         f"- Total rows: {model.total_rows}",
     ]
     if len(model.artefacts):
         lines.append(
-            f"- Measurement artefacts: {len(model.artefacts)} row(s) above "
+            f"- Measurement artefacts: {plural(len(model.artefacts), 'row')} above "
             f"{PEAK_PCT_LIMIT:g}% of a hardware peak (e.g. L2 cache hits); not counted as speed"
         )
     return [*lines, ""]
@@ -246,7 +247,7 @@ def _api_section(api, first: bool) -> str:
         )
     if api.artefacts:
         lines.append(
-            f"- Measurement artefacts: {api.artefacts} row(s) above {PEAK_PCT_LIMIT:g}% of "
+            f"- Measurement artefacts: {plural(api.artefacts, 'row')} above {PEAK_PCT_LIMIT:g}% of "
             "peak, left out of the maxima"
         )
     return "\n".join(lines)
@@ -361,15 +362,6 @@ def _number(value) -> str:
     return "n/a" if value != value else format_metric(value)
 
 
-ENVIRONMENT_VALUES_SHOWN = 8
-
-
-def _values_text(values: list[str]) -> str:
-    shown = ", ".join(values[:ENVIRONMENT_VALUES_SHOWN])
-    hidden = len(values) - ENVIRONMENT_VALUES_SHOWN
-    return shown + (f" (+{hidden} more)" if hidden > 0 else "")
-
-
 def _environment_block(sides: dict[str, dict[str, list[str]]]) -> list[Block]:
     names = sorted({name for side in sides.values() for name in side})
     if not names:
@@ -377,7 +369,7 @@ def _environment_block(sides: dict[str, dict[str, list[str]]]) -> list[Block]:
     lines = ["## Environment", "", "| Column | " + " | ".join(sides) + " |"]
     lines.append("|---|" + "---|" * len(sides))
     for name in names:
-        cells = [cell(_values_text(side.get(name, ["unknown"]))) for side in sides.values()]
+        cells = [cell(values_text(side.get(name, ["unknown"]))) for side in sides.values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [Block([*lines, ""])]
 
@@ -412,11 +404,11 @@ def _regression_head(model) -> list[str]:
     lines = [
         "# FlashInfer Benchmark Regression",
         "",
-        f"**Verdict: {model.verdict.label.upper()}** — {model.reason}",
+        f"**Verdict: {model.verdict.label.upper()}** — {cell(model.reason)}",
         "",
     ]
-    if model.mismatches:
-        lines += [_mismatch_warning(model), ""]
+    lines += warning_lines(model.warnings)
+    lines += _allowed_lines(model)
     counts = ", ".join(f"{state}={count}" for state, count in sorted(model.state_counts.items()))
     lines += [
         f"- Baseline files: {len(model.baseline_paths)}",
@@ -429,22 +421,27 @@ def _regression_head(model) -> list[str]:
     ]
     if model.artefact_rows:
         lines.append(
-            f"- Measurement artefacts: {model.artefact_rows} row(s) above {PEAK_PCT_LIMIT:g}% "
+            f"- Measurement artefacts: {plural(model.artefact_rows, 'row')} above {PEAK_PCT_LIMIT:g}% "
             "of a hardware peak (e.g. L2 cache hits); their bandwidth is not a speed"
         )
     rules = model.gate.rules
     return [*lines, "", f"Gate rule: {GATE_RULE.format(alpha=rules.alpha, notch=rules.notch)}", ""]
 
 
-def _mismatch_warning(model) -> str:
-    base, cand = model.environment["baseline"], model.environment["candidate"]
-    diffs = "; ".join(
-        f"{name}: {_values_text(base[name])} → {_values_text(cand[name])}"
-        for name in model.mismatches
-    )
-    return "> **Warning: baseline and candidate ran on different hardware or software** — " + cell(
-        diffs
-    )
+def warning_lines(warnings) -> list[str]:
+    """Each of the model's warnings as a quoted line, before anything else."""
+    lines = []
+    for warning in warnings:
+        lines += [f"> **Warning: {cell(warning.headline)}** — {cell(warning.detail)}", ""]
+    return lines
+
+
+def _allowed_lines(model) -> list[str]:
+    """What --allow-difference let differ, and whether it did."""
+    if not model.allowed_differences:
+        return []
+    text = cell("; ".join(model.allowed_differences))
+    return [f"> **Allowed differences (--allow-difference):** {text}", ""]
 
 
 def _aggregate_table(aggregates) -> Table:

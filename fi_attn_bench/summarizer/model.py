@@ -18,6 +18,7 @@ from fi_attn_bench.results.schema import (
     STATUS_FAILED,
     STATUS_LEGACY_OK,
     UNRECORDED_HARNESS_VERSION,
+    Compare,
     Kind,
     Role,
 )
@@ -48,13 +49,8 @@ ENVIRONMENT_COLUMNS = tuple(
 # Environment columns that differ row by row: shown as their range, first … last.
 RANGE_COLUMNS = ("timestamp_utc",)
 # A difference in these means the two runs are not measuring the same hardware/software.
-MISMATCH_COLUMNS = (
-    "device",
-    "compute_capability",
-    "runtime",
-    "torch_version",
-    "flashinfer_version",
-    "harness_version",
+MISMATCH_COLUMNS = tuple(
+    column.name for column in OPTIONAL_COLUMNS if column.compare is Compare.WARN
 )
 
 
@@ -64,6 +60,7 @@ class Verdict(enum.Enum):
     PASS = ("pass", EXIT_OK)
     FAIL = ("fail", EXIT_BENCHMARK_FAILURE)
     INVALID_INPUT = ("invalid input", EXIT_INPUT_ERROR)
+    NOT_COMPARABLE = ("not comparable", EXIT_INPUT_ERROR)  # runs measured different things
 
     @property
     def label(self) -> str:
@@ -86,6 +83,20 @@ class CaseState(enum.Enum):
 
 
 FAILING_STATES = (CaseState.REGRESSION, CaseState.CANDIDATE_FAILED, CaseState.BOTH_FAILED)
+
+
+@dataclass(frozen=True)
+class ReportWarning:
+    """Something a reader must know before trusting the verdict; the report opens with it
+    and stdout prints it, one line each."""
+
+    headline: str
+    detail: str
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """ "1 regression", "9 regressions"."""
+    return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"
 
 
 @dataclass(frozen=True)
@@ -116,10 +127,14 @@ class Gate:
     (root sum of squares of their 95 % half-widths, ``frames.median_ci_pct``).  A change
     past the gate that is not significant is ``within noise``; rows without statistics
     are judged by the gate alone.  ``threshold_pct=None`` only reports.
+
+    ``allowed_differences``: columns that must match between the runs
+    (``Compare.MUST_MATCH``) but may differ in this comparison (--allow-difference).
     """
 
     threshold_pct: float | None = None
     rules: GateRules = RULES
+    allowed_differences: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.threshold_pct is not None and not (
@@ -177,6 +192,7 @@ class SummaryModel:
     frame: object = field(repr=False)  # the validated rows, for plots and JSON
     cases: object = field(default=None, repr=False)  # CaseList: per-case results, in order
     head_to_head: list = field(default_factory=list)  # headtohead.ApiComparison per API
+    warnings: list[ReportWarning] = field(default_factory=list)
 
     JSON_EXCLUDE = ("cases",)
 
@@ -242,6 +258,7 @@ def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryM
     artefact = artefact_mask(view)
     failed_rows = status.count(STATUS_FAILED)
     verdict, reason = _summary_verdict(len(issues), failed_rows, view.rows)
+    environment = environment_of(view)
     return SummaryModel(
         paths=[str(path) for path in paths],
         files=_file_summaries(view, paths, read_issues, status),
@@ -252,12 +269,13 @@ def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryM
         artefacts=_artefact_table(view, artefact),
         issues=list(issues),
         legacy_rows=status.count(STATUS_LEGACY_OK),
-        environment=environment_of(view),
+        environment=environment,
         verdict=verdict,
         reason=reason,
         frame=frame,
         cases=CaseList(view, np.argsort(ids, kind="stable")),
         head_to_head=head_to_head(view, ids),
+        warnings=mixed_harness_warnings({"run": environment}),
     )
 
 
@@ -296,10 +314,13 @@ class _StatusCodes:
 
 def _summary_verdict(issues: int, failed: int, rows: int) -> tuple[Verdict, str]:
     if issues:
-        return Verdict.INVALID_INPUT, f"{issues} input error(s); the results cannot be trusted"
+        return (
+            Verdict.INVALID_INPUT,
+            f"{plural(issues, 'input error')}; the results cannot be trusted",
+        )
     if failed:
-        return Verdict.FAIL, f"{failed} of {rows} case(s) failed"
-    return Verdict.PASS, f"all {rows} case(s) ok"
+        return Verdict.FAIL, f"{failed} of {plural(rows, 'case')} failed"
+    return Verdict.PASS, "1 case ok" if rows == 1 else f"all {rows} cases ok"
 
 
 def _file_summaries(view, paths, issues, status: _StatusCodes) -> list[FileSummary]:
@@ -445,6 +466,32 @@ def environment_of(view) -> dict[str, list[str]]:
     if "timer" in found and "harness_version" not in found:
         found["harness_version"] = [UNRECORDED_HARNESS_VERSION]
     return found
+
+
+ENVIRONMENT_VALUES_SHOWN = 8
+
+
+def values_text(values: list[str]) -> str:
+    """A column's distinct values, the first ENVIRONMENT_VALUES_SHOWN of them named."""
+    shown = ", ".join(values[:ENVIRONMENT_VALUES_SHOWN])
+    hidden = len(values) - ENVIRONMENT_VALUES_SHOWN
+    return shown + (f" (+{hidden} more)" if hidden > 0 else "")
+
+
+def mixed_harness_warnings(environments: dict[str, dict[str, list[str]]]) -> list[ReportWarning]:
+    """A warning per run (name -> environment_of) whose rows were measured by several harness
+    versions: their time_ms may not mean the same thing."""
+    warnings = []
+    for run, environment in environments.items():
+        versions = environment.get("harness_version", [])
+        if len(versions) > 1:
+            warnings.append(
+                ReportWarning(
+                    f"the {run} mixes {len(versions)} harness versions",
+                    values_text(versions) + " (rows measured differently; rerun them with one)",
+                )
+            )
+    return warnings
 
 
 def summary_plot_rows(model: SummaryModel):

@@ -2,7 +2,9 @@
 
 ``-`` (and ``/dev/stdout``) is standard output; other targets that are not regular
 files (a pipe, /dev/null, /proc/self/fd/N) are written directly.  Every output path
-is checked before any is written (``unwritable``), so a bad path writes nothing.
+is checked before any is written (``unwritable``), so a bad path writes nothing, and
+before any input is read (``overwrite_error``), so a report never replaces an input
+or an existing data file.
 """
 
 from __future__ import annotations
@@ -10,11 +12,22 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from enum import Enum
 from pathlib import Path
 
 STDOUT_NAMES = ("-", "/dev/stdout")
+# What a report never replaces: measured results (CSV, raw samples), compressed or not.
+DATA_SUFFIXES = (".csv", ".jsonl", ".gz")
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """One path the command will write: a report file, or the folder of the plots."""
+
+    path: Path
+    what: str  # "summary report", "json report", "plots"
+    file_suffixes: tuple[str, ...] = ()  # a folder: the endings of the files written in it
 
 
 def is_stdout(path) -> bool:
@@ -56,6 +69,51 @@ def unwritable(path, directory: bool = False) -> str | None:
         return exc.strerror or str(exc)
     os.close(handle)
     os.unlink(probe)
+    return None
+
+
+def overwrite_error(targets, inputs) -> str | None:
+    """Why writing ``targets`` would replace something a user made (None when it would
+    not): an input of this run, or an existing data file (DATA_SUFFIXES).  Paths are
+    compared resolved (symlinks followed) and as the same file (hard links)."""
+    inputs = [Path(path) for path in inputs]
+    resolved = {os.path.realpath(path): path for path in inputs}
+    for target in targets:
+        if target.path is None or is_stdout(target.path):
+            continue
+        if target.file_suffixes:
+            why = _folder_overwrite(target, resolved)
+        else:
+            why = _file_overwrite(Path(target.path), inputs, resolved)
+        if why:
+            return f"refusing to write the {target.what} to {target.path}: {why}"
+    return None
+
+
+def _file_overwrite(path: Path, inputs: list[Path], resolved: dict) -> str | None:
+    real = os.path.realpath(path)
+    if real in resolved:
+        return f"it is an input ({resolved[real]})"
+    if not path.exists():
+        return None
+    for source in inputs:
+        try:
+            if os.path.samefile(path, source):
+                return f"it is an input ({source})"
+        except OSError:  # an input that does not exist: the reader reports it
+            continue
+    for name in (path.name, Path(real).name):
+        if name.lower().endswith(DATA_SUFFIXES):
+            return "it is an existing data file; choose another path"
+    return None
+
+
+def _folder_overwrite(target: OutputTarget, resolved: dict) -> str | None:
+    """An input inside the plot folder with a plot file's name would be replaced."""
+    folder = os.path.join(os.path.realpath(target.path), "")
+    for real, source in resolved.items():
+        if real.startswith(folder) and real.endswith(target.file_suffixes):
+            return f"the input {source} has a plot file's name there"
     return None
 
 

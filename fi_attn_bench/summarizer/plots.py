@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fi_attn_bench.results.schema import STATUS_LEGACY_OK, STATUS_OK, case_columns
 from fi_attn_bench.summarizer.identity import short_labels
+from fi_attn_bench.summarizer.model import plural
 
 PLOTTED_STATUSES = (STATUS_OK, STATUS_LEGACY_OK)
 SEQ_LEN_COLUMNS = ("seq_len_kv", "seq_len", "seq_len_q")  # first present one is the x axis
@@ -38,6 +39,8 @@ MIN_FIGURE_WIDTH = 7.0  # inches
 ROOFLINE_SIZE = (7.5, 5.5)  # inches
 PNG_METADATA: Mapping[str, None] = {"Software": None}
 ARTEFACT_PCT = 100.0  # pct_peak_bw above this is marked as a measurement artefact
+SCALING_PNG, ROOFLINE_PNG, SPEEDUP_PNG = "_scaling.png", "_roofline.png", "_speedup.png"
+PLOT_FILE_SUFFIXES = (SCALING_PNG, ROOFLINE_PNG, SPEEDUP_PNG)  # every file written ends with one
 
 STATE_COLORS: Mapping[str, str] = {
     "regression": "#d62728",
@@ -272,10 +275,10 @@ def _render_scaling(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pat
         axes[prow + r][c].set_visible(False)
     _legend(axes[0][0], [axes[r][c] for r in range(prow) for c in range(ncols)])
     _legend(axes[prow][0], [axes[prow + r][c] for r in range(prow) for c in range(ncols)])
-    more = f"; {omitted} more configuration(s) not shown" if omitted else ""
+    more = f"; {plural(omitted, 'more configuration')} not shown" if omitted else ""
     title = f"{api}: time and bandwidth vs {seq_col}{more}{_peaks_label(peaks)}"
     figure.suptitle(_wrap(title, width))
-    return _save(figure, out_dir / f"{safe_file_stem(api)}_scaling.png")
+    return _save(figure, out_dir / (safe_file_stem(api) + SCALING_PNG))
 
 
 def _draw_roofs(ax, peaks: Mapping | None, ai_min: float, ai_max: float) -> None:
@@ -331,9 +334,9 @@ def _render_roofline(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pa
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="x-small", loc="best")
     no_peaks = "" if peaks else " (no device peaks known: roofs not drawn)"
-    title = f"{api}: roofline, {int(keep.sum())} cases{no_peaks}{_peaks_label(peaks)}"
+    title = f"{api}: roofline, {plural(int(keep.sum()), 'case')}{no_peaks}{_peaks_label(peaks)}"
     ax.set_title(_wrap(title, ROOFLINE_SIZE[0]))
-    return _save(figure, out_dir / f"{safe_file_stem(api)}_roofline.png")
+    return _save(figure, out_dir / (safe_file_stem(api) + ROOFLINE_PNG))
 
 
 def render_summary_plots(rows, out_dir: Path) -> list[Path]:
@@ -415,7 +418,7 @@ def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Pa
     figure = speedup_figure(api, rows, gate_pct)
     if figure is None:
         return None
-    return _save(figure, out_dir / f"{safe_file_stem(api)}_speedup.png")
+    return _save(figure, out_dir / (safe_file_stem(api) + SPEEDUP_PNG))
 
 
 def speedup_figure(api: str, rows, gate_pct: float | None):
@@ -466,7 +469,9 @@ def speedup_figure(api: str, rows, gate_pct: float | None):
     ax.grid(True, axis="y", which="both", alpha=0.3)
     skipped = len(rows) - count
     note = f"; {skipped} not ok in both runs, not shown" if skipped else ""
-    title = _wrap(f"{api}: speedup per case, {count} cases{note}", figure.get_figwidth() * 0.7)
+    title = _wrap(
+        f"{api}: speedup per case, {plural(count, 'case')}{note}", figure.get_figwidth() * 0.7
+    )
     ax.set_title(title, loc="left")
     return figure
 

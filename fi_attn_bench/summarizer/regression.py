@@ -15,6 +15,12 @@ from functools import partial
 import numpy as np
 
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, NUMERIC_COLUMNS, case_columns
+from fi_attn_bench.summarizer.comparability import (
+    FieldDifference,
+    environment_warnings,
+    field_differences,
+    not_comparable_reason,
+)
 from fi_attn_bench.summarizer.frames import (
     FrameView,
     case_labels,
@@ -32,13 +38,17 @@ from fi_attn_bench.summarizer.model import (
     MISMATCH_COLUMNS,
     CaseState,
     Gate,
+    ReportWarning,
     Verdict,
     artefact_mask,
     environment_of,
     failure_table,
+    mixed_harness_warnings,
+    plural,
 )
 
 CONDITION_COLUMNS = ("power_capped_pct", "sm_clock_mean_MHz")
+MISSING_CASES_NAMED = 3  # missing candidate cases named in the warning line
 # A metric is worse when time grows or throughput shrinks.
 WORSE_SIGN = {"time_ms": 1.0, "bandwidth_GB_s": -1.0, "tflops": -1.0}
 
@@ -84,6 +94,8 @@ class RegressionModel:
     state_counts: dict[str, int] = field(default_factory=dict)
     cases: object = field(default=None, repr=False)  # CaseRows: labels by case id
     case_columns: list[str] = field(default_factory=list)
+    differences: list[FieldDifference] = field(default_factory=list)
+    warnings: list[ReportWarning] = field(default_factory=list)
 
     JSON_EXCLUDE = ("cases", "case_columns")
     LABELLED = ("matched", "missing", "new")
@@ -135,6 +147,16 @@ class RegressionModel:
     @property
     def issues(self) -> list[InputIssue]:
         return [*self.input_issues, *self.comparison_issues]
+
+    @property
+    def allowed_differences(self) -> list[str]:
+        """Per --allow-difference name, what differed ("dtype float16 → bfloat16") or that
+        nothing did."""
+        found = {difference.column: difference.text for difference in self.differences}
+        return [
+            found.get(name, f"{name} (no difference found)")
+            for name in self.gate.allowed_differences
+        ]
 
 
 def compare(
@@ -220,8 +242,20 @@ def judge(
         "baseline": environment_of(base.view),
         "candidate": environment_of(cand.view),
     }
-    verdict, reason = _verdict(input_issues, comparison_issues, matched, missing, new_failed, gate)
+    differences = field_differences(
+        base.view, cand.view, rows_b[at_b[both]], rows_c[at_c[both]], gate.allowed_differences
+    )
+    verdict, reason = _verdict(
+        input_issues, comparison_issues, differences, matched, missing, new_failed, gate
+    )
     representative = np.where(in_b, _rows_at(rows_b, at_b, in_b), _rows_at(rows_c, at_c, in_c))
+    cases = CaseRows(ids, in_b, representative, runs)
+    mismatches = _mismatches(environment)
+    warnings = [
+        *environment_warnings(environment, mismatches),
+        *mixed_harness_warnings(environment),
+        *_missing_warnings(missing, cases),
+    ]
     return RegressionModel(
         baseline_paths=[str(path) for path in base.paths],
         candidate_paths=[str(path) for path in cand.paths],
@@ -232,7 +266,7 @@ def judge(
         failures=failures,
         aggregates=aggregates(matched),
         environment=environment,
-        mismatches=_mismatches(environment),
+        mismatches=mismatches,
         artefact_rows=int(artefact_mask(base.view).sum() + artefact_mask(cand.view).sum()),
         input_issues=list(input_issues),
         comparison_issues=comparison_issues,
@@ -240,8 +274,10 @@ def judge(
         verdict=verdict,
         reason=reason,
         state_counts=_state_counts(states),
-        cases=CaseRows(ids, in_b, representative, runs),
+        cases=cases,
         case_columns=list(case_columns),
+        differences=differences,
+        warnings=warnings,
     )
 
 
@@ -518,11 +554,6 @@ def _mismatches(environment: dict[str, dict[str, list[str]]]) -> list[str]:
     ]
 
 
-def plural(count: int, singular: str, plural_form: str | None = None) -> str:
-    """ "1 regression", "9 regressions"."""
-    return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"
-
-
 STATE_NOUNS = {
     CaseState.REGRESSION: ("regression", "regressions"),
     CaseState.CANDIDATE_FAILED: ("case failed in the candidate", "cases failed in the candidate"),
@@ -530,10 +561,16 @@ STATE_NOUNS = {
 }
 
 
-def _verdict(input_issues, comparison_issues, matched, missing, new_failed, gate):
+def _verdict(input_issues, comparison_issues, differences, matched, missing, new_failed, gate):
     issues = len(input_issues) + len(comparison_issues)
     if issues:
-        return Verdict.INVALID_INPUT, f"{issues} input error(s); the comparison cannot be trusted"
+        return (
+            Verdict.INVALID_INPUT,
+            f"{plural(issues, 'input error')}; the comparison cannot be trusted",
+        )
+    blocking = [difference for difference in differences if not difference.allowed]
+    if blocking:
+        return Verdict.NOT_COMPARABLE, not_comparable_reason(blocking)
     states = np.asarray(matched["state"])
     reasons = [
         plural(int((states == state.value).sum()), *STATE_NOUNS[state])
@@ -566,3 +603,17 @@ def _verdict_notes(matched, gate) -> str:
             "limit): the change may be the machine's, not the kernel's"
         )
     return "".join(f"; {note}" for note in notes)
+
+
+def _missing_warnings(missing, cases: CaseRows) -> list[ReportWarning]:
+    """Baseline cases the candidate lacks, the first few named."""
+    if not len(missing):
+        return []
+    shown = missing.iloc[np.arange(min(len(missing), MISSING_CASES_NAMED))]
+    labels = cases.labels(np.asarray(shown["case_id"], dtype=np.int64))
+    named = [f"{api} ({label})" for api, label in zip(shown["api"], labels, strict=True)]
+    more = len(missing) - len(named)
+    detail = "; ".join(named) + (f"; and {more} more (the report lists them)" if more else "")
+    return [
+        ReportWarning(f"{plural(len(missing), 'baseline case')} missing from the candidate", detail)
+    ]

@@ -1,13 +1,16 @@
 """Console step: the verdict and a compact table for stdout, so a CI log shows why.
 
-Plain text sized to the terminal (``shutil.get_terminal_size``; 100 columns when
-stdout is not a terminal): fixed-width number columns, the case column takes what is
-left and is cut with "…".  At most MAX_CONSOLE_ROWS rows; the report holds the rest.
+Plain text sized to the terminal (``shutil.get_terminal_size``): fixed-width number
+columns, the case column takes what is left and is cut with "…".  When stdout is not a
+terminal (a CI log, a file) nothing is cut: the lines are as long as their cells.  The
+model's warnings follow the verdict, one line each.  At most MAX_CONSOLE_ROWS rows; the
+report holds the rest.
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 
 import numpy as np
 
@@ -17,10 +20,29 @@ from fi_attn_bench.summarizer.regression import plural
 MAX_CONSOLE_ROWS = 20
 MIN_CASE_WIDTH = 16
 FALLBACK_COLUMNS = 100
+UNLIMITED = sys.maxsize  # the width of a stdout that is not a terminal: nothing is cut
 
 
-def terminal_width() -> int:
+def terminal_width(stream=None) -> int:
+    """The terminal's width, or UNLIMITED when ``stream`` (stdout) is not a terminal."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        is_terminal = stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        is_terminal = False
+    if not is_terminal:
+        return UNLIMITED
     return shutil.get_terminal_size((FALLBACK_COLUMNS, 24)).columns
+
+
+def head_lines(model) -> list[str]:
+    """The verdict, then each warning and the allowed differences, one line each."""
+    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
+    lines += [f"Warning: {w.headline} — {w.detail}".replace("\n", " ") for w in model.warnings]
+    allowed = getattr(model, "allowed_differences", [])
+    if allowed:
+        lines.append("Allowed differences (--allow-difference): " + "; ".join(allowed))
+    return lines
 
 
 def fit(text: str, width: int) -> str:
@@ -66,7 +88,7 @@ def _delta(value: float) -> str:
 
 def summary_console(model, width: int, only_changed: bool = False) -> str:
     """Verdict, then failed cases first and the others in report order."""
-    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
+    lines = head_lines(model)
     cases = model.cases
     if cases is None or not len(cases):
         return "\n".join(lines)
@@ -84,7 +106,7 @@ def summary_console(model, width: int, only_changed: bool = False) -> str:
 
 def regression_console(model, width: int, only_changed: bool = False) -> str:
     """Verdict, then the changed cases, the worst regression first."""
-    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
+    lines = head_lines(model)
     changes = model.changes(only_changed=True)
     if not len(changes):
         lines.append(f"No changed case among {plural(len(model.matched), 'matched case')}.")
