@@ -24,6 +24,7 @@ from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
 from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
+from fi_attn_bench.program import program_name
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
     COMMAND_LINE_CASES,
@@ -403,13 +404,14 @@ def main_for(
 
     ``probe`` and ``timer_factory`` are seams for tests (machine probing, fake timers).
     """
-    args = parse_command_line(spec, argv)
+    prog = program_name(spec.script)
+    args = parse_command_line(spec, argv, prog)
     if isinstance(args, int):
         return args
     try:
         return _run(spec, args, probe or Probe(), timer_factory)
     except UsageError as exc:
-        print(f"{spec.script}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\nInterrupted.", file=sys.stderr)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends import flashinfer_api
 from fi_attn_bench.device.power import cuda_device_uuid, open_power_monitor
 from fi_attn_bench.device.telemetry import (
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 no check failed (unavailable checks included), 1 a check failed, "
         "2 bad arguments or a report that cannot be written.",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     parser.add_argument("--output-dir", default=".", help="where the reports go (default .)")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
     return parser
@@ -93,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
     if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
         message = f"--output-dir {args.output_dir!r} is not a directory"

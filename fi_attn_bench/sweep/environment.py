@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import inspect
-import os
 import socket
 import subprocess
 import time
@@ -73,14 +71,6 @@ def code_version(directory: str) -> CodeVersion:
     status = _git(directory, "status", "--porcelain", "--untracked-files=no")
     dirty = "" if status is None else ("yes" if status.strip() else "no")
     return CodeVersion(commit.strip(), dirty)
-
-
-def code_directory(prepare: Callable) -> str:
-    """The directory of the script being run: where its ``prepare`` is defined."""
-    try:
-        return os.path.dirname(os.path.abspath(inspect.getfile(prepare)))
-    except (TypeError, OSError):
-        return os.getcwd()
 
 
 def timestamp_utc() -> str:

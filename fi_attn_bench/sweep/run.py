@@ -16,6 +16,7 @@ from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.device.power import open_power_monitor
 from fi_attn_bench.device.telemetry import open_telemetry
+from fi_attn_bench.program import code_directory
 from fi_attn_bench.results.schema import (
     IMPL_COLUMN,
     STATUS_OK,
@@ -32,7 +33,6 @@ from fi_attn_bench.sweep.case import (
     with_uniform_twin,
 )
 from fi_attn_bench.sweep.environment import (
-    code_directory,
     environment_columns,
     load_roofline,
     timestamp_utc,
