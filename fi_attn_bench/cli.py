@@ -463,9 +463,10 @@ def plan(
         )
     if request.shard is not None:
         args = shard_arguments(spec, args, request)
-    wants_flashinfer = any(impls.names_flashinfer(text) for text in args.impl)
-    backend = "flashinfer" if wants_flashinfer else args.backend
-    choice = resolve_backend(backend, device_text, probe)
+    asking = [text for text in args.impl if impls.names_flashinfer(text)]
+    backend = "flashinfer" if asking else args.backend
+    asked_by = f"--impl {asking[0]}" if asking else ""
+    choice = resolve_backend(backend, device_text, probe, asked_by)
     chosen = impls.parse_impls(args.impl, spec.api, choice.flashinfer, default=choice.backend)
     baseline = impls.baseline_index(chosen, args.baseline_impl)
     if args.fail_if_slower is not None and len(chosen) < 2:

@@ -430,7 +430,21 @@ def test_unknown_backend_exits_2_before_any_case(capsys):
 
 def test_flashinfer_impl_without_a_gpu_exits_2(capsys):
     assert run_main(["--impl", "flashinfer:fa2"], spec=EXPLODING, probe=NO_GPU) == 2
-    assert "no GPU" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error: --impl flashinfer:fa2: no GPU available" in err and "--backend" not in err
+
+
+def test_flashinfer_impl_that_cannot_import_names_the_impl_and_the_reason(capsys):
+    no_import = Probe(cuda_available=lambda: True, import_flashinfer=_no_flashinfer)
+    argv = ["--impl", "torch", "--impl", "a=flashinfer"]
+    assert run_main(argv, spec=EXPLODING, probe=no_import) == 2
+    err = capsys.readouterr().err
+    assert "error: --impl a=flashinfer: FlashInfer cannot be imported (ModuleNotFoundError" in err
+    assert "--backend" not in err
+
+
+def _no_flashinfer():
+    raise ModuleNotFoundError("No module named 'flashinfer'")
 
 
 def test_unknown_baseline_exits_2(capsys):
