@@ -83,7 +83,7 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
         assert ("Not called slower: decode batch_size=2," in section) == (called[1] == "0")
         assert f"cases >= 50 us: median {reached}, range {reached} to {reached}" in section
         assert f"; spin used: {kind} 1" in section
-    assert "examples/sdpa_decode_plugin.py:make / torch over 1 cases" in text
+    assert "sdpa_decode_plugin:make / torch over 1 cases" in text
     svg = (tmp_path / "backends_BatchDecodeWithPagedKVCacheWrapper.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<circle") == 1
 

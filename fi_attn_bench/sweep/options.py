@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from fi_attn_bench.backends import flashinfer_api as flashinfer_compat
-from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl
+from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl, default_impl_name
 from fi_attn_bench.backends.selection import BackendChoice
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
@@ -330,7 +330,7 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words += ["--timer", timing.timer, "--l2", timing.l2]
     if options.paired or options.impls[0].name != options.backend:
         for impl in options.impls:
-            named = impl.name != impl.target
+            named = impl.name != default_impl_name(impl.target)
             words += ["--impl", f"{impl.name}={impl.target}" if named else impl.target]
     if options.baseline:
         words += ["--baseline-impl", options.impls[options.baseline].name]
