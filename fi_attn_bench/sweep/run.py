@@ -38,7 +38,7 @@ from fi_attn_bench.sweep.environment import (
     timestamp_utc,
 )
 from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
-from fi_attn_bench.sweep.outputs import move_aside
+from fi_attn_bench.sweep.outputs import back_up, move_aside
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
 from fi_attn_bench.sweep.samples import append_samples, samples_line
 from fi_attn_bench.sweep.sharding import shard_columns
@@ -76,6 +76,8 @@ class Sweep:
             self.log(
                 f"Resuming {options.output}: {len(options.cases) - len(todo)} of {len(options.cases)} cases already ok{note}"
             )
+            if stale:  # their rows are about to be replaced: the old measurements stay readable
+                self.log(f"Kept the file as it was in {back_up(options.output)}")
             if not todo:
                 return 0
         else:
