@@ -54,6 +54,7 @@ from fi_attn_bench.timing.options import (
     TimingOptions,
 )
 from fi_attn_bench.timing.timers import Timer, make_timer
+from fi_attn_bench.wording import counted
 
 BACKEND_CHOICES = ("auto", "flashinfer", "torch")
 
@@ -459,7 +460,7 @@ def plan(
     if device_text != args.device and request.launch.local_rank >= torch.cuda.device_count():
         raise UsageError(
             f"{request.launch.origin}: LOCAL_RANK {request.launch.local_rank} but "
-            f"{torch.cuda.device_count()} GPU(s) visible; start at most that many processes per node"
+            f"{counted(torch.cuda.device_count(), 'GPU')} visible; start at most that many processes per node"
         )
     if request.shard is not None:
         args = shard_arguments(spec, args, request)
@@ -493,7 +494,7 @@ def execute(
             print(preamble)
         shard = f", shard {options.shard}" if options.shard else ""
         print(
-            f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}{shard}), "
+            f"{spec.api}: {counted(len(options.cases), 'case')} (preset {options.preset}{shard}), "
             f"{_what_is_measured(options)} on {device}, timer {options.timing.timer}, "
             f"L2 {options.timing.l2}",
             flush=True,
@@ -544,7 +545,9 @@ def list_shard(runs, request: ShardRequest) -> int:
     mine = {(c.run, c.case) for c in sharded.mine()}
     for run, (spec, options) in enumerate(runs):
         picked = [i for i in range(len(options.cases)) if (run, i) in mine]
-        print(f"{spec.api}: preset {options.preset}, {len(picked)} of {len(options.cases)} cases")
+        print(
+            f"{spec.api}: preset {options.preset}, {len(picked)} of {counted(len(options.cases), 'case')}"
+        )
         for i in picked:
             cost = costs[(run, i)]
             how = "measured" if cost.measured else "predicted"
@@ -568,7 +571,7 @@ def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
         selection = resume_selection(spec, args, recorded, args.resume, preset)
         preset, filters = selection.preset, selection.filters
     cases = selected_cases(spec, args, preset, filters)
-    print(f"{spec.api}: preset {preset}, {len(cases)} cases")
+    print(f"{spec.api}: preset {preset}, {counted(len(cases), 'case')}")
     if serving.has_workloads(cases):
         spec = serving.with_workload_field(spec)
     for case in cases:

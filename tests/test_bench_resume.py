@@ -149,7 +149,7 @@ def test_resume_remeasures_ok_rows_of_another_harness_version(tmp_path, monkeypa
     before = path.read_bytes()
     assert run_in_process(["--resume", str(path), *FAST], monkeypatch) == 0
     out = capsys.readouterr().out
-    assert "4 ok case(s) measured by another harness version" in out
+    assert "4 ok cases measured by another harness version are measured again" in out
     rows = assert_valid_csv(path)
     assert len(rows) == 4 and {r["harness_version"] for r in rows} == {HARNESS_VERSION}
     (backup,) = tmp_path.glob("r.csv.bak-*")  # the old measurements are not lost

@@ -54,7 +54,7 @@ def test_bench_all_list_leaves_out_what_the_run_leaves_out(tmp_path, capsys):
     argv = ["--preset", "smoke", "--filter", "batch_size=3", "--output-dir", str(tmp_path)]
     assert run([*argv, "--list"]) == 0
     listed = capsys.readouterr()
-    assert "OtherFakeWrapper: preset smoke, 1 cases" in listed.out
+    assert "OtherFakeWrapper: preset smoke, 1 case\n" in listed.out
     assert "FakeAttentionWrapper" not in listed.out
     assert "fake_bench_script.py: no case matches --filter; left out" in listed.err
     assert list(tmp_path.iterdir()) == []
@@ -182,3 +182,22 @@ def _decode_options(spec, output: str):
     args = cli.build_parser(spec).parse_args(["--device", "cpu"])
     options = resolve_options(spec, args, BackendChoice("torch", torch.device("cpu")), listing=True)
     return dataclasses.replace(options, output=output)
+
+
+def test_counts_of_one_are_singular(tmp_path, capsys):
+    """No '1 cases': the sweep's header and its resume line."""
+    one = ["--preset", "smoke", "--filter", "batch_size=2", *FAST]
+    out = tmp_path / "one.csv"
+    assert fake_bench_script.main([*one, "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "FakeAttentionWrapper: 1 case (preset smoke)" in printed
+    assert fake_bench_script.main([*one, "--resume", str(out)]) == 0
+    assert "1 of 1 case already ok" in capsys.readouterr().out
+    assert "1 cases" not in printed and "case(s)" not in printed
+
+
+def test_counted_words():
+    from fi_attn_bench.wording import counted
+
+    assert [counted(n, "case") for n in (0, 1, 2)] == ["0 cases", "1 case", "2 cases"]
+    assert counted(1, "GPU") == "1 GPU" and counted(3, "GPU") == "3 GPUs"

@@ -31,6 +31,7 @@ from fi_attn_bench.timing.statistics import (
     Measurement,
 )
 from fi_attn_bench.timing.timers import Timer
+from fi_attn_bench.wording import counted
 
 
 class CorrectnessError(RuntimeError):
@@ -304,7 +305,7 @@ def _describe(measurement: Measurement) -> str:
         "" if measurement.per_call else " (batch means: device events could not be split per call)"
     )
     return (
-        f"  {len(measurement.samples)} samples{how}, median {measurement.median:.4f} ms, "
+        f"  {counted(len(measurement.samples), 'sample')}{how}, median {measurement.median:.4f} ms, "
         f"min {measurement.min:.4f} ms, noise {measurement.noise_pct:.2f}%; kernels: {kernels}"
     )
 
@@ -320,7 +321,7 @@ def _throttle_note(measurement: Measurement, conditions: CaseConditions | None) 
     if measurement.throttled_samples and not measurement.discarded_samples:
         return (
             f"  note: every batch ran below {threshold} (--throttle-policy {policy}); "
-            f"all {measurement.throttled_samples} samples kept"
+            f"all {counted(measurement.throttled_samples, 'sample')} kept"
         )
     if conditions.throttled_batches and not measurement.throttled_samples:
         return (
@@ -328,7 +329,7 @@ def _throttle_note(measurement: Measurement, conditions: CaseConditions | None) 
             "dropped: the profiler's recording could not be split by batch (one mean sample)"
         )
     return (
-        f"  note: --throttle-policy {policy} discarded {measurement.discarded_samples} samples "
+        f"  note: --throttle-policy {policy} discarded {counted(measurement.discarded_samples, 'sample')} "
         f"({conditions.throttled_batches} batches with an SM clock below {threshold})"
     )
 

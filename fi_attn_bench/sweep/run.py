@@ -50,6 +50,7 @@ from fi_attn_bench.sweep.storage import (
 )
 from fi_attn_bench.timing.paired import FASTER, SAME, SLOWER, PairedRatio
 from fi_attn_bench.timing.timers import Timer, method_columns
+from fi_attn_bench.wording import counted
 
 
 @dataclass
@@ -69,12 +70,13 @@ class Sweep:
             remove_stale_temporaries(options.output)
             todo, stale = resume_todo(todo, store.rows, spec.case_fields, options.impls)
             note = (
-                f"; {stale} ok case(s) measured by another harness version are measured again"
+                f"; {counted(stale, 'ok case')} measured by another harness version "
+                f"{'is' if stale == 1 else 'are'} measured again"
                 if stale
                 else ""
             )
             self.log(
-                f"Resuming {options.output}: {len(options.cases) - len(todo)} of {len(options.cases)} cases already ok{note}"
+                f"Resuming {options.output}: {len(options.cases) - len(todo)} of {counted(len(options.cases), 'case')} already ok{note}"
             )
             if stale:  # their rows are about to be replaced: the old measurements stay readable
                 self.log(f"Kept the file as it was in {back_up(options.output)}")
@@ -148,8 +150,8 @@ class Sweep:
         for line in tally_lines(options.impls[options.baseline].name, tally):
             self.log(line)
         if failed:
-            what = "rows" if options.paired else "cases"
-            self.log(f"{failed} of {len(todo) * len(options.impls)} {what} failed")
+            what = "row" if options.paired else "case"
+            self.log(f"{failed} of {counted(len(todo) * len(options.impls), what)} failed")
         for line in slower:
             self.log(line)
         return 1 if failed or slower else 0
@@ -223,7 +225,9 @@ def paired_line(options: RunOptions, results: Sequence[CaseResult]) -> str:
             if ratio.interval is not None
             else "(too few rounds for an interval)"
         )
-        parts.append(f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({ratio.rounds} rounds)")
+        parts.append(
+            f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({counted(ratio.rounds, 'round')})"
+        )
     return "  paired: " + (
         "; ".join(parts) if parts else "no ratio (the baseline or all others failed)"
     )
@@ -240,7 +244,7 @@ def tally_lines(base: str, ratios: Mapping[str, Sequence[PairedRatio]]) -> list[
             counts.append(f"{verdicts.count('')} without an interval")
         geomean = math.exp(sum(math.log(ratio.ratio) for ratio in found) / len(found))
         lines.append(
-            f"Head to head, {name}/{base} over {len(found)} case{'s' * (len(found) != 1)}: "
+            f"Head to head, {name}/{base} over {counted(len(found), 'case')}: "
             f"{', '.join(counts)}; "
             f"geomean ratio {geomean:.4f}"
         )

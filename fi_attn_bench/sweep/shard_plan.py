@@ -38,6 +38,7 @@ from fi_attn_bench.sweep.sharding import (
 )
 from fi_attn_bench.sweep.storage import load_resume_rows
 from fi_attn_bench.timing.options import TimingOptions
+from fi_attn_bench.wording import counted
 
 EXPLICIT = "--shard"
 
@@ -316,6 +317,6 @@ def describe_shard(sharded: ShardedRuns) -> str:
     )
     return (
         f"shard {request.shard} ({request.origin}, split by {request.by}, {source}): "
-        f"{len(mine)} of {len(sharded.costed)} cases, about {cost_s:.0f} s of "
+        f"{len(mine)} of {counted(len(sharded.costed), 'case')}, about {cost_s:.0f} s of "
         f"{sharded.total_us / 1e6:.0f} s"
     )
