@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from typing import TextIO
 
 import torch
 
@@ -35,6 +37,7 @@ from fi_attn_bench.sweep.options import (
     resolve_options,
     selected_cases,
 )
+from fi_attn_bench.sweep.outputs import STDOUT, writes_stdout
 from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.sweep.shard_plan import (
@@ -296,7 +299,11 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="check absolute tolerance (default 0.016)",
     )
     out = parser.add_argument_group("output")
-    out.add_argument("--output", help="CSV path (default <output-dir>/<api>_<YYYYmmdd_HHMMSS>.csv)")
+    out.add_argument(
+        "--output",
+        help="CSV path (default <output-dir>/<api>_<YYYYmmdd_HHMMSS>.csv); - writes the CSV to "
+        "stdout and everything else to stderr",
+    )
     out.add_argument(
         "--output-dir", default=".", help="directory of the default CSV path (default .)"
     )
@@ -463,6 +470,8 @@ def plan(
             f"{counted(torch.cuda.device_count(), 'GPU')} visible; start at most that many processes per node"
         )
     if request.shard is not None:
+        if args.output == STDOUT:
+            raise UsageError("--output - writes one CSV to stdout; a shard writes its own file")
         args = shard_arguments(spec, args, request)
     asking = [text for text in args.impl if impls.names_flashinfer(text)]
     backend = "flashinfer" if asking else args.backend
@@ -489,7 +498,7 @@ def execute(
         spec = serving.with_workload_field(spec)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    with shard_log(options):
+    with shard_log(options), _rows_stream(options.output) as csv_stream:
         if preamble:
             print(preamble)
         shard = f", shard {options.shard}" if options.shard else ""
@@ -502,7 +511,19 @@ def execute(
         log = print if options.verbose else (lambda _: None)
         timer = timer_factory(options.timing, device, log)
         timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
-        return Sweep(spec, options, timer).run()
+        return Sweep(spec, options, timer, csv_stream=csv_stream).run()
+
+
+@contextlib.contextmanager
+def _rows_stream(output: str) -> Iterator[TextIO | None]:
+    """``--output -``: yields stdout for the rows and sends everything else printed to stderr,
+    so that stdout is the CSV alone (``... --output - | other-tool``); else yields None."""
+    if not writes_stdout(output):
+        yield None
+        return
+    stream = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        yield stream
 
 
 def _what_is_measured(options: RunOptions) -> str:

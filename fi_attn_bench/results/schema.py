@@ -455,6 +455,23 @@ class ResultCsvWriter:
             os.fsync(handle.fileno())
 
 
+class ResultStreamWriter:
+    """Append records to an open text stream (``--output -``: stdout), the header first,
+    each row flushed so that a reader downstream sees it when the case ends."""
+
+    def __init__(self, stream: io.TextIOBase, fieldnames: Sequence[str]):
+        self.stream = stream
+        self.fieldnames = list(fieldnames)
+        self.started = False
+
+    def append(self, record: Mapping[str, object]) -> None:
+        if not self.started:
+            self.stream.write(_csv_line(self.fieldnames))
+            self.started = True
+        self.stream.write(_csv_line(record.get(name, "") for name in self.fieldnames))
+        self.stream.flush()
+
+
 def read_result_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
     """Read a CSV written by ResultCsvWriter for resuming: (header, complete rows).
 

@@ -26,6 +26,7 @@ from fi_attn_bench.sweep.outputs import (
     probe_directory,
     require_regular_file,
     samples_path,
+    writes_stdout,
 )
 from fi_attn_bench.sweep.selection_record import (
     Selection,
@@ -204,6 +205,12 @@ def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
         require_regular_file(args.resume, "--resume")
         probe_directory(os.path.dirname(args.resume), "--resume")
         return args.resume, True
+    if args.output and writes_stdout(args.output):
+        if args.samples_dir:
+            raise UsageError(
+                "--samples-dir names its file after the CSV: give --output FILE, not -"
+            )
+        return args.output, False
     if args.output:
         check_new_output(args.output, "--output", force=args.force, results_of=spec)
         return args.output, False

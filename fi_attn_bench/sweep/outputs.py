@@ -16,6 +16,11 @@ from fi_attn_bench.results.schema import SCHEMA_VERSION, read_result_rows
 from fi_attn_bench.seed_api import get_csv_path
 
 SAMPLES_SUFFIX = ".samples.jsonl.gz"
+STDOUT = "-"  # --output -: the CSV goes to stdout, everything else the sweep prints to stderr
+
+
+def writes_stdout(path: str) -> bool:
+    return path == STDOUT
 
 
 def probe_directory(directory: str, flag: str, target: str | None = None) -> None:

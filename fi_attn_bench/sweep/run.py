@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TextIO
 
 import torch
 
@@ -21,6 +22,7 @@ from fi_attn_bench.results.schema import (
     IMPL_COLUMN,
     STATUS_OK,
     ResultCsvWriter,
+    ResultStreamWriter,
     csv_fieldnames,
     result_record,
 )
@@ -38,7 +40,7 @@ from fi_attn_bench.sweep.environment import (
     timestamp_utc,
 )
 from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
-from fi_attn_bench.sweep.outputs import back_up, move_aside
+from fi_attn_bench.sweep.outputs import back_up, move_aside, writes_stdout
 from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
 from fi_attn_bench.sweep.samples import append_samples, samples_line
 from fi_attn_bench.sweep.sharding import shard_columns
@@ -59,10 +61,16 @@ class Sweep:
     options: RunOptions
     timer: Timer
     log: Callable[[str], None] = print
+    csv_stream: TextIO | None = None  # --output -: where the rows go (stdout)
 
     def run(self) -> int:
         spec, options = self.spec, self.options
-        writer = ResultCsvWriter(options.output, csv_fieldnames((*spec.case_fields, IMPL_COLUMN)))
+        fields = csv_fieldnames((*spec.case_fields, IMPL_COLUMN))
+        writer = (
+            ResultStreamWriter(self.csv_stream, fields)
+            if self.csv_stream is not None
+            else ResultCsvWriter(options.output, fields)
+        )
         store = ResultStore(writer, (*spec.case_fields, IMPL_COLUMN), options.resume)
         todo = list(options.cases)
         if options.resume:
@@ -84,7 +92,9 @@ class Sweep:
                 return 0
         else:
             for path in (options.output, options.samples):
-                if path and os.path.lexists(path):  # plan allowed it: --force
+                if (
+                    path and not writes_stdout(path) and os.path.lexists(path)
+                ):  # plan allowed it: --force
                     self.log(f"Moved the existing {path} aside to {move_aside(path)}")
         metadata = {
             **environment_columns(options, code_directory(spec.prepare)),
@@ -136,6 +146,9 @@ class Sweep:
             self.log(
                 f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
             )
+            if writes_stdout(options.output):
+                self.log("The rows of every finished case went to stdout.")
+                return 130
             saved = (
                 f"Results saved to {options.output}"
                 if os.path.exists(options.output)
@@ -146,7 +159,10 @@ class Sweep:
             return 130
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
-        self.log(f"\nResults saved to {options.output}")
+        where = (
+            "written to stdout" if writes_stdout(options.output) else f"saved to {options.output}"
+        )
+        self.log(f"\nResults {where}")
         for line in tally_lines(options.impls[options.baseline].name, tally):
             self.log(line)
         if failed:
