@@ -41,8 +41,9 @@ from fi_attn_bench.sweep.environment import (
 )
 from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
 from fi_attn_bench.sweep.outputs import back_up, move_aside, writes_stdout
-from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
+from fi_attn_bench.sweep.progress import Eta, Progress, clip_error, summary_line
 from fi_attn_bench.sweep.samples import append_samples, samples_line
+from fi_attn_bench.sweep.shard_plan import predicted_case_call_ms
 from fi_attn_bench.sweep.sharding import shard_columns
 from fi_attn_bench.sweep.storage import (
     ResultStore,
@@ -110,7 +111,8 @@ class Sweep:
         telemetry = open_telemetry(options.device)
         runner = CaseRunner(spec, options, self.timer, self.log, power=power, telemetry=telemetry)
         freeze_startup_objects()
-        progress = Progress.start(len(todo) * len(options.impls))
+        eta = Eta([_predicted_call_ms(spec, options, case) for case in todo], options.timing)
+        progress = Progress.start(len(todo) * len(options.impls), eta)
         failed, index, started = 0, 0, time.monotonic()
         slower: list[str] = []
         tally: dict[str, list[PairedRatio]] = {}
@@ -118,6 +120,7 @@ class Sweep:
             for index, case in enumerate(todo, 1):
                 text = case_text(case, spec.case_fields)
                 records, results = self._one(runner, case, metadata)
+                eta.case_finished(_call_ms(records))
                 for record, result in zip(records, results, strict=True):
                     record.update(roofline.columns(record))
                     store.put(record)
@@ -225,6 +228,21 @@ class Sweep:
                 append_samples(self.options.samples, line)
             records.append(record)
         return records, results
+
+
+def _predicted_call_ms(spec: BenchmarkSpec, options: RunOptions, case) -> float:
+    """The case's predicted call time for the ETA; 0 (its fixed costs only) where the
+    script's formulas fail on it (the case then fails and says why)."""
+    try:
+        return predicted_case_call_ms(spec, options, case)
+    except Exception:  # noqa: BLE001 - a broken formula fails its case, not the sweep
+        return 0.0
+
+
+def _call_ms(records: Sequence[Mapping[str, object]]) -> float | None:
+    """The case's measured call time: the mean over its ok rows (its implementations)."""
+    times = [float(r["time_ms"]) for r in records if r["status"] == STATUS_OK]
+    return sum(times) / len(times) if times else None
 
 
 def paired_line(options: RunOptions, results: Sequence[CaseResult]) -> str:

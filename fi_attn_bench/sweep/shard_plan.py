@@ -156,6 +156,16 @@ class CostedCase:
     measured: bool
 
 
+def predicted_case_call_ms(
+    spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, object]
+) -> float:
+    """One call's time on the reference roofline (``sharding.predicted_call_ms``), from the
+    script's I/O and FLOP formulas for ``case``."""
+    element_size = DTYPES[options.dtype_name].itemsize
+    peaks = reference_peaks(options.peak_bandwidth, options.peak_tflops, options.dtype_name)
+    return predicted_call_ms(spec.io_bytes(case, element_size), spec.flops(case), peaks)
+
+
 def costed_cases(
     runs: Sequence[tuple[BenchmarkSpec, RunOptions]],
     measured_rows: Sequence[Mapping[str, str]],
@@ -165,15 +175,11 @@ def costed_cases(
     costed = []
     for run, (spec, options) in enumerate(runs):
         known = measured_costs(measured_rows, spec)
-        element_size = DTYPES[options.dtype_name].itemsize
-        peaks = reference_peaks(options.peak_bandwidth, options.peak_tflops, options.dtype_name)
         for index, case in enumerate(options.cases):
             key = case_key(case, spec.case_fields)
             measured = known.get(key)
             if measured is None:
-                call_ms = predicted_call_ms(
-                    spec.io_bytes(case, element_size), spec.flops(case), peaks
-                )
+                call_ms = predicted_case_call_ms(spec, options, case)
                 item = case_item((spec.api, *key), call_ms, timing)
             else:
                 item = case_item((spec.api, *key), measured.time_ms, timing, measured.samples)
