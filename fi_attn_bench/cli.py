@@ -31,6 +31,7 @@ from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
     COMMAND_LINE_CASES,
     CPU_MAX_TIME_S,
+    DEFAULT_CPU_THREADS,
     DEFAULT_TOLERANCE,
     RunOptions,
     preset_for,
@@ -138,6 +139,13 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="auto: flashinfer if it imports and a GPU exists, else the torch reference (default auto)",
     )
     where.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    where.add_argument(
+        "--threads",
+        type=_positive(int),
+        metavar="N",
+        help=f"torch threads of a CPU run (default {DEFAULT_CPU_THREADS}: times independent of "
+        "the core count and of other work on the machine); recorded as cpu_threads",
+    )
     head = parser.add_argument_group("head to head")
     head.add_argument(
         "--impl",
@@ -498,7 +506,11 @@ def execute(
         spec = serving.with_workload_field(spec)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    with shard_log(options), _rows_stream(options.output) as csv_stream:
+    with (
+        shard_log(options),
+        _rows_stream(options.output) as csv_stream,
+        _torch_threads(options.cpu_threads),
+    ):
         if preamble:
             print(preamble)
         shard = f", shard {options.shard}" if options.shard else ""
@@ -512,6 +524,20 @@ def execute(
         timer = timer_factory(options.timing, device, log)
         timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
         return Sweep(spec, options, timer, csv_stream=csv_stream).run()
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the sweep (None: left alone), then back."""
+    if count is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

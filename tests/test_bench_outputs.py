@@ -143,6 +143,7 @@ def test_output_dash_writes_the_csv_to_stdout_and_the_rest_to_stderr(tmp_path, m
 
 
 def test_output_dash_with_samples_dir_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
     argv = ["--output", "-", "--samples-dir", str(tmp_path)]
     assert bench(argv, monkeypatch) == 2
     assert refused(capsys).endswith(
@@ -150,7 +151,8 @@ def test_output_dash_with_samples_dir_is_refused(tmp_path, monkeypatch, capsys):
     )
 
 
-def test_output_dash_of_a_shard_is_refused(monkeypatch, capsys):
+def test_output_dash_of_a_shard_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
     assert bench(["--output", "-", "--shard", "0/2"], monkeypatch) == 2
     assert refused(capsys).endswith(
         "error: --output - writes one CSV to stdout; a shard writes its own file"

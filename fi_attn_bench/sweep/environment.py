@@ -104,6 +104,7 @@ def environment_columns(options: RunOptions, code_dir: str | None = None) -> dic
         "page_size": options.page_size,
         "preset": options.preset,
         "filter": ",".join(options.filters),
+        "cpu_threads": options.cpu_threads,
         **(run_metadata(code_dir) if code_dir is not None else {}),
     }
 

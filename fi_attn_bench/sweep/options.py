@@ -43,6 +43,9 @@ DEFAULT_TOLERANCE = 1.6e-2
 # The CPU reference is a functional check, not a measurement: its noise stays at 3-33 %, so
 # every case would spend the GPU's whole budget without reaching the noise target.
 CPU_MAX_TIME_S = 0.2
+# One thread: a CPU run's times then depend neither on the core count nor on what else runs
+# (torch's default of one thread per core read 87.9 ms and 0.49 ms for one case, oversubscribed).
+DEFAULT_CPU_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class RunOptions:
     chosen_impls: tuple[Impl, ...] = ()  # empty: the one --backend names
     baseline: int = 0
     fail_if_slower_pct: float | None = None
+    cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
 
     @property
     def impls(self) -> tuple[Impl, ...]:
@@ -321,7 +325,18 @@ def resolve_options(
         samples="" if listing else _samples_path(args, output, resume),
         filters=selection.filters,
         imbalance=bool(getattr(args, "imbalance", False)),
+        cpu_threads=_cpu_threads(args, device, listing),
     )
+
+
+def _cpu_threads(args, device: torch.device, listing: bool) -> int | None:
+    """--threads on a CPU run (default DEFAULT_CPU_THREADS); a GPU run takes none."""
+    given = getattr(args, "threads", None)
+    if device.type == "cpu":
+        return given or DEFAULT_CPU_THREADS
+    if given and not listing:
+        raise UsageError(f"--threads sets the threads of a CPU run; this run is on {device}")
+    return None
 
 
 def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
@@ -335,6 +350,8 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
     ]  # fmt: skip
     if options.device.type != "cpu":
         words += ["--timer", timing.timer, "--l2", timing.l2]
+    elif options.cpu_threads not in (None, DEFAULT_CPU_THREADS):
+        words += ["--threads", str(options.cpu_threads)]
     if options.paired or options.impls[0].name != options.backend:
         for impl in options.impls:
             named = impl.name != default_impl_name(impl.target)
