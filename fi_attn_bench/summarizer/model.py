@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fi_attn_bench.results.schema import (
+    NOISY_NOTE,
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMNS,
     STATUS_FAILED,
@@ -177,12 +178,44 @@ class SummaryModel:
     frame: object = field(repr=False)  # the validated rows, for plots and JSON
     cases: object = field(default=None, repr=False)  # CaseList: per-case results, in order
     head_to_head: list = field(default_factory=list)  # headtohead.ApiComparison per API
+    noisy: list = field(default_factory=list)  # NoisyRow per row the harness marked noisy
 
     JSON_EXCLUDE = ("cases",)
 
     @property
     def exit_code(self) -> int:
         return self.verdict.exit_code
+
+
+@dataclass(frozen=True)
+class NoisyRow:
+    """A row whose ``notes`` say its noise was above the target when its budget ran out."""
+
+    api: str
+    case: str
+    note: str
+
+
+def noisy_rows(view) -> list[NoisyRow]:
+    """The rows marked noisy, in file order (a file without ``notes`` has none)."""
+    if not view.rows:
+        return []
+    try:
+        notes = view.objects("notes")
+    except KeyError:  # the pandas path has no column that no file wrote
+        return []
+    marked = [
+        index
+        for index, note in enumerate(notes)
+        if isinstance(note, str) and any(p.startswith(NOISY_NOTE) for p in note.split("; "))
+    ]
+    if not marked:
+        return []
+    apis, labels = view.objects("api")[marked], view.labels(marked)
+    return [
+        NoisyRow(str(api), str(label), str(notes[index]))
+        for api, label, index in zip(apis, labels, marked, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -258,6 +291,7 @@ def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryM
         frame=frame,
         cases=CaseList(view, np.argsort(ids, kind="stable")),
         head_to_head=head_to_head(view, ids),
+        noisy=noisy_rows(view),
     )
 
 

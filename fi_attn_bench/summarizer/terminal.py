@@ -66,7 +66,9 @@ def _delta(value: float) -> str:
 
 def summary_console(model, width: int, only_changed: bool = False) -> str:
     """Verdict, then failed cases first and the others in report order."""
-    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
+    noisy = getattr(model, "noisy", [])
+    marked = f"; {plural(len(noisy), 'row')} noisy (see the report)" if noisy else ""
+    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}{marked}"]
     cases = model.cases
     if cases is None or not len(cases):
         return "\n".join(lines)
