@@ -125,6 +125,11 @@ def test_console_scripts_name_themselves_in_usage_and_errors(tmp_path):
     assert (
         "fi-attn-bench-decode: error:" in bad.stderr and "bench_batch_decode.py" not in bad.stderr
     )
+    suite = subprocess.run(
+        [_console("fi-attn-bench-all"), "--preset", "nope"], capture_output=True, text=True
+    )
+    assert suite.returncode == 2 and suite.stderr.startswith("usage: fi-attn-bench-all ")
+    assert "fi-attn-bench-all: error:" in suite.stderr and "bench_all.py" not in suite.stderr
     peaks_run = subprocess.run(
         [_console("fi-attn-peaks"), "--device", "cuda:0"],
         capture_output=True,
