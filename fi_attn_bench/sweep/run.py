@@ -92,10 +92,9 @@ class Sweep:
             if not todo:
                 return 0
         else:
-            for path in (options.output, options.samples):
-                if (
-                    path and not writes_stdout(path) and os.path.lexists(path)
-                ):  # plan allowed it: --force
+            files = [p for p in (options.output, options.samples) if p and not writes_stdout(p)]
+            for path in files:
+                if os.path.lexists(path):  # plan allowed it: --force
                     self.log(f"Moved the existing {path} aside to {move_aside(path)}")
         metadata = {
             **environment_columns(options, code_directory(spec.prepare)),
