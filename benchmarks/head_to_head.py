@@ -375,6 +375,8 @@ def _cost_row(name: str, cells: Sequence[float]) -> str:
 
 
 def report_backends(out: Path, names) -> list[str]:
+    """Per script, one line per implementation against the first (the baseline), and a
+    forest plot with a row per case and implementation."""
     lines = ["## (d) FlashInfer backends head to head", ""]
     for name in names:
         path = out / f"backends_{Path(SCRIPTS[name]).stem}.csv"
@@ -384,20 +386,28 @@ def report_backends(out: Path, names) -> list[str]:
         base = rows[0]["impl"]
         pairs = _pairs(path, base)
         failed = sorted({(r["impl"], r["error"][:80]) for r in rows if r["status"] != "ok"})
-        verdicts = [o["paired_verdict"] for _, o in pairs]
-        ratios = [float(o["paired_ratio"]) for _, o in pairs]
-        if ratios:
-            geomean = statistics.geometric_mean(ratios)
+        for impl in dict.fromkeys(o["impl"] for _, o in pairs):
             lines.append(
-                f"- {name}: {pairs[0][1]['impl']} / {base} over {len(pairs)} cases: geomean "
-                f"{geomean:.3f}, faster {verdicts.count('faster')}, slower "
-                f"{verdicts.count('slower')}, same {verdicts.count('same')}"
+                f"- {name}: {_impl_line(impl, base, [o for _, o in pairs if o['impl'] == impl])}"
             )
+        if pairs:
             plot = forest_svg(rows[0]["api"], pairs, base, out)
             lines.append(f"  ![{name}]({plot.name})")
         for impl, error in failed[:3]:
             lines.append(f"- {name}: {impl} failed: {error}")
     return lines
+
+
+def _impl_line(impl: str, base: str, others: Sequence[dict]) -> str:
+    """One implementation's paired ratios against the baseline: geomean and verdict counts."""
+    verdicts = [o["paired_verdict"] for o in others]
+    geomean = statistics.geometric_mean(float(o["paired_ratio"]) for o in others)
+    cases = f"{len(others)} case{'s' * (len(others) != 1)}"
+    return (
+        f"{impl} / {base} over {cases}: geomean {geomean:.3f}, faster "
+        f"{verdicts.count('faster')}, slower {verdicts.count('slower')}, same "
+        f"{verdicts.count('same')}"
+    )
 
 
 def forest_svg(api: str, pairs, base: str, out: Path) -> Path:
@@ -412,11 +422,11 @@ def forest_svg(api: str, pairs, base: str, out: Path) -> Path:
     def x(value: float) -> float:
         return left + (value - low) / (high - low) * (width - left - right)
 
-    other = pairs[0][1]["impl"]
+    others = " and ".join(dict.fromkeys(o["impl"] for _, o in pairs))
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         'font-family="monospace" font-size="11">',
-        f'<text x="8" y="14">{api}: {other} / {base} (time ratio, 95 % interval; &lt;1 faster)</text>',
+        f'<text x="8" y="14">{api}: {others} / {base} (time ratio, 95 % interval; &lt;1 faster)</text>',
         f'<line x1="{x(1):.1f}" y1="{row_h}" x2="{x(1):.1f}" y2="{height - row_h}" stroke="#888"/>',
     ]
     colors = {"faster": "#1a7f37", "slower": "#cf222e", "same": "#57606a"}
@@ -424,7 +434,7 @@ def forest_svg(api: str, pairs, base: str, out: Path) -> Path:
     case_fields = fields[: fields.index("status")]
     for index, ((b, o), r, lo, hi) in enumerate(zip(pairs, ratios, lows, highs, strict=True)):
         y = row_h * (index + 2)
-        label = ",".join(f"{f}={b[f]}" for f in case_fields if f != "impl")
+        label = f"{o['impl']}: " + ",".join(f"{f}={b[f]}" for f in case_fields if f != "impl")
         color = colors.get(o["paired_verdict"], "#000")
         parts += [
             f'<text x="8" y="{y + 4}">{label[:52]}</text>',

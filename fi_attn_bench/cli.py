@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from typing import TextIO
 
 import torch
 
@@ -24,16 +26,19 @@ from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
 from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
+from fi_attn_bench.program import program_name
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
     COMMAND_LINE_CASES,
     CPU_MAX_TIME_S,
+    DEFAULT_CPU_THREADS,
     DEFAULT_TOLERANCE,
     RunOptions,
     preset_for,
     resolve_options,
     selected_cases,
 )
+from fi_attn_bench.sweep.outputs import STDOUT, writes_stdout
 from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.sweep.shard_plan import (
@@ -53,6 +58,7 @@ from fi_attn_bench.timing.options import (
     TimingOptions,
 )
 from fi_attn_bench.timing.timers import Timer, make_timer
+from fi_attn_bench.wording import counted
 
 BACKEND_CHOICES = ("auto", "flashinfer", "torch")
 
@@ -133,6 +139,13 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="auto: flashinfer if it imports and a GPU exists, else the torch reference (default auto)",
     )
     where.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    where.add_argument(
+        "--threads",
+        type=_positive(int),
+        metavar="N",
+        help=f"torch threads of a CPU run (default {DEFAULT_CPU_THREADS}: times independent of "
+        "the core count and of other work on the machine); recorded as cpu_threads",
+    )
     head = parser.add_argument_group("head to head")
     head.add_argument(
         "--impl",
@@ -294,7 +307,11 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="check absolute tolerance (default 0.016)",
     )
     out = parser.add_argument_group("output")
-    out.add_argument("--output", help="CSV path (default <output-dir>/<api>_<YYYYmmdd_HHMMSS>.csv)")
+    out.add_argument(
+        "--output",
+        help="CSV path (default <output-dir>/<api>_<YYYYmmdd_HHMMSS>.csv); - writes the CSV to "
+        "stdout and everything else to stderr",
+    )
     out.add_argument(
         "--output-dir", default=".", help="directory of the default CSV path (default .)"
     )
@@ -403,13 +420,14 @@ def main_for(
 
     ``probe`` and ``timer_factory`` are seams for tests (machine probing, fake timers).
     """
-    args = parse_command_line(spec, argv)
+    prog = program_name(spec.script)
+    args = parse_command_line(spec, argv, prog)
     if isinstance(args, int):
         return args
     try:
         return _run(spec, args, probe or Probe(), timer_factory)
     except UsageError as exc:
-        print(f"{spec.script}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\nInterrupted.", file=sys.stderr)
@@ -457,13 +475,16 @@ def plan(
     if device_text != args.device and request.launch.local_rank >= torch.cuda.device_count():
         raise UsageError(
             f"{request.launch.origin}: LOCAL_RANK {request.launch.local_rank} but "
-            f"{torch.cuda.device_count()} GPU(s) visible; start at most that many processes per node"
+            f"{counted(torch.cuda.device_count(), 'GPU')} visible; start at most that many processes per node"
         )
     if request.shard is not None:
+        if args.output == STDOUT:
+            raise UsageError("--output - writes one CSV to stdout; a shard writes its own file")
         args = shard_arguments(spec, args, request)
-    wants_flashinfer = any(impls.names_flashinfer(text) for text in args.impl)
-    backend = "flashinfer" if wants_flashinfer else args.backend
-    choice = resolve_backend(backend, device_text, probe)
+    asking = [text for text in args.impl if impls.names_flashinfer(text)]
+    backend = "flashinfer" if asking else args.backend
+    asked_by = f"--impl {asking[0]}" if asking else ""
+    choice = resolve_backend(backend, device_text, probe, asked_by)
     chosen = impls.parse_impls(args.impl, spec.api, choice.flashinfer, default=choice.backend)
     baseline = impls.baseline_index(chosen, args.baseline_impl)
     if args.fail_if_slower is not None and len(chosen) < 2:
@@ -485,12 +506,16 @@ def execute(
         spec = serving.with_workload_field(spec)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    with shard_log(options):
+    with (
+        shard_log(options),
+        _rows_stream(options.output) as csv_stream,
+        _torch_threads(options.cpu_threads),
+    ):
         if preamble:
             print(preamble)
         shard = f", shard {options.shard}" if options.shard else ""
         print(
-            f"{spec.api}: {len(options.cases)} case(s) (preset {options.preset}{shard}), "
+            f"{spec.api}: {counted(len(options.cases), 'case')} (preset {options.preset}{shard}), "
             f"{_what_is_measured(options)} on {device}, timer {options.timing.timer}, "
             f"L2 {options.timing.l2}",
             flush=True,
@@ -498,7 +523,33 @@ def execute(
         log = print if options.verbose else (lambda _: None)
         timer = timer_factory(options.timing, device, log)
         timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
-        return Sweep(spec, options, timer).run()
+        return Sweep(spec, options, timer, csv_stream=csv_stream).run()
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the sweep (None: left alone), then back."""
+    if count is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def _rows_stream(output: str) -> Iterator[TextIO | None]:
+    """``--output -``: yields stdout for the rows and sends everything else printed to stderr,
+    so that stdout is the CSV alone (``... --output - | other-tool``); else yields None."""
+    if not writes_stdout(output):
+        yield None
+        return
+    stream = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        yield stream
 
 
 def _what_is_measured(options: RunOptions) -> str:
@@ -541,7 +592,9 @@ def list_shard(runs, request: ShardRequest) -> int:
     mine = {(c.run, c.case) for c in sharded.mine()}
     for run, (spec, options) in enumerate(runs):
         picked = [i for i in range(len(options.cases)) if (run, i) in mine]
-        print(f"{spec.api}: preset {options.preset}, {len(picked)} of {len(options.cases)} cases")
+        print(
+            f"{spec.api}: preset {options.preset}, {len(picked)} of {counted(len(options.cases), 'case')}"
+        )
         for i in picked:
             cost = costs[(run, i)]
             how = "measured" if cost.measured else "predicted"
@@ -565,7 +618,7 @@ def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
         selection = resume_selection(spec, args, recorded, args.resume, preset)
         preset, filters = selection.preset, selection.filters
     cases = selected_cases(spec, args, preset, filters)
-    print(f"{spec.api}: preset {preset}, {len(cases)} cases")
+    print(f"{spec.api}: preset {preset}, {counted(len(cases), 'case')}")
     if serving.has_workloads(cases):
         spec = serving.with_workload_field(spec)
     for case in cases:

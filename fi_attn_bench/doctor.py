@@ -86,16 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 no check failed (unavailable checks included), 1 a check failed, "
         "2 bad arguments or a report that cannot be written.",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     parser.add_argument("--output-dir", default=".", help="where the reports go (default .)")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
-    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
     if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
         message = f"--output-dir {args.output_dir!r} is not a directory"

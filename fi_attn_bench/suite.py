@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import shlex
 import sys
@@ -38,6 +39,7 @@ from fi_attn_bench.cli import (
     plan,
 )
 from fi_attn_bench.errors import NoMatchingCase, UsageError
+from fi_attn_bench.program import program_name, rerun_words
 from fi_attn_bench.suite_record import (
     RECORD_NAME,
     SuiteRecord,
@@ -71,12 +73,17 @@ def load_specs(names: Sequence[str] = SCRIPTS) -> list[BenchmarkSpec]:
     return [importlib.import_module(name).SPEC for name in names]
 
 
-PROG = "bench_all.py"
+FACE = "bench_all.py"
+
+
+def _prog() -> str:
+    """What the user ran: fi-attn-bench-all or bench_all.py."""
+    return program_name(FACE)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG,
+        prog=_prog(),
         description="All four benchmark scripts in one process, one CSV each in --output-dir.",
         epilog="Every other option is the scripts' own: see python bench_batch_decode.py --help.",
     )
@@ -120,13 +127,13 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
     the command line; UsageError on other bad input."""
     chosen = []
     for spec in specs:
-        args = parse_command_line(spec, argv, prog=PROG)
+        args = parse_command_line(spec, argv, prog=_prog())
         if isinstance(args, int):
             return args
         given = [flag for flag in NOT_HERE if getattr(args, flag[2:])]
         if given:
             raise UsageError(
-                f"not here: {' and '.join(given)}; bench_all.py writes one CSV per script, "
+                f"not here: {' and '.join(given)}; {_prog()} writes one CSV per script, "
                 "into --output-dir"
             )
         chosen.append((spec, args))
@@ -138,7 +145,7 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
         missing = sorted(named - set(spec.case_fields))
         if missing:
             print(
-                f"{PROG}: {spec.script}: no field {', '.join(missing)}; left out",
+                f"{_prog()}: {spec.script}: no field {', '.join(missing)}; left out",
                 file=sys.stderr,
             )
         else:
@@ -160,7 +167,7 @@ def main(
     try:
         prepared = _prepare(own, rest, probe or Probe(), specs)
     except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{_prog()}: error: {exc}", file=sys.stderr)
         return 2
     if isinstance(prepared, int):  # --list, or argparse refused the scripts' options
         return prepared
@@ -201,17 +208,23 @@ def _prepare(own, rest, probe, specs) -> SuitePlan | int:
         moved = write_record(directory, record, force=chosen[0][1].force, shard=prepared.shard)
         if moved:
             print(f"Moved the earlier run's {record_name(prepared.shard)} aside to {moved}")
-    words = ["python", PROG, "--resume", directory]
+    words = [*rerun_words(FACE, _face_file()), "--resume", directory]
     words += ["--shard", str(prepared.shard)] if prepared.shard is not None else []
     hint = shlex.join(words)
     runs = tuple((spec, replace(options, resume_command=hint)) for spec, options in prepared.runs)
     return replace(prepared, runs=runs)
 
 
+def _face_file() -> str | None:
+    """Where bench_all.py lives (it sits beside the scripts it imports)."""
+    found = importlib.util.find_spec("bench_all")
+    return found.origin if found is not None else None
+
+
 def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, list[str]]:
     """``--resume DIR``: the record it finishes (a shard's: --shard I/N, the launcher's shard,
     or the only shard record there) and the command line it repeats."""
-    words = argparse.ArgumentParser(prog=f"{PROG} --resume", add_help=False)
+    words = argparse.ArgumentParser(prog=f"{_prog()} --resume", add_help=False)
     words.add_argument("--verbose", action="store_true")
     words.add_argument("--shard")
     given, others = words.parse_known_args(rest)
@@ -253,7 +266,7 @@ def _run_all(prepared: SuitePlan, timer) -> int:
         print(f"\nInterrupted; continue with:\n  {runs[0][1].resume_command}", file=sys.stderr)
         return 130
     except UsageError as exc:  # a timer's self-check failed (SelfCheckFailed)
-        print(f"bench_all.py: error: {exc}", file=sys.stderr)
+        print(f"{_prog()}: error: {exc}", file=sys.stderr)
         return 2
     return max(codes, default=0)
 
@@ -279,7 +292,7 @@ def _resolve(chosen, probe) -> SuitePlan | None:
     if len(left_out) == len(chosen):
         raise UsageError("no script has a case that matches --filter")
     for script in left_out:
-        print(f"{PROG}: {script}: no case matches --filter; left out", file=sys.stderr)
+        print(f"{_prog()}: {script}: no case matches --filter; left out", file=sys.stderr)
     if listing:
         if request.shard is not None:
             list_shard(runs, request)
@@ -288,7 +301,7 @@ def _resolve(chosen, probe) -> SuitePlan | None:
         return SuitePlan(tuple(runs))
     sharded = split_runs(runs, request)
     for script in sharded.empty:
-        print(f"{PROG}: {script}: no case in shard {request.shard}", file=sys.stderr)
+        print(f"{_prog()}: {script}: no case in shard {request.shard}", file=sys.stderr)
     return SuitePlan(sharded.runs, request.shard, describe_shard(sharded))
 
 

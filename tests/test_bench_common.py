@@ -663,18 +663,24 @@ def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(monkeypatch, capsy
 
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    progress = sweep_progress.Progress.start(2)
+    eta = sweep_progress.Eta([1.0, 1.0], TimingOptions(), clock=iter([0.0, 2.0]).__next__)
+    progress = sweep_progress.Progress.start(2, eta)
     assert progress.bar is not None
+    eta.case_finished(1.0)
     progress.finished("[1/2] case one: 1.000ms")
     progress.close()
     assert "[1/2] case one: 1.000ms" in capsys.readouterr().out
     assert "1/2" in terminal.getvalue()  # the bar itself goes to stderr
+    assert "ETA 0:00:02" in terminal.getvalue()  # the cost-based ETA, not tqdm's count
 
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    plain = sweep_progress.Progress.start(3)
+    clock = iter([0.0, 2.0]).__next__  # started, then the first ETA read
+    eta = sweep_progress.Eta([1.0, 1.0, 1.0], TimingOptions(), clock=clock)
+    plain = sweep_progress.Progress.start(3, eta)
     assert plain.bar is None
+    eta.case_finished(1.0)
     plain.finished("[1/3] case: 1.000ms")
-    assert capsys.readouterr().out.startswith("[1/3] case: 1.000ms  [ETA 0:00:0")
+    assert capsys.readouterr().out == "[1/3] case: 1.000ms  [ETA 0:00:04]\n"
 
 
 def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatch):

@@ -3,13 +3,15 @@ and finished rows are never destroyed (issue 21, defects 1 and 8)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 
 import fake_bench_script
 import pytest
 from test_bench_all import run as run_all
 
-from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.results.schema import IMPL_COLUMN, csv_fieldnames, read_result_rows
 from fi_attn_bench.sweep import outputs
 
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3", "--preset", "smoke"]
@@ -122,3 +124,36 @@ def test_a_link_is_never_moved_or_replaced_even_with_force(tmp_path, monkeypatch
     assert "not a regular file" in refused(capsys)
     assert link.is_symlink() and target.read_text() == "keep\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "target.csv"]
+
+
+def test_output_dash_writes_the_csv_to_stdout_and_the_rest_to_stderr(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert bench(["--output", "-"], monkeypatch) == 0
+    captured = capsys.readouterr()
+    header, *rows = list(csv.reader(io.StringIO(captured.out)))
+    fields = fake_bench_script.SPEC.case_fields
+    assert header == csv_fieldnames((*fields, IMPL_COLUMN))
+    assert [(row[header.index("batch_size")], row[header.index("status")]) for row in rows] == [
+        ("1", "ok"),
+        ("2", "ok"),
+    ]
+    assert "FakeAttentionWrapper: 2 cases" in captured.err and "[2/2]" in captured.err
+    assert "Results written to stdout" in captured.err
+    assert list(tmp_path.iterdir()) == []  # no file named "-"
+
+
+def test_output_dash_with_samples_dir_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["--output", "-", "--samples-dir", str(tmp_path)]
+    assert bench(argv, monkeypatch) == 2
+    assert refused(capsys).endswith(
+        "error: --samples-dir names its file after the CSV: give --output FILE, not -"
+    )
+
+
+def test_output_dash_of_a_shard_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert bench(["--output", "-", "--shard", "0/2"], monkeypatch) == 2
+    assert refused(capsys).endswith(
+        "error: --output - writes one CSV to stdout; a shard writes its own file"
+    )

@@ -146,10 +146,25 @@ def test_resume_remeasures_ok_rows_of_another_harness_version(tmp_path, monkeypa
         writer.writeheader()
         writer.writerows(rows)
     capsys.readouterr()
+    before = path.read_bytes()
     assert run_in_process(["--resume", str(path), *FAST], monkeypatch) == 0
-    assert "4 ok case(s) measured by another harness version" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "4 ok cases measured by another harness version are measured again" in out
     rows = assert_valid_csv(path)
     assert len(rows) == 4 and {r["harness_version"] for r in rows} == {HARNESS_VERSION}
+    (backup,) = tmp_path.glob("r.csv.bak-*")  # the old measurements are not lost
+    assert backup.read_bytes() == before
+    assert f"Kept the file as it was in {backup}" in out
+
+
+def test_resume_of_this_versions_rows_makes_no_backup(tmp_path, monkeypatch):
+    path = tmp_path / "r.csv"
+    assert (
+        run_in_process(["--output", str(path), *FAST, "--filter", "batch_size<=2"], monkeypatch)
+        == 0
+    )
+    assert run_in_process(["--resume", str(path), *FAST], monkeypatch) == 0
+    assert list(tmp_path.glob("r.csv.bak-*")) == []
 
 
 def test_resume_drops_a_cut_off_row_and_reruns_it(tmp_path, monkeypatch):

@@ -37,9 +37,9 @@ def test_measurement_even_count_interpolates():
     assert m.q3 == pytest.approx(3.25)
 
 
-def test_measurement_single_sample_has_zero_noise():
+def test_measurement_single_sample_has_unknown_noise():
     m = tstats.Measurement((0.25,), "wall", "warm")
-    assert (m.median, m.q1, m.q3, m.noise_pct) == (0.25, 0.25, 0.25, 0.0)
+    assert (m.median, m.q1, m.q3) == (0.25, 0.25, 0.25) and math.isnan(m.noise_pct)
 
 
 def test_measurement_timed_ms_counts_every_run():

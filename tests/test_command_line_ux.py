@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +54,7 @@ def test_bench_all_list_leaves_out_what_the_run_leaves_out(tmp_path, capsys):
     argv = ["--preset", "smoke", "--filter", "batch_size=3", "--output-dir", str(tmp_path)]
     assert run([*argv, "--list"]) == 0
     listed = capsys.readouterr()
-    assert "OtherFakeWrapper: preset smoke, 1 cases" in listed.out
+    assert "OtherFakeWrapper: preset smoke, 1 case\n" in listed.out
     assert "FakeAttentionWrapper" not in listed.out
     assert "fake_bench_script.py: no case matches --filter; left out" in listed.err
     assert list(tmp_path.iterdir()) == []
@@ -94,3 +97,112 @@ def test_a_listing_cut_short_by_its_reader_exits_quietly():
         process.wait(timeout=60)
     assert first.startswith(b"BatchDecodeWithPagedKVCacheWrapper: preset full")
     assert (process.returncode, err) == (0, "")
+
+
+def _console(name: str) -> str:
+    """The console script pip installed beside this interpreter."""
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        pytest.skip(f"{name} is not installed (pip install -e .)")
+    return str(path)
+
+
+def test_doctor_prints_its_version():
+    shown = subprocess.run(
+        [sys.executable, "-m", "fi_attn_bench.doctor", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (shown.returncode, shown.stdout.strip()) == (0, VERSION_TEXT), shown.stderr
+
+
+def test_console_scripts_name_themselves_in_usage_and_errors(tmp_path):
+    decode = _console("fi-attn-bench-decode")
+    bad = subprocess.run([decode, "--preset", "nope"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("usage: fi-attn-bench-decode ")
+    assert (
+        "fi-attn-bench-decode: error:" in bad.stderr and "bench_batch_decode.py" not in bad.stderr
+    )
+    suite = subprocess.run(
+        [_console("fi-attn-bench-all"), "--preset", "nope"], capture_output=True, text=True
+    )
+    assert suite.returncode == 2 and suite.stderr.startswith("usage: fi-attn-bench-all ")
+    assert "fi-attn-bench-all: error:" in suite.stderr and "bench_all.py" not in suite.stderr
+    peaks_run = subprocess.run(
+        [_console("fi-attn-peaks"), "--device", "cuda:0"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"},
+    )
+    assert peaks_run.returncode == 2
+    assert peaks_run.stderr.startswith("fi-attn-peaks: error: no GPU visible"), peaks_run.stderr
+
+
+def test_program_names_follow_what_was_run():
+    from fi_attn_bench.program import program_name
+
+    assert program_name("bench_batch_decode.py", "/venv/bin/fi-attn-bench-decode") == (
+        "fi-attn-bench-decode"
+    )
+    assert program_name("bench_batch_decode.py", "../main/bench_batch_decode.py") == (
+        "bench_batch_decode.py"
+    )
+    assert program_name("bench_all.py", "/usr/lib/pytest/__main__.py") == "bench_all.py"
+    assert peaks.program_name("/x/peaks.py") == "python -m fi_attn_bench.device.peaks"
+    assert "device_peaks.py" not in peaks.published_table_markdown()
+    assert "fi-attn-peaks --save" in peaks.published_table_markdown()
+
+
+def test_resume_command_works_from_another_directory(tmp_path, monkeypatch):
+    """``python ../main/bench_batch_decode.py`` run elsewhere: the printed command names the
+    script so that it runs from where the user is."""
+    import bench_batch_decode
+    from fi_attn_bench.sweep.options import resume_command
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    typed = os.path.relpath(ROOT / "bench_batch_decode.py")
+    options = _decode_options(bench_batch_decode.SPEC, "results/x.csv")
+    for argv0 in (typed, "/venv/lib/pytest/__main__.py"):
+        monkeypatch.setattr(sys, "argv", [argv0])
+        words = shlex.split(resume_command(bench_batch_decode.SPEC, options))
+        assert words[0] == "python" and words[2:4] == ["--resume", "results/x.csv"]
+        assert os.path.samefile(words[1], ROOT / "bench_batch_decode.py"), words
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/fi-attn-bench-decode"])
+    words = shlex.split(resume_command(bench_batch_decode.SPEC, options))
+    assert words[:3] == ["fi-attn-bench-decode", "--resume", "results/x.csv"]
+
+
+def _decode_options(spec, output: str):
+    import torch
+
+    from fi_attn_bench import cli
+    from fi_attn_bench.backends.selection import BackendChoice
+    from fi_attn_bench.sweep.options import resolve_options
+
+    args = cli.build_parser(spec).parse_args(["--device", "cpu"])
+    options = resolve_options(spec, args, BackendChoice("torch", torch.device("cpu")), listing=True)
+    return dataclasses.replace(options, output=output)
+
+
+def test_counts_of_one_are_singular(tmp_path, capsys):
+    """No '1 cases': the sweep's header and its resume line."""
+    one = ["--preset", "smoke", "--filter", "batch_size=2", *FAST]
+    out = tmp_path / "one.csv"
+    assert fake_bench_script.main([*one, "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "FakeAttentionWrapper: 1 case (preset smoke)" in printed
+    assert fake_bench_script.main([*one, "--resume", str(out)]) == 0
+    assert "1 of 1 case already ok" in capsys.readouterr().out
+    assert "1 cases" not in printed and "case(s)" not in printed
+
+
+def test_counted_words():
+    from fi_attn_bench.wording import counted
+
+    assert [counted(n, "case") for n in (0, 1, 2)] == ["0 cases", "1 case", "2 cases"]
+    assert counted(1, "GPU") == "1 GPU" and counted(3, "GPU") == "3 GPUs"

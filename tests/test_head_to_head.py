@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Literal
 
@@ -24,6 +26,7 @@ from fi_attn_bench.timing.statistics import Batch
 from fi_attn_bench.timing.trace import Calibration, DeviceEvent, split_rounds
 
 PLUGIN = "tests/h2h_plugins.py"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------- the interval of a median
@@ -253,8 +256,8 @@ def test_a_baseline_that_fails_to_prepare_fails_its_row_and_no_ratio_is_written(
     rows = _by_impl(read_rows(out))
     assert rows[("2", "b")]["status"] == "failed"
     assert rows[("2", "torch")]["paired_ratio"] == ""  # nothing to pair with
-    assert rows[("2", f"{PLUGIN}:same")]["paired_ratio"] == ""
-    assert rows[("1", f"{PLUGIN}:same")]["baseline_impl"] == "b"
+    assert rows[("2", "h2h_plugins:same")]["paired_ratio"] == ""
+    assert rows[("1", "h2h_plugins:same")]["baseline_impl"] == "b"
 
 
 # ---------------------------------------------------------------- the profiler's split
@@ -430,7 +433,21 @@ def test_unknown_backend_exits_2_before_any_case(capsys):
 
 def test_flashinfer_impl_without_a_gpu_exits_2(capsys):
     assert run_main(["--impl", "flashinfer:fa2"], spec=EXPLODING, probe=NO_GPU) == 2
-    assert "no GPU" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error: --impl flashinfer:fa2: no GPU available" in err and "--backend" not in err
+
+
+def test_flashinfer_impl_that_cannot_import_names_the_impl_and_the_reason(capsys):
+    no_import = Probe(cuda_available=lambda: True, import_flashinfer=_no_flashinfer)
+    argv = ["--impl", "torch", "--impl", "a=flashinfer"]
+    assert run_main(argv, spec=EXPLODING, probe=no_import) == 2
+    err = capsys.readouterr().err
+    assert "error: --impl a=flashinfer: FlashInfer cannot be imported (ModuleNotFoundError" in err
+    assert "--backend" not in err
+
+
+def _no_flashinfer():
+    raise ModuleNotFoundError("No module named 'flashinfer'")
 
 
 def test_unknown_baseline_exits_2(capsys):
@@ -470,8 +487,8 @@ def test_one_row_per_case_and_impl_with_paired_columns(tmp_path, quick_script):
     argv = ["--impl", "torch", "--impl", f"{PLUGIN}:same", "--output", str(out), *FAST]
     assert run_main(argv) == 0
     rows = _by_impl(read_rows(out))
-    assert set(rows) == {(b, i) for b in "12" for i in ("torch", f"{PLUGIN}:same")}
-    plugin = rows[("1", f"{PLUGIN}:same")]
+    assert set(rows) == {(b, i) for b in "12" for i in ("torch", "h2h_plugins:same")}
+    plugin = rows[("1", "h2h_plugins:same")]
     assert plugin["check"] == "pass" and plugin["backend"] == ""
     assert plugin["baseline_impl"] == "torch" and float(plugin["paired_ratio"]) > 0
     assert int(plugin["paired_rounds"]) >= 1
@@ -485,10 +502,10 @@ def test_a_plugin_that_raises_fails_that_row_only(tmp_path, quick_script, capsys
     argv = ["--impl", "torch", "--impl", f"{PLUGIN}:raises_on_two", "--output", str(out), *FAST]
     assert run_main(argv) == 1
     rows = _by_impl(read_rows(out))
-    failed = rows[("2", f"{PLUGIN}:raises_on_two")]
+    failed = rows[("2", "h2h_plugins:raises_on_two")]
     assert failed["status"] == "failed" and "cannot do batch_size 2" in failed["error"]
     assert rows[("2", "torch")]["status"] == "ok"
-    assert rows[("1", f"{PLUGIN}:raises_on_two")]["status"] == "ok"
+    assert rows[("1", "h2h_plugins:raises_on_two")]["status"] == "ok"
     assert "1 of 4 rows failed" in capsys.readouterr().out
 
 
@@ -500,7 +517,7 @@ def test_wrong_values_or_return_fail_the_plugins_rows(tmp_path, quick_script, fa
     argv = ["--impl", "torch", "--impl", f"{PLUGIN}:{factory}", "--output", str(out), *FAST]
     assert run_main(argv) == 1
     rows = _by_impl(read_rows(out))
-    assert {rows[(b, f"{PLUGIN}:{factory}")]["error_type"] for b in "12"} == {error}
+    assert {rows[(b, f"h2h_plugins:{factory}")]["error_type"] for b in "12"} == {error}
     assert {rows[(b, "torch")]["status"] for b in "12"} == {"ok"}
 
 
@@ -511,8 +528,8 @@ def test_fail_if_slower_exits_1_naming_the_slower_impl(tmp_path, quick_script, c
     gate = ["--filter", "batch_size=1", "--fail-if-slower", "50", "--force"]
     assert run_main([*base, *gate]) == 1
     printed = capsys.readouterr().out
-    assert f"--fail-if-slower 50: {PLUGIN}:slow is slower than torch" in printed
-    row = _by_impl(read_rows(out))[("1", f"{PLUGIN}:slow")]
+    assert "--fail-if-slower 50: h2h_plugins:slow is slower than torch" in printed
+    row = _by_impl(read_rows(out))[("1", "h2h_plugins:slow")]
     assert row["paired_verdict"] == "slower" and float(row["paired_ratio_lo"]) > 1.5
 
 
@@ -520,7 +537,7 @@ def test_same_within_widens_what_is_called_same_and_goes_into_the_repro(tmp_path
     out = tmp_path / "h.csv"
     argv = ["--impl", "torch", "--impl", f"{PLUGIN}:slow", "--output", str(out), *FAST]
     assert run_main([*argv, "--filter", "batch_size=1", "--same-within", "1000"]) == 0
-    row = _by_impl(read_rows(out))[("1", f"{PLUGIN}:slow")]
+    row = _by_impl(read_rows(out))[("1", "h2h_plugins:slow")]
     assert float(row["paired_ratio_lo"]) > 1.5 and row["paired_verdict"] == "same"
     assert "--same-within 1000" in row["repro"]
 
@@ -556,7 +573,7 @@ def test_example_sdpa_plugin_passes_the_decode_check_on_the_cpu(tmp_path):
     ]  # fmt: skip
     assert bench_batch_decode.main(argv) == 0
     rows = read_rows(out)
-    plugin = [row for row in rows if row["impl"].startswith("examples/")]
+    plugin = [row for row in rows if row["impl"] == "sdpa_decode_plugin:make"]
     assert [row["check"] for row in plugin] == ["pass"]
     assert float(plugin[0]["plan_ms"]) > 0 and float(plugin[0]["max_abs_err"]) < 0.016
 
@@ -568,14 +585,14 @@ def test_resume_reruns_a_case_with_all_its_impls(tmp_path, quick_script, monkeyp
     assert run_main([*impl_args, "--output", str(out), *FAST]) == 1
     first = _by_impl(read_rows(out))
     assert first[("2", "torch")]["status"] == "failed"
-    assert first[("2", f"{PLUGIN}:same")]["status"] == "ok"
+    assert first[("2", "h2h_plugins:same")]["status"] == "ok"
     monkeypatch.delenv("FAKE_BENCH_OOM")
     assert run_main([*impl_args, "--resume", str(out), *FAST]) == 0
     rows = read_rows(out)
     assert len(rows) == 4 and {row["status"] for row in rows} == {"ok"}
     again = _by_impl(rows)
     assert again[("1", "torch")]["time_ms"] == first[("1", "torch")]["time_ms"]  # kept
-    assert again[("2", f"{PLUGIN}:same")]["paired_ratio"] != ""  # measured with its baseline
+    assert again[("2", "h2h_plugins:same")]["paired_ratio"] != ""  # measured with its baseline
 
 
 def test_profiler_rounds_calibrate_each_impl_then_split_one_recording():
@@ -621,3 +638,28 @@ def test_one_named_impl_is_its_rows_impl_and_its_repro(tmp_path, quick_script):
     (row,) = read_rows(out)
     assert row["impl"] == "mine" and row["paired_ratio"] == "" and row["backend"] == "torch"
     assert "--impl mine=torch" in row["repro"]
+
+
+def test_a_module_plugin_imports_from_the_current_directory(tmp_path, monkeypatch):
+    """``python bench.py --impl mod:make`` puts the script's directory on sys.path, not the
+    user's: the harness resolves ``mod`` from the current directory too."""
+    (tmp_path / "plugin_in_cwd_34.py").write_text("from h2h_plugins import same as make\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry not in ("", ".")])
+    impl = impls.parse_impl("plugin_in_cwd_34:make", "FakeAttentionWrapper", None)
+    assert impl.name == "plugin_in_cwd_34:make" and callable(impl.factory)
+
+
+@pytest.mark.parametrize("typed", [f"{PLUGIN}:same", f"./{PLUGIN}:same", f"{ROOT}/{PLUGIN}:same"])
+def test_a_file_plugins_default_name_is_its_stem_and_factory(typed):
+    impl = impls.parse_impl(typed, "FakeAttentionWrapper", None)
+    assert impl.name == "h2h_plugins:same"
+
+
+def test_the_repro_of_an_unnamed_file_plugin_names_it_as_typed(tmp_path):
+    out = tmp_path / "h.csv"
+    argv = ["--impl", "torch", "--impl", f"./{PLUGIN}:same", "--output", str(out), *FAST]
+    assert run_main([*argv, "--filter", "batch_size=1"]) == 0
+    rows = read_rows(out)
+    assert [row["impl"] for row in rows] == ["torch", "h2h_plugins:same"]
+    assert f"--impl torch --impl ./{PLUGIN}:same" in rows[0]["repro"]

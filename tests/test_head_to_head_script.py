@@ -83,7 +83,7 @@ def test_report_reads_aa_cost_and_backends(tmp_path, h2h):
         assert ("Not called slower: decode batch_size=2," in section) == (called[1] == "0")
         assert f"cases >= 50 us: median {reached}, range {reached} to {reached}" in section
         assert f"; spin used: {kind} 1" in section
-    assert "examples/sdpa_decode_plugin.py:make / torch over 1 cases" in text
+    assert "sdpa_decode_plugin:make / torch over 1 case:" in text
     svg = (tmp_path / "backends_BatchDecodeWithPagedKVCacheWrapper.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<circle") == 1
 
@@ -252,3 +252,23 @@ def test_margin_line_recounts_verdicts_from_the_intervals_at_each_margin(h2h):
     pairs = [(None, row(1.002, 1.004)), (None, row(1.003, 1.01)), (None, row(0.99, 1.01))]
     line = h2h._margin_line("Called slower", pairs, ("slower",))
     assert line == "Called slower at --same-within 0 / 0.1 / 0.25 / 0.5 %: 2 / 2 / 1 / 0 of 3"
+
+
+def test_backends_report_gives_each_impl_its_own_line_and_plot_rows(tmp_path, h2h, capsys):
+    """Three implementations: each case is listed once per implementation against the
+    baseline, named, never twice under the first one's name."""
+    plugin = "examples/sdpa_decode_plugin.py:make"
+    _sweep(tmp_path / "backends_bench_batch_decode.csv", "torch", f"p={plugin}", f"q={plugin}")
+    capsys.readouterr()
+    assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0
+    printed = capsys.readouterr().out
+    lines = [line for line in printed.splitlines() if line.startswith("- decode: ")]
+    assert [line.split(" over ")[0] for line in lines] == [
+        "- decode: p / torch",
+        "- decode: q / torch",
+    ]
+    assert all(" over 1 case: geomean " in line for line in lines)
+    svg = (tmp_path / "backends_BatchDecodeWithPagedKVCacheWrapper.svg").read_text()
+    labels = re.findall(r'<text x="8" y="\d+">([^<]*)</text>', svg)[1:]
+    assert [label.split(":")[0] for label in labels] == ["p", "q"]
+    assert svg.count("<circle") == 2

@@ -31,6 +31,7 @@ from fi_attn_bench.cases.workloads import Batch, Workload
 from fi_attn_bench.results.schema import csv_fieldnames, read_result_rows
 from fi_attn_bench.timing import timers
 from fi_attn_bench.timing.statistics import Batch as SampleBatch
+from fi_attn_bench.wording import counted
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
@@ -311,7 +312,7 @@ def test_a_serving_preset_sweep_resumes_from_its_csv_alone(tmp_path, capsys):
     header, rows = _rows(out)
     assert {r["preset"] for r in rows} == {"serving"} and "workload" in header
     assert _run(decode, ["--resume", str(out), "--no-check"]) == 0
-    assert f"{len(rows)} of {len(rows)} cases already ok" in capsys.readouterr().out
+    assert f"{len(rows)} of {counted(len(rows), 'case')} already ok" in capsys.readouterr().out
     assert len(_rows(out)[1]) == len(rows)
 
 

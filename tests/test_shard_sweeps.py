@@ -369,7 +369,7 @@ def test_torchrun_rank_without_its_gpu_is_refused_before_any_work(tmp_path, monk
     )
     argv = ["--output", str(tmp_path / "r.csv")]
     assert main_for(SPEC, argv, probe=gpu) == 2  # this CPU machine has 0 GPUs
-    assert "LOCAL_RANK 3 but 0 GPU(s) visible" in capsys.readouterr().err
+    assert "LOCAL_RANK 3 but 0 GPUs visible" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 

@@ -241,8 +241,24 @@ def test_duplicate_names_and_missing_files(tmp_path):
         read_workload_file(path)
     with pytest.raises(WorkloadError, match="cannot read"):
         read_workload_file(str(tmp_path / "none.jsonl"))
-    with pytest.raises(WorkloadError, match="no line 9"):
+    with pytest.raises(WorkloadError, match=r"no line 9 \(the file has 2 lines\)"):
         read_workload_file(f"{path}:9")
+
+
+def test_a_blank_chosen_line_is_called_blank(tmp_path):
+    path = _write(tmp_path, "w.jsonl", ['{"kv_lens": [5]}', "", '{"kv_lens": [6]}'])
+    with pytest.raises(WorkloadError, match=r"w.jsonl:2: line 2 is blank$"):
+        read_workload_file(f"{path}:2")
+
+
+def test_lines_are_numbered_as_an_editor_numbers_them(tmp_path):
+    """A line separator inside a JSON string (str.splitlines splits there) does not shift
+    the numbers."""
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"name": "a\u2028b", "kv_lens": [5]}\n{"kv_lens": [6]}\n', encoding="utf-8")
+    (second,) = read_workload_file(f"{path}:2")
+    assert second.batch == Batch.of([1], [6])
+    assert [w.label for w in read_workload_file(str(path))] == ["a\u2028b", "w.jsonl:2"]
 
 
 # ---------------------------------------------------------------------------- flashinfer-bench

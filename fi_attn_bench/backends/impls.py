@@ -105,10 +105,24 @@ def load_factory(target: str) -> Callable[[ImplContext], PluginRun]:
     return factory
 
 
+def _names_a_file(where: str) -> bool:
+    return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def default_impl_name(target: str) -> str:
+    """A plugin's name when --impl gives none: ``FILE.py:FACTORY`` as the file's stem and the
+    factory (the same however the path was typed), ``MODULE:FACTORY`` as given."""
+    where, _, attr = target.rpartition(":")
+    if where and _names_a_file(where):
+        return f"{os.path.splitext(os.path.basename(where))[0]}:{attr}"
+    return target
+
+
 def _import_plugin(where: str, target: str) -> ModuleType:
     try:
-        if where.endswith(".py") or os.sep in where or "/" in where:
+        if _names_a_file(where):
             return _import_file(where)
+        _let_import_from_cwd()
         return importlib.import_module(where)
     except UsageError:
         raise
@@ -116,6 +130,15 @@ def _import_plugin(where: str, target: str) -> ModuleType:
         raise UsageError(
             f"--impl {target!r}: cannot import {where} ({type(exc).__name__}: {exc})"
         ) from None
+
+
+def _let_import_from_cwd() -> None:
+    """``MODULE:FACTORY`` resolves from the current directory too, as ``python -m`` would: a
+    script's own directory, not the user's, heads sys.path.  Appended (installed modules
+    win) and left there, since the plugin may import its neighbours later."""
+    here = os.getcwd()
+    if not any(os.path.abspath(entry or ".") == here for entry in sys.path):
+        sys.path.append(here)
 
 
 def _import_file(path: str) -> ModuleType:
@@ -167,7 +190,8 @@ def parse_impl(text: str, api: str, flashinfer: ModuleType | None) -> Impl:
             f"--impl {text!r}: expected flashinfer, flashinfer:BACKEND, torch, MODULE:FACTORY "
             "or FILE.py:FACTORY (optionally NAME=...)"
         )
-    return Impl(name or target, PLUGIN, factory=load_factory(target), target=target)
+    factory = load_factory(target)
+    return Impl(name or default_impl_name(target), PLUGIN, factory=factory, target=target)
 
 
 def names_flashinfer(text: str) -> bool:

@@ -54,23 +54,25 @@ def _try_flashinfer(probe: Probe) -> tuple[object, str]:
         return None, f"FlashInfer cannot be imported ({type(exc).__name__}: {exc})"
 
 
-def resolve_backend(requested: str, device_text: str | None, probe: Probe) -> BackendChoice:
-    """auto -> flashinfer when it imports and a GPU exists, else torch (with a note)."""
+def resolve_backend(
+    requested: str, device_text: str | None, probe: Probe, asked_by: str = ""
+) -> BackendChoice:
+    """auto -> flashinfer when it imports and a GPU exists, else torch (with a note).
+    ``asked_by``: the option that asked for FlashInfer, named in errors (default --backend)."""
     has_gpu = bool(probe.cuda_available())
     device = _parse_device(device_text, has_gpu)
     gpu = torch.device("cuda") if has_gpu else None
     if requested == "torch":
         return BackendChoice("torch", device or gpu or torch.device("cpu"))
     if requested == "flashinfer":
+        asked_by = asked_by or "--backend flashinfer"
         if device is not None and device.type == "cpu":
-            raise UsageError("--backend flashinfer needs a GPU device, got --device cpu")
+            raise UsageError(f"{asked_by} needs a GPU device, got --device cpu")
         if not has_gpu:
-            raise UsageError(
-                "--backend flashinfer: no GPU available (torch.cuda.is_available() is False)"
-            )
+            raise UsageError(f"{asked_by}: no GPU available (torch.cuda.is_available() is False)")
         module, why = _try_flashinfer(probe)
         if module is None:
-            raise UsageError(f"--backend flashinfer: {why}")
+            raise UsageError(f"{asked_by}: {why}")
         return BackendChoice("flashinfer", device or gpu, module)
     if device is not None and device.type == "cpu":
         return BackendChoice(

@@ -148,18 +148,32 @@ def split_line_suffix(argument: str) -> tuple[str, int | None]:
     return argument, None
 
 
+def editor_lines(text: str) -> list[str]:
+    """The lines as a text editor numbers them: split at line feeds only (``str.splitlines``
+    also splits at form feeds and other separators, which would shift the numbers); the
+    file was opened in text mode, so CR LF and CR are already line feeds."""
+    return text.removesuffix("\n").split("\n") if text else []
+
+
+def _why_none(lines: Sequence[str], only: int | None) -> str:
+    if only is None:
+        return "no batch (every line is blank)" if lines else "no batch (the file is empty)"
+    if only > len(lines) or only < 1:
+        return f"no line {only} (the file has {len(lines)} line{'s' * (len(lines) != 1)})"
+    return f"line {only} is blank"
+
+
 def read_workload_file(argument: str) -> tuple[Workload, ...]:
     """Every batch of a JSON Lines file (or only line N of ``FILE:N``), in file order."""
     path, only = split_line_suffix(argument)
     try:
         with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
+            lines = editor_lines(handle.read())
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkloadError(f"--workload {path}: cannot read it ({exc})") from None
     chosen = [(n, t) for n, t in enumerate(lines, 1) if t.strip() and only in (None, n)]
     if not chosen:
-        what = f"no line {only}" if only else "no batch"
-        raise WorkloadError(f"--workload {argument}: {what}")
+        raise WorkloadError(f"--workload {argument}: {_why_none(lines, only)}")
     workloads = tuple(_line_workload(text, path, n) for n, text in chosen)
     seen: dict[str, int] = {}
     for w, (n, _) in zip(workloads, chosen, strict=True):

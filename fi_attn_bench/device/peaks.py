@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.program import program_name as shared_program_name
 
 CACHE_ENV = "FI_ATTN_BENCH_CACHE"
 CACHE_FILE_NAME = "peaks.json"
@@ -202,7 +203,8 @@ PUBLISHED_PEAKS: tuple[PublishedPeak, ...] = (
         confirmed=False,
         note="UNCONFIRMED: 64 GB HBM2e, ~1.8 TB/s and ~280 TFLOPS fp16 dense are commonly "
         "quoted but not found in a vendor datasheet; bf16 assumed equal to fp16. "
-        "Measure with `python device_peaks.py --save` and prefer that.",
+        "Measure with `fi-attn-peaks --save` (or `python -m fi_attn_bench.device.peaks --save`) "
+        "and prefer that.",
     ),
 )
 
@@ -508,15 +510,16 @@ def measured_table_markdown(
 
 def program_name(argv0: str) -> str:
     """How the user ran this program: the console script's name, or ``python -m ...``."""
-    name = os.path.basename(argv0)
-    return (
-        "python -m fi_attn_bench.device.peaks" if name in ("peaks.py", "__main__.py", "") else name
-    )
+    return shared_program_name("python -m fi_attn_bench.device.peaks", argv0)
+
+
+def _prog() -> str:
+    return program_name(sys.argv[0] if sys.argv else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=program_name(sys.argv[0] if sys.argv else ""),
+        prog=_prog(),
         description="Measure a device's copy bandwidth and dense GEMM rate, print them as "
         "a Markdown table and optionally cache them for pct_peak_* columns.",
     )
@@ -579,7 +582,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     missing = _gpu_missing(args.device)
     if missing:
-        print(f"device_peaks: {missing}", file=sys.stderr)
+        print(f"{_prog()}: error: {missing}", file=sys.stderr)
         return 2
     import torch
 
@@ -609,7 +612,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except ValueError as exc:
-        print(f"device_peaks: {exc}", file=sys.stderr)
+        print(f"{_prog()}: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -33,6 +33,8 @@ UNRECORDED_HARNESS_VERSION = "before 0.2.0 (not recorded)"
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
 STATUS_LEGACY_OK = "legacy_inferred_ok"
+# How a ``notes`` entry marking a noisy row begins ("noisy: noise 12.3% > target 1% ...").
+NOISY_NOTE = "noisy:"
 
 NUMERIC_COLUMNS = ("time_ms", "bandwidth_GB_s", "tflops")
 RESULT_COLUMNS = (
@@ -234,6 +236,19 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         "shard", _E, Kind.NON_NEGATIVE_INT, "index of the shard that measured the row (0-based)"
     ),
     Column("num_shards", _E, Kind.COUNT, "shards the sweep was split into"),
+    Column(
+        "cpu_threads",
+        _E,
+        Kind.COUNT,
+        "torch threads a CPU run used (torch.set_num_threads: --threads, default 1)",
+    ),
+    Column(
+        "notes",
+        _M,
+        Kind.TEXT,
+        "what the harness noticed about the row, '; '-separated, e.g. "
+        "'noisy: noise 12.3% > target 1% (median_ci)' when the budget ran out first",
+    ),
 )
 OPTIONAL_COLUMN_BY_NAME: Mapping[str, Column] = {c.name: c for c in OPTIONAL_COLUMNS}
 OPTIONAL_COLUMN_NAMES: tuple[str, ...] = tuple(OPTIONAL_COLUMN_BY_NAME)
@@ -491,6 +506,23 @@ class ResultCsvWriter:
             handle.write(self._row(record))
             handle.flush()
             os.fsync(handle.fileno())
+
+
+class ResultStreamWriter:
+    """Append records to an open text stream (``--output -``: stdout), the header first,
+    each row flushed so that a reader downstream sees it when the case ends."""
+
+    def __init__(self, stream: io.TextIOBase, fieldnames: Sequence[str]):
+        self.stream = stream
+        self.fieldnames = list(fieldnames)
+        self.started = False
+
+    def append(self, record: Mapping[str, object]) -> None:
+        if not self.started:
+            self.stream.write(_csv_line(self.fieldnames))
+            self.started = True
+        self.stream.write(_csv_line(record.get(name, "") for name in self.fieldnames))
+        self.stream.flush()
 
 
 def read_result_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.program import program_name
 from fi_attn_bench.summarizer.comparability import MUST_MATCH_COLUMNS
 from fi_attn_bench.summarizer.inputs import expand_paths
 from fi_attn_bench.summarizer.loading import load_inputs
@@ -88,13 +89,6 @@ class ReportOptions:
     only_changed: bool = False
 
 
-def program_name() -> str:
-    """The name the user ran: the console script's, else ``summarize_results.py`` (also
-    when called as a library, where ``sys.argv[0]`` is some other program)."""
-    name = os.path.basename(sys.argv[0]) if sys.argv else ""
-    return name if name.startswith("fi-attn-") else "summarize_results.py"
-
-
 def column_list(text: str) -> list[str]:
     """--allow-difference's value: comma-separated must-match column names."""
     names = [name.strip() for name in text.split(",") if name.strip()]
@@ -108,7 +102,9 @@ def column_list(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=program_name(), description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog=program_name("summarize_results.py"), description=__doc__.split("\n")[0]
+    )
     parser.add_argument(
         "csv", nargs="*", type=Path, help="Benchmark CSV files or directories for summary mode."
     )

@@ -193,6 +193,7 @@ def summary_markdown(
     parts.append(_api_sections(model))
     parts += head_to_head_tables(model.head_to_head)
     parts += _case_results(model)
+    parts += _noisy_rows(model)
     parts += _artefact_table(model.artefacts)
     parts += _environment_block({"Value": model.environment})
     if model.legacy_rows:
@@ -212,6 +213,11 @@ def _summary_head(model: SummaryModel) -> list[str]:
         f"- Valid files: {model.valid_files}",
         f"- Total rows: {model.total_rows}",
     ]
+    if model.noisy:
+        lines.append(
+            f"- Noisy rows: {len(model.noisy)} (noise above the target when their time "
+            "budget ran out; listed under Noisy Rows)"
+        )
     if len(model.artefacts):
         lines.append(
             f"- Measurement artefacts: {plural(len(model.artefacts), 'row')} above "
@@ -251,6 +257,14 @@ def _api_section(api, first: bool) -> str:
             "peak, left out of the maxima"
         )
     return "\n".join(lines)
+
+
+def _noisy_rows(model: SummaryModel) -> list[Table]:
+    if not model.noisy:
+        return []
+    head = ["## Noisy Rows", "", "| API | Case | Note |", "|---|---|---|"]
+    rows = (f"| {cell(r.api)} | {cell(r.case)} | {cell(r.note)} |" for r in model.noisy)
+    return [Table(head, rows, len(model.noisy), "noisy rows")]
 
 
 def _case_results(model: SummaryModel) -> list[Table]:

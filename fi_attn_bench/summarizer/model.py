@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fi_attn_bench.results.schema import (
+    NOISY_NOTE,
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMNS,
     STATUS_FAILED,
@@ -33,6 +34,7 @@ from fi_attn_bench.summarizer.headtohead import head_to_head
 from fi_attn_bench.summarizer.identity import case_ids, unique_cases
 from fi_attn_bench.summarizer.inputs import missing_shards
 from fi_attn_bench.summarizer.loading import SUCCESS_STATUSES, InputIssue, LoadResult
+from fi_attn_bench.wording import counted as plural
 
 EXIT_OK = 0
 EXIT_BENCHMARK_FAILURE = 1
@@ -92,11 +94,6 @@ class ReportWarning:
 
     headline: str
     detail: str
-
-
-def plural(count: int, singular: str, plural_form: str | None = None) -> str:
-    """ "1 regression", "9 regressions"."""
-    return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"
 
 
 @dataclass(frozen=True)
@@ -193,12 +190,44 @@ class SummaryModel:
     cases: object = field(default=None, repr=False)  # CaseList: per-case results, in order
     head_to_head: list = field(default_factory=list)  # headtohead.ApiComparison per API
     warnings: list[ReportWarning] = field(default_factory=list)
+    noisy: list = field(default_factory=list)  # NoisyRow per row the harness marked noisy
 
     JSON_EXCLUDE = ("cases",)
 
     @property
     def exit_code(self) -> int:
         return self.verdict.exit_code
+
+
+@dataclass(frozen=True)
+class NoisyRow:
+    """A row whose ``notes`` say its noise was above the target when its budget ran out."""
+
+    api: str
+    case: str
+    note: str
+
+
+def noisy_rows(view) -> list[NoisyRow]:
+    """The rows marked noisy, in file order (a file without ``notes`` has none)."""
+    if not view.rows:
+        return []
+    try:
+        notes = view.objects("notes")
+    except KeyError:  # the pandas path has no column that no file wrote
+        return []
+    marked = [
+        index
+        for index, note in enumerate(notes)
+        if isinstance(note, str) and any(p.startswith(NOISY_NOTE) for p in note.split("; "))
+    ]
+    if not marked:
+        return []
+    apis, labels = view.objects("api")[marked], view.labels(marked)
+    return [
+        NoisyRow(str(api), str(label), str(notes[index]))
+        for api, label, index in zip(apis, labels, marked, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -276,6 +305,7 @@ def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryM
         cases=CaseList(view, np.argsort(ids, kind="stable")),
         head_to_head=head_to_head(view, ids),
         warnings=mixed_harness_warnings({"run": environment}),
+        noisy=noisy_rows(view),
     )
 
 

@@ -89,6 +89,8 @@ def _delta(value: float) -> str:
 def summary_console(model, width: int, only_changed: bool = False) -> str:
     """Verdict, then failed cases first and the others in report order."""
     lines = head_lines(model)
+    if model.noisy:
+        lines[0] += f"; {plural(len(model.noisy), 'row')} noisy (see the report)"
     cases = model.cases
     if cases is None or not len(cases):
         return "\n".join(lines)

@@ -16,12 +16,14 @@ from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
 from fi_attn_bench.device.power import PowerMonitor
 from fi_attn_bench.device.telemetry import Telemetry
+from fi_attn_bench.results.schema import NOISY_NOTE
 from fi_attn_bench.seed_api import synchronize
 from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.loop import PhaseClock, measure
 from fi_attn_bench.timing.options import (
     CPU_TIMER,
+    TimingOptions,
 )
 from fi_attn_bench.timing.paired import Contender, PairedOutcome, PairedRatio, measure_paired
 from fi_attn_bench.timing.statistics import (
@@ -29,8 +31,24 @@ from fi_attn_bench.timing.statistics import (
     STARVED_WARN_FRACTION,
     WIDE_SPREAD_NOTE_PCT,
     Measurement,
+    stop_noise_pct,
 )
 from fi_attn_bench.timing.timers import Timer
+from fi_attn_bench.wording import counted
+
+
+def row_notes(measurement: Measurement, timing: TimingOptions) -> list[str]:
+    """The row's ``notes`` column (its one writer): a measurement whose noise, as the stop
+    rule judges it, is still above the target once sampling ended (the budget ran out)."""
+    if len(measurement.samples) < 2:
+        return [f"{NOISY_NOTE} 1 sample, noise unknown (target {timing.noise_target_pct:g}%)"]
+    noise = stop_noise_pct(measurement.samples, timing.stop_rule)
+    if noise > timing.noise_target_pct:
+        return [
+            f"{NOISY_NOTE} noise {noise:.1f}% > target {timing.noise_target_pct:g}% "
+            f"({timing.stop_rule})"
+        ]
+    return []
 
 
 class CorrectnessError(RuntimeError):
@@ -142,6 +160,7 @@ class CaseRunner:
         self.timed_ms += measurement.timed_ms
         self.batch_gpu_ms += measurement.batch_gpu_ms
         columns.update(measurement.columns())
+        columns["notes"] = "; ".join(row_notes(measurement, self.options.timing))
         return CaseResult(measurement, columns, self._notes(measurement))
 
     def _prepare(self, case, impl: Impl, columns, shared: Prepared | None) -> Prepared:
@@ -304,7 +323,7 @@ def _describe(measurement: Measurement) -> str:
         "" if measurement.per_call else " (batch means: device events could not be split per call)"
     )
     return (
-        f"  {len(measurement.samples)} samples{how}, median {measurement.median:.4f} ms, "
+        f"  {counted(len(measurement.samples), 'sample')}{how}, median {measurement.median:.4f} ms, "
         f"min {measurement.min:.4f} ms, noise {measurement.noise_pct:.2f}%; kernels: {kernels}"
     )
 
@@ -320,7 +339,7 @@ def _throttle_note(measurement: Measurement, conditions: CaseConditions | None) 
     if measurement.throttled_samples and not measurement.discarded_samples:
         return (
             f"  note: every batch ran below {threshold} (--throttle-policy {policy}); "
-            f"all {measurement.throttled_samples} samples kept"
+            f"all {counted(measurement.throttled_samples, 'sample')} kept"
         )
     if conditions.throttled_batches and not measurement.throttled_samples:
         return (
@@ -328,7 +347,7 @@ def _throttle_note(measurement: Measurement, conditions: CaseConditions | None) 
             "dropped: the profiler's recording could not be split by batch (one mean sample)"
         )
     return (
-        f"  note: --throttle-policy {policy} discarded {measurement.discarded_samples} samples "
+        f"  note: --throttle-policy {policy} discarded {counted(measurement.discarded_samples, 'sample')} "
         f"({conditions.throttled_batches} batches with an SM clock below {threshold})"
     )
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import inspect
-import os
 import socket
 import subprocess
 import time
@@ -75,14 +73,6 @@ def code_version(directory: str) -> CodeVersion:
     return CodeVersion(commit.strip(), dirty)
 
 
-def code_directory(prepare: Callable) -> str:
-    """The directory of the script being run: where its ``prepare`` is defined."""
-    try:
-        return os.path.dirname(os.path.abspath(inspect.getfile(prepare)))
-    except (TypeError, OSError):
-        return os.getcwd()
-
-
 def timestamp_utc() -> str:
     """Now, UTC, ISO 8601 to the second (``2026-12-04T17:11:50Z``)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -114,6 +104,7 @@ def environment_columns(options: RunOptions, code_dir: str | None = None) -> dic
         "page_size": options.page_size,
         "preset": options.preset,
         "filter": ",".join(options.filters),
+        "cpu_threads": options.cpu_threads,
         **(run_metadata(code_dir) if code_dir is not None else {}),
     }
 

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 import torch
 
 from fi_attn_bench.backends import flashinfer_api as flashinfer_compat
-from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl
+from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl, default_impl_name
 from fi_attn_bench.backends.selection import BackendChoice
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
+from fi_attn_bench.program import code_directory, rerun_words
 from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
 from fi_attn_bench.sweep.outputs import (
     check_new_output,
@@ -25,6 +26,7 @@ from fi_attn_bench.sweep.outputs import (
     probe_directory,
     require_regular_file,
     samples_path,
+    writes_stdout,
 )
 from fi_attn_bench.sweep.selection_record import (
     Selection,
@@ -41,6 +43,9 @@ DEFAULT_TOLERANCE = 1.6e-2
 # The CPU reference is a functional check, not a measurement: its noise stays at 3-33 %, so
 # every case would spend the GPU's whole budget without reaching the noise target.
 CPU_MAX_TIME_S = 0.2
+# One thread: a CPU run's times then depend neither on the core count nor on what else runs
+# (torch's default of one thread per core read 87.9 ms and 0.49 ms for one case, oversubscribed).
+DEFAULT_CPU_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ class RunOptions:
     chosen_impls: tuple[Impl, ...] = ()  # empty: the one --backend names
     baseline: int = 0
     fail_if_slower_pct: float | None = None
+    cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
 
     @property
     def impls(self) -> tuple[Impl, ...]:
@@ -203,6 +209,12 @@ def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
         require_regular_file(args.resume, "--resume")
         probe_directory(os.path.dirname(args.resume), "--resume")
         return args.resume, True
+    if args.output and writes_stdout(args.output):
+        if args.samples_dir:
+            raise UsageError(
+                "--samples-dir names its file after the CSV: give --output FILE, not -"
+            )
+        return args.output, False
     if args.output:
         check_new_output(args.output, "--output", force=args.force, results_of=spec)
         return args.output, False
@@ -313,7 +325,18 @@ def resolve_options(
         samples="" if listing else _samples_path(args, output, resume),
         filters=selection.filters,
         imbalance=bool(getattr(args, "imbalance", False)),
+        cpu_threads=_cpu_threads(args, device, listing),
     )
+
+
+def _cpu_threads(args, device: torch.device, listing: bool) -> int | None:
+    """--threads on a CPU run (default DEFAULT_CPU_THREADS); a GPU run takes none."""
+    given = getattr(args, "threads", None)
+    if device.type == "cpu":
+        return given or DEFAULT_CPU_THREADS
+    if given and not listing:
+        raise UsageError(f"--threads sets the threads of a CPU run; this run is on {device}")
+    return None
 
 
 def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
@@ -327,9 +350,11 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
     ]  # fmt: skip
     if options.device.type != "cpu":
         words += ["--timer", timing.timer, "--l2", timing.l2]
+    elif options.cpu_threads not in (None, DEFAULT_CPU_THREADS):
+        words += ["--threads", str(options.cpu_threads)]
     if options.paired or options.impls[0].name != options.backend:
         for impl in options.impls:
-            named = impl.name != impl.target
+            named = impl.name != default_impl_name(impl.target)
             words += ["--impl", f"{impl.name}={impl.target}" if named else impl.target]
     if options.baseline:
         words += ["--baseline-impl", options.impls[options.baseline].name]
@@ -372,7 +397,9 @@ def resume_command(spec: BenchmarkSpec, options: RunOptions) -> str:
     """The command that finishes this sweep (its CSV records the case selection)."""
     if options.resume_command:
         return options.resume_command
-    words = ["python", spec.script, "--resume", options.output, *_setting_words(spec, options)]
+    face_file = os.path.join(code_directory(spec.prepare), spec.script)
+    words = [*rerun_words(spec.script, face_file), "--resume", options.output]
+    words += _setting_words(spec, options)
     if options.preset == COMMAND_LINE_CASES:  # the CSV cannot rebuild these cases
         words += [word for case in options.cases for word in serving.workload_of(case).source]
     if options.samples:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import tempfile
 import time
 
@@ -15,6 +16,11 @@ from fi_attn_bench.results.schema import SCHEMA_VERSION, read_result_rows
 from fi_attn_bench.seed_api import get_csv_path
 
 SAMPLES_SUFFIX = ".samples.jsonl.gz"
+STDOUT = "-"  # --output -: the CSV goes to stdout, everything else the sweep prints to stderr
+
+
+def writes_stdout(path: str) -> bool:
+    return path == STDOUT
 
 
 def probe_directory(directory: str, flag: str, target: str | None = None) -> None:
@@ -99,12 +105,25 @@ def require_regular_file(path: str, flag: str) -> None:
         raise UsageError(f"{flag} {path}: not a regular file (give the file itself)")
 
 
-def move_aside(path: str) -> str:
-    """Rename ``path`` to ``<path>.bak-<YYYYmmdd_HHMMSS>`` (never replacing another backup)."""
+def _backup_name(path: str) -> str:
+    """``<path>.bak-<YYYYmmdd_HHMMSS>``, numbered on so as never to replace another backup."""
     stamp = time.strftime("%Y%m%d_%H%M%S")
     target, number = f"{path}.bak-{stamp}", 1
     while os.path.lexists(target):
         number += 1
         target = f"{path}.bak-{stamp}-{number}"
+    return target
+
+
+def move_aside(path: str) -> str:
+    """Rename ``path`` to its backup name (``_backup_name``); returns that name."""
+    target = _backup_name(path)
     os.replace(path, target)
+    return target
+
+
+def back_up(path: str) -> str:
+    """Copy ``path`` to its backup name (``_backup_name``), bytes and times kept; returns it."""
+    target = _backup_name(path)
+    shutil.copy2(path, target)
     return target

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from fi_attn_bench.results.schema import (
     STATUS_OK,
 )
+from fi_attn_bench.sweep.sharding import case_wall_s
+from fi_attn_bench.timing.options import TimingOptions
 
 
 def _clock_text(seconds: float) -> str:
@@ -18,31 +20,78 @@ def _clock_text(seconds: float) -> str:
 
 
 @dataclass
+class Eta:
+    """Time left, from each case's predicted cost, calibrated by the cases finished so far.
+
+    A case's cost is ``sharding.case_wall_s`` of its predicted call time scaled by how much
+    slower (or faster) the finished cases' calls ran than predicted; the cost still ahead is
+    then scaled by the wall time the finished cases took per unit of their cost.  A count of
+    cases alone said 6 s for a case that took 160 s: cases differ by orders of magnitude."""
+
+    predicted_call_ms: Sequence[float]  # per case, in sweep order
+    timing: TimingOptions
+    clock: Callable[[], float] = time.monotonic
+    started: float | None = None
+    done: int = 0
+    measured_ms: float = 0.0  # call times of the finished cases that have one
+    predicted_of_measured_ms: float = 0.0  # their predicted call times
+
+    def __post_init__(self):
+        if self.started is None:
+            self.started = self.clock()
+
+    def case_finished(self, call_ms: float | None) -> None:
+        """One more case done; ``call_ms``: its measured call time (None: it failed)."""
+        if call_ms is not None and call_ms > 0:
+            self.measured_ms += call_ms
+            self.predicted_of_measured_ms += self.predicted_call_ms[self.done]
+        self.done += 1
+
+    def seconds_left(self) -> float | None:
+        """None until a case finished: nothing to calibrate the prediction by."""
+        if not self.done:
+            return None
+        scale = (
+            self.measured_ms / self.predicted_of_measured_ms
+            if self.predicted_of_measured_ms > 0 and self.measured_ms > 0
+            else 1.0
+        )
+        costs = [case_wall_s(scale * ms, self.timing) for ms in self.predicted_call_ms]
+        spent = sum(costs[: self.done])
+        per_cost = (self.clock() - self.started) / spent if spent > 0 else 0.0
+        return per_cost * sum(costs[self.done :])
+
+    def text(self) -> str:
+        left = self.seconds_left()
+        return "ETA unknown" if left is None else f"ETA {_clock_text(left)}"
+
+
+@dataclass
 class Progress:
     """Per-case lines (stdout) and an ETA; a tqdm bar on stderr when it is a terminal."""
 
     total: int
+    eta: Eta | None = None
     bar: object = None
-    started: float = field(default_factory=time.monotonic)
-    done: int = 0
 
     @classmethod
-    def start(cls, total: int) -> Progress:
+    def start(cls, total: int, eta: Eta | None = None) -> Progress:
         bar = None
         if sys.stderr.isatty():
             try:
                 from tqdm import tqdm
 
-                bar = tqdm(total=total, unit="case", file=sys.stderr, leave=False)
+                # tqdm's own ETA counts cases as equal: the bar shows ours (Eta) instead.
+                bar = tqdm(
+                    total=total,
+                    unit="case",
+                    file=sys.stderr,
+                    leave=False,
+                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
+                )
             except ImportError:
                 bar = None
-        return cls(total, bar)
-
-    def eta(self) -> str:
-        if not self.done:
-            return "?"
-        per_case = (time.monotonic() - self.started) / self.done
-        return _clock_text(per_case * (self.total - self.done))
+        return cls(total, eta, bar)
 
     def line(self, text: str) -> None:
         if self.bar is not None:
@@ -51,12 +100,16 @@ class Progress:
             print(text, flush=True)
 
     def finished(self, text: str) -> None:
-        self.done += 1
+        """A row's line, with the ETA (of the cases ``Eta.case_finished`` counted)."""
         if self.bar is not None:
+            if self.eta is not None:
+                self.bar.set_postfix_str(self.eta.text(), refresh=False)
             self.bar.update(1)
             self.line(text)
+        elif self.eta is not None:
+            self.line(f"{text}  [{self.eta.text()}]")
         else:
-            self.line(f"{text}  [ETA {self.eta()}]")
+            self.line(text)
 
     def close(self) -> None:
         if self.bar is not None:

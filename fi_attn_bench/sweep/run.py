@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TextIO
 
 import torch
 
@@ -16,10 +17,12 @@ from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.device.power import open_power_monitor
 from fi_attn_bench.device.telemetry import open_telemetry
+from fi_attn_bench.program import code_directory
 from fi_attn_bench.results.schema import (
     IMPL_COLUMN,
     STATUS_OK,
     ResultCsvWriter,
+    ResultStreamWriter,
     csv_fieldnames,
     result_record,
 )
@@ -32,15 +35,15 @@ from fi_attn_bench.sweep.case import (
     with_uniform_twin,
 )
 from fi_attn_bench.sweep.environment import (
-    code_directory,
     environment_columns,
     load_roofline,
     timestamp_utc,
 )
 from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
-from fi_attn_bench.sweep.outputs import move_aside
-from fi_attn_bench.sweep.progress import Progress, clip_error, summary_line
+from fi_attn_bench.sweep.outputs import back_up, move_aside, writes_stdout
+from fi_attn_bench.sweep.progress import Eta, Progress, clip_error, summary_line
 from fi_attn_bench.sweep.samples import append_samples, samples_line
+from fi_attn_bench.sweep.shard_plan import predicted_case_call_ms
 from fi_attn_bench.sweep.sharding import shard_columns
 from fi_attn_bench.sweep.storage import (
     ResultStore,
@@ -50,6 +53,7 @@ from fi_attn_bench.sweep.storage import (
 )
 from fi_attn_bench.timing.paired import FASTER, SAME, SLOWER, PairedRatio
 from fi_attn_bench.timing.timers import Timer, method_columns
+from fi_attn_bench.wording import counted
 
 
 @dataclass
@@ -58,10 +62,16 @@ class Sweep:
     options: RunOptions
     timer: Timer
     log: Callable[[str], None] = print
+    csv_stream: TextIO | None = None  # --output -: where the rows go (stdout)
 
     def run(self) -> int:
         spec, options = self.spec, self.options
-        writer = ResultCsvWriter(options.output, csv_fieldnames((*spec.case_fields, IMPL_COLUMN)))
+        fields = csv_fieldnames((*spec.case_fields, IMPL_COLUMN))
+        writer = (
+            ResultStreamWriter(self.csv_stream, fields)
+            if self.csv_stream is not None
+            else ResultCsvWriter(options.output, fields)
+        )
         store = ResultStore(writer, (*spec.case_fields, IMPL_COLUMN), options.resume)
         todo = list(options.cases)
         if options.resume:
@@ -69,18 +79,22 @@ class Sweep:
             remove_stale_temporaries(options.output)
             todo, stale = resume_todo(todo, store.rows, spec.case_fields, options.impls)
             note = (
-                f"; {stale} ok case(s) measured by another harness version are measured again"
+                f"; {counted(stale, 'ok case')} measured by another harness version "
+                f"{'is' if stale == 1 else 'are'} measured again"
                 if stale
                 else ""
             )
             self.log(
-                f"Resuming {options.output}: {len(options.cases) - len(todo)} of {len(options.cases)} cases already ok{note}"
+                f"Resuming {options.output}: {len(options.cases) - len(todo)} of {counted(len(options.cases), 'case')} already ok{note}"
             )
+            if stale:  # their rows are about to be replaced: the old measurements stay readable
+                self.log(f"Kept the file as it was in {back_up(options.output)}")
             if not todo:
                 return 0
         else:
-            for path in (options.output, options.samples):
-                if path and os.path.lexists(path):  # plan allowed it: --force
+            files = [p for p in (options.output, options.samples) if p and not writes_stdout(p)]
+            for path in files:
+                if os.path.lexists(path):  # plan allowed it: --force
                     self.log(f"Moved the existing {path} aside to {move_aside(path)}")
         metadata = {
             **environment_columns(options, code_directory(spec.prepare)),
@@ -96,7 +110,8 @@ class Sweep:
         telemetry = open_telemetry(options.device)
         runner = CaseRunner(spec, options, self.timer, self.log, power=power, telemetry=telemetry)
         freeze_startup_objects()
-        progress = Progress.start(len(todo) * len(options.impls))
+        eta = Eta([_predicted_call_ms(spec, options, case) for case in todo], options.timing)
+        progress = Progress.start(len(todo) * len(options.impls), eta)
         failed, index, started = 0, 0, time.monotonic()
         slower: list[str] = []
         tally: dict[str, list[PairedRatio]] = {}
@@ -104,6 +119,7 @@ class Sweep:
             for index, case in enumerate(todo, 1):
                 text = case_text(case, spec.case_fields)
                 records, results = self._one(runner, case, metadata)
+                eta.case_finished(_call_ms(records))
                 for record, result in zip(records, results, strict=True):
                     record.update(roofline.columns(record))
                     store.put(record)
@@ -132,6 +148,9 @@ class Sweep:
             self.log(
                 f"\nInterrupted at case {index}/{len(todo)} ({where}); the CSV holds every finished case."
             )
+            if writes_stdout(options.output):
+                self.log("The rows of every finished case went to stdout.")
+                return 130
             saved = (
                 f"Results saved to {options.output}"
                 if os.path.exists(options.output)
@@ -142,12 +161,15 @@ class Sweep:
             return 130
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
-        self.log(f"\nResults saved to {options.output}")
+        where = (
+            "written to stdout" if writes_stdout(options.output) else f"saved to {options.output}"
+        )
+        self.log(f"\nResults {where}")
         for line in tally_lines(options.impls[options.baseline].name, tally):
             self.log(line)
         if failed:
-            what = "rows" if options.paired else "cases"
-            self.log(f"{failed} of {len(todo) * len(options.impls)} {what} failed")
+            what = "row" if options.paired else "case"
+            self.log(f"{failed} of {counted(len(todo) * len(options.impls), what)} failed")
         for line in slower:
             self.log(line)
         return 1 if failed or slower else 0
@@ -207,6 +229,21 @@ class Sweep:
         return records, results
 
 
+def _predicted_call_ms(spec: BenchmarkSpec, options: RunOptions, case) -> float:
+    """The case's predicted call time for the ETA; 0 (its fixed costs only) where the
+    script's formulas fail on it (the case then fails and says why)."""
+    try:
+        return predicted_case_call_ms(spec, options, case)
+    except Exception:  # noqa: BLE001 - a broken formula fails its case, not the sweep
+        return 0.0
+
+
+def _call_ms(records: Sequence[Mapping[str, object]]) -> float | None:
+    """The case's measured call time: the mean over its ok rows (its implementations)."""
+    times = [float(r["time_ms"]) for r in records if r["status"] == STATUS_OK]
+    return sum(times) / len(times) if times else None
+
+
 def paired_line(options: RunOptions, results: Sequence[CaseResult]) -> str:
     """The case's head-to-head line: each implementation's ratio to the baseline, its 95 %
     interval and verdict."""
@@ -221,7 +258,9 @@ def paired_line(options: RunOptions, results: Sequence[CaseResult]) -> str:
             if ratio.interval is not None
             else "(too few rounds for an interval)"
         )
-        parts.append(f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({ratio.rounds} rounds)")
+        parts.append(
+            f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({counted(ratio.rounds, 'round')})"
+        )
     return "  paired: " + (
         "; ".join(parts) if parts else "no ratio (the baseline or all others failed)"
     )
@@ -238,7 +277,7 @@ def tally_lines(base: str, ratios: Mapping[str, Sequence[PairedRatio]]) -> list[
             counts.append(f"{verdicts.count('')} without an interval")
         geomean = math.exp(sum(math.log(ratio.ratio) for ratio in found) / len(found))
         lines.append(
-            f"Head to head, {name}/{base} over {len(found)} case{'s' * (len(found) != 1)}: "
+            f"Head to head, {name}/{base} over {counted(len(found), 'case')}: "
             f"{', '.join(counts)}; "
             f"geomean ratio {geomean:.4f}"
         )

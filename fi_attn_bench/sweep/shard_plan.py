@@ -38,6 +38,7 @@ from fi_attn_bench.sweep.sharding import (
 )
 from fi_attn_bench.sweep.storage import load_resume_rows
 from fi_attn_bench.timing.options import TimingOptions
+from fi_attn_bench.wording import counted
 
 EXPLICIT = "--shard"
 
@@ -155,6 +156,16 @@ class CostedCase:
     measured: bool
 
 
+def predicted_case_call_ms(
+    spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, object]
+) -> float:
+    """One call's time on the reference roofline (``sharding.predicted_call_ms``), from the
+    script's I/O and FLOP formulas for ``case``."""
+    element_size = DTYPES[options.dtype_name].itemsize
+    peaks = reference_peaks(options.peak_bandwidth, options.peak_tflops, options.dtype_name)
+    return predicted_call_ms(spec.io_bytes(case, element_size), spec.flops(case), peaks)
+
+
 def costed_cases(
     runs: Sequence[tuple[BenchmarkSpec, RunOptions]],
     measured_rows: Sequence[Mapping[str, str]],
@@ -164,15 +175,11 @@ def costed_cases(
     costed = []
     for run, (spec, options) in enumerate(runs):
         known = measured_costs(measured_rows, spec)
-        element_size = DTYPES[options.dtype_name].itemsize
-        peaks = reference_peaks(options.peak_bandwidth, options.peak_tflops, options.dtype_name)
         for index, case in enumerate(options.cases):
             key = case_key(case, spec.case_fields)
             measured = known.get(key)
             if measured is None:
-                call_ms = predicted_call_ms(
-                    spec.io_bytes(case, element_size), spec.flops(case), peaks
-                )
+                call_ms = predicted_case_call_ms(spec, options, case)
                 item = case_item((spec.api, *key), call_ms, timing)
             else:
                 item = case_item((spec.api, *key), measured.time_ms, timing, measured.samples)
@@ -316,6 +323,6 @@ def describe_shard(sharded: ShardedRuns) -> str:
     )
     return (
         f"shard {request.shard} ({request.origin}, split by {request.by}, {source}): "
-        f"{len(mine)} of {len(sharded.costed)} cases, about {cost_s:.0f} s of "
+        f"{len(mine)} of {counted(len(sharded.costed), 'case')}, about {cost_s:.0f} s of "
         f"{sharded.total_us / 1e6:.0f} s"
     )

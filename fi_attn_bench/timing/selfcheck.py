@@ -28,6 +28,7 @@ from fi_attn_bench.errors import UsageError
 from fi_attn_bench.timing.l2 import L2Flusher, l2_flush_bytes
 from fi_attn_bench.timing.queue import elapsed_ms, enqueue_calls, spin_cycles_per_ms
 from fi_attn_bench.timing.trace import DeviceEvent, profile_device_events, shorten_kernel_name
+from fi_attn_bench.wording import counted
 
 # A read of L2 / 4 bytes (fits in L2 with room to spare) must take this much longer after
 # the flush than warm: an evicting flush makes it an HBM read (H200 README: a small decode
@@ -165,7 +166,7 @@ def check_profiler_kernels(
     return CheckResult(
         name,
         CheckStatus.PASS,
-        f"{count} device kernel(s) per call, the same in each of {iterations} calls",
+        f"{counted(count, 'device kernel')} per call, the same in each of {counted(iterations, 'call')}",
         evidence,
     )
 
@@ -293,15 +294,15 @@ def _graph_verdict(output, expected, eager_kernels, replay_kernels, evidence) ->
     elif not torch.allclose(output.float(), expected.float(), rtol=GRAPH_RTOL, atol=GRAPH_RTOL):
         why = "the replay's output differs from the eager call's"
     elif replay_kernels and replay_kernels != eager_kernels:
-        why = f"the replay ran {replay_kernels} device kernel(s), the eager call {eager_kernels}"
+        why = f"the replay ran {counted(replay_kernels, 'device kernel')}, the eager call {eager_kernels}"
     else:
-        counted = (
+        compared = (
             "kernel counts equal"
             if replay_kernels
             else "the profiler records no kernel inside a replay: counts not compared"
         )
         return CheckResult(
-            name, CheckStatus.PASS, f"replay output equals eager; {counted}", tuple(evidence)
+            name, CheckStatus.PASS, f"replay output equals eager; {compared}", tuple(evidence)
         )
     return CheckResult(name, CheckStatus.FAIL, why, tuple(evidence))
 

@@ -100,7 +100,10 @@ class Measurement:
 
     @cached_property
     def noise_pct(self) -> float:
-        """Interquartile range relative to the median, in percent."""
+        """Interquartile range relative to the median, in percent; NaN (unknown, an empty
+        cell) from a single sample, which has no spread to judge by."""
+        if len(self.samples) < 2:
+            return math.nan
         if self.median <= 0:
             return math.inf
         return (self.q3 - self.q1) / self.median * 100.0
