@@ -548,8 +548,15 @@ def _rows_stream(output: str) -> Iterator[TextIO | None]:
         yield None
         return
     stream = sys.stdout
-    with contextlib.redirect_stdout(sys.stderr):
-        yield stream
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield stream
+    except BrokenPipeError:
+        # Point stdout at devnull so the interpreter's final flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        raise UsageError(
+            "--output -: the reader of stdout closed it; the sweep stopped (rows not delivered)"
+        ) from None
 
 
 def _what_is_measured(options: RunOptions) -> str:

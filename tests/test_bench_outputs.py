@@ -157,3 +157,28 @@ def test_output_dash_of_a_shard_is_refused(tmp_path, monkeypatch, capsys):
     assert refused(capsys).endswith(
         "error: --output - writes one CSV to stdout; a shard writes its own file"
     )
+
+
+def test_output_dash_into_a_closed_pipe_stops_with_one_line(tmp_path):
+    """`--output - | head -1`: the reader leaves; one line and exit 2, never a traceback."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "bench_batch_decode.py")
+    command = [sys.executable, script, "--output", "-", "--filter", "batch_size=1"]
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        process.wait(timeout=300)
+    assert process.returncode == 2, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith(
+            "error: --output -: the reader of stdout closed it; the sweep stopped (rows not delivered)"
+        )
+    )
+    assert list(tmp_path.iterdir()) == []
