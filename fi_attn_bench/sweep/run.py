@@ -14,6 +14,7 @@ from fi_attn_bench.backends.impls import backend_column
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
+from fi_attn_bench.device.energy import open_energy_counter
 from fi_attn_bench.device.power import open_power_monitor
 from fi_attn_bench.device.telemetry import open_telemetry
 from fi_attn_bench.results.schema import (
@@ -94,7 +95,10 @@ class Sweep:
         spec, options = self.spec, self.options
         power = open_power_monitor(options.device)
         telemetry = open_telemetry(options.device)
-        runner = CaseRunner(spec, options, self.timer, self.log, power=power, telemetry=telemetry)
+        energy = open_energy_counter(options.device)
+        runner = CaseRunner(
+            spec, options, self.timer, self.log, power=power, telemetry=telemetry, energy=energy
+        )
         freeze_startup_objects()
         progress = Progress.start(len(todo) * len(options.impls))
         failed, index, started = 0, 0, time.monotonic()
