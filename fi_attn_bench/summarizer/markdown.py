@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fi_attn_bench.results.schema import NUMERIC_COLUMNS
-from fi_attn_bench.summarizer.model import PEAK_PCT_LIMIT, SummaryModel
+from fi_attn_bench.summarizer.model import BEST_LOWEST, PEAK_PCT_LIMIT, SummaryModel
 from fi_attn_bench.summarizer.regression import Selection, condition_text
 
 DEFAULT_MAX_REPORT_BYTES = 1 << 20
@@ -239,7 +239,7 @@ def _api_section(api, first: bool) -> str:
         f"- Status: {cell(api.status)}",
     ]
     for best in api.best:
-        label = "Minimum" if best.column == "time_ms" else "Maximum"
+        label = "Minimum" if best.column in BEST_LOWEST else "Maximum"
         lines.append(
             f"- {label} {best.column}: {format_metric(best.value)} "
             f"({cell(best.case)}; source={cell(best.source)})"
@@ -394,6 +394,7 @@ def regression_markdown(
     parts += _regression_rows(model)
     parts += _large_change_rows(model)
     parts += _condition_rows(model)
+    parts += _energy_rows(model)
     parts += failure_table(model.failures, with_run=True)
     parts += _case_list(
         "## Missing Candidate Cases", model, model.missing, "baseline", "missing cases"
@@ -425,6 +426,7 @@ def _regression_head(model) -> list[str]:
         f"- Missing candidate cases: {len(model.missing)}",
         f"- New candidate cases: {len(model.new)}",
         f"- Regression gate: {model.gate.text}",
+        *_energy_gate_line(model.gate),
         f"- Case states: {counts or 'none'}",
     ]
     if model.artefact_rows:
@@ -434,6 +436,68 @@ def _regression_head(model) -> list[str]:
         )
     rules = model.gate.rules
     return [*lines, "", f"Gate rule: {GATE_RULE.format(alpha=rules.alpha, notch=rules.notch)}", ""]
+
+
+def _energy_gate_line(gate) -> list[str]:
+    pct = gate.energy_threshold_pct
+    return [] if pct is None else [f"- Energy gate: energy_mJ up more than {pct:g}%"]
+
+
+def _energy_rows(model) -> list[Block | Table]:
+    """Matched cases with energy on a side: the energy change beside the time change,
+    the largest rise first; a side without energy reads "no energy" and is never gated."""
+    matched = model.matched
+    base = np.asarray(matched["energy_mJ_baseline"], dtype=np.float64)
+    cand = np.asarray(matched["energy_mJ_candidate"], dtype=np.float64)
+    some = ~(np.isnan(base) & np.isnan(cand))
+    pct = model.gate.energy_threshold_pct
+    if not some.any() and pct is None:
+        return []
+    delta = np.asarray(matched["energy_mJ_delta_pct"], dtype=np.float64)
+    rows = np.flatnonzero(some)
+    rows = rows[np.argsort(np.nan_to_num(-delta[rows], nan=np.inf), kind="stable")]
+    gate = f"energy_mJ up more than {pct:g}% fails the run" if pct is not None else "not gated"
+    head = [
+        "## Energy",
+        "",
+        f"Energy per call (energy_mJ) beside time, largest rise first; {gate} "
+        "(--fail-on-energy-regression). A side without energy reads `no energy` and never "
+        "fails the gate.",
+        "",
+        "| API | Case | Time Δ | Energy Δ | Energy mJ (base → cand) | Gate |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    parts: list[Block | Table] = [
+        Table(head, _energy_lines(model, Selection(matched, rows)), len(rows), "energy cases")
+    ]
+    without = int((~some).sum())
+    if without:
+        parts.append(
+            Block([f"{without} matched case(s) without energy on either side: no energy", ""])
+        )
+    return parts
+
+
+def _energy_lines(model, table) -> Iterator[str]:
+    names = ("api", "time_ms_delta_pct", "energy_mJ_delta_pct", "energy_mJ_baseline")
+    names += ("energy_mJ_candidate", "energy_regression")
+    for chunk, labels in _labelled_chunks(model, table):
+        columns = [chunk[name].tolist() for name in names]
+        for label, values in zip(labels, zip(*columns, strict=True), strict=True):
+            api, time_delta, delta, base, cand, regressed = values
+            energy = "no energy" if delta != delta else format_delta(delta)
+            gate = "over the gate" if regressed else ("no energy" if delta != delta else "")
+            yield (
+                f"| {cell(api)} | {cell(label)} | {_delta_text(time_delta)} | {energy} | "
+                f"{_energy_pair(base, cand)} | {gate} |"
+            )
+
+
+def _energy_pair(base: float, cand: float) -> str:
+    def text(value):
+        return "no energy" if value != value else format_metric(value)
+
+    return f"{text(base)} → {text(cand)}"
 
 
 def _mismatch_warning(model) -> str:
