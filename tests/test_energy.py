@@ -5,7 +5,10 @@ loops that read them around each batch, the NVML binding's missing and unsupport
 from __future__ import annotations
 
 import csv
+import importlib
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -27,6 +30,8 @@ from fi_attn_bench.timing.energy import (
 from fi_attn_bench.timing.loop import MeasureLoop
 from fi_attn_bench.timing.options import TimingOptions
 from fi_attn_bench.timing.statistics import Batch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
 def batch(calls, start, wall, energy):
@@ -400,3 +405,66 @@ def test_nvml_power_reader_prefers_the_instant_field():
     assert de.nvml_power_reader(device)() == pytest.approx(412.0)
     del module.values["nvmlDeviceGetFieldValues"]  # an older binding: the averaged reading
     assert de.nvml_power_reader(device)() == pytest.approx(300.0)
+
+
+# ------------------------------------------------------------------ benchmarks/energy_check.py
+
+
+@pytest.fixture
+def energy_check():
+    return importlib.import_module("energy_check")
+
+
+def test_energy_check_compares_the_rows_with_integrated_power_over_the_same_batches(
+    energy_check, tmp_path, monkeypatch
+):
+    access = de.EnergyAccess(WallPowerCounter(300.0), period_s=0.0)
+    monkeypatch.setattr(sweep_run, "open_energy_counter", lambda device: access)
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.002")
+    begin = time.perf_counter()
+    sweeps = []
+    for index in range(2):
+        out = tmp_path / f"s{index}.csv"
+        main = lambda argv: run_main(argv, timer=FakeTimer())  # noqa: E731
+        code, rows = energy_check.run_sweep(main, ["--preset", "smoke", "--output", str(out)])
+        assert code == 0 and len(rows) == 2
+        now = time.perf_counter()
+        samples = [de.PowerSample(begin - 1, 300.0), de.PowerSample(now + 1, 300.0)]
+        sweeps.append(energy_check.case_sweeps(rows, samples, [s.time_s for s in samples]))
+    checks = energy_check.combine(sweeps)
+    assert [c.case for c in checks] == ["batch_size=1,seq_len=8", "batch_size=2,seq_len=8"]
+    for check in checks:
+        assert check.sweeps == 2 and check.energy_mj > 0 and check.cv_pct is not None
+        assert abs(check.agreement_pct) < 1.0  # the counter and the samples saw 300 W alike
+    table = "\n".join(energy_check.energy_table(checks, 2))
+    assert "| batch_size=1,seq_len=8 | 1.0000 |" in table and "yes" in table
+
+
+def test_energy_check_makes_head_to_head_rounds_long_enough_for_the_counter(energy_check):
+    assert energy_check.h2h_round_ms(0.001) == 50.0  # 20 updates of 1 ms fit the default
+    argv = energy_check.h2h_arguments(["flashinfer:fa2", "flashinfer:fa3"], 0.010)
+    assert argv[:4] == ["--impl", "flashinfer:fa2", "--impl", "flashinfer:fa3"]
+    assert argv[4:] == ["--batch-ms", "250", "--min-time-ms", "5000", "--max-time-per-case", "7.5"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--script", "ragged", "--sweeps", "1"], "--sweeps must be at least 2"),
+        (["--script", "ragged", "--", "--impl", "x"], "set by this check"),
+        (["--script", "nope"], "invalid choice"),
+    ],
+)
+def test_energy_check_refuses_bad_arguments_before_any_work(
+    energy_check, tmp_path, capsys, argv, message
+):
+    with pytest.raises(SystemExit) as raised:
+        energy_check.parse([*argv[:2], "--out", str(tmp_path / "e.md"), *argv[2:]])
+    assert raised.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_energy_check_never_overwrites_a_report_or_its_csvs(energy_check, tmp_path, capsys):
+    (tmp_path / "e_sweep2.csv").write_text("kept")
+    with pytest.raises(SystemExit):
+        energy_check.parse(["--script", "ragged", "--out", str(tmp_path / "e.md")])
+    assert "e_sweep2.csv exists" in capsys.readouterr().err

@@ -15,6 +15,7 @@ check of the counter that ``benchmarks/energy_check.py`` runs on a GPU.
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import statistics
 import threading
@@ -171,25 +172,42 @@ class PowerSampler:
         """Joules between two clock readings; None without samples on both sides."""
         return integrate_power(self.samples, start_s, end_s)
 
-
-def _watts_at(samples: Sequence[PowerSample], at: float) -> float:
-    for earlier, later in pairwise(samples):
-        if earlier.time_s <= at <= later.time_s:
-            span = later.time_s - earlier.time_s
-            weight = (at - earlier.time_s) / span if span > 0 else 0.0
-            return earlier.watts + weight * (later.watts - earlier.watts)
-    raise ValueError("time outside the samples")
+    def frozen(self) -> tuple[list[PowerSample], list[float]]:
+        """The samples so far and their times, for many ``integrate_power`` calls."""
+        samples = list(self.samples)
+        return samples, [sample.time_s for sample in samples]
 
 
-def integrate_power(samples: Sequence[PowerSample], start_s: float, end_s: float) -> float | None:
-    """Trapezoid integral of linearly interpolated power from ``start_s`` to ``end_s``."""
+def _watts_at(samples: Sequence[PowerSample], times: Sequence[float], at: float) -> float:
+    """Power at ``at``, linear between the samples around it (inside their span)."""
+    right = bisect.bisect_left(times, at)
+    if times[right] == at:
+        return samples[right].watts
+    earlier, later = samples[right - 1], samples[right]
+    weight = (at - earlier.time_s) / (later.time_s - earlier.time_s)
+    return earlier.watts + weight * (later.watts - earlier.watts)
+
+
+def integrate_power(
+    samples: Sequence[PowerSample],
+    start_s: float,
+    end_s: float,
+    times: Sequence[float] | None = None,
+) -> float | None:
+    """Trapezoid integral in J of linearly interpolated power from ``start_s`` to ``end_s``;
+    None without a sample at or beyond both ends.  ``times``: the samples' times, when the
+    caller keeps them (many windows over one long recording)."""
     if end_s <= start_s or not samples:
         return None
-    if samples[0].time_s > start_s or samples[-1].time_s < end_s:
+    times = times if times is not None else [sample.time_s for sample in samples]
+    if times[0] > start_s or times[-1] < end_s:
         return None
-    points = [PowerSample(start_s, _watts_at(samples, start_s))]
-    points += [s for s in samples if start_s < s.time_s < end_s]
-    points.append(PowerSample(end_s, _watts_at(samples, end_s)))
+    inside = samples[bisect.bisect_right(times, start_s) : bisect.bisect_left(times, end_s)]
+    points = [
+        PowerSample(start_s, _watts_at(samples, times, start_s)),
+        *inside,
+        PowerSample(end_s, _watts_at(samples, times, end_s)),
+    ]
     return sum((b.time_s - a.time_s) * (a.watts + b.watts) / 2.0 for a, b in pairwise(points))
 
 

@@ -50,6 +50,9 @@ class CallEnergy:
     avg_power_w: float | None = None
     windows: int = 0
     note: str = ""
+    # The kept batches and the window length behind energy_mj (for an independent check)
+    batches: tuple[BatchEnergy, ...] = field(default=(), repr=False)
+    window_s: float = 0.0
 
     def columns(self) -> dict[str, object]:
         if self.energy_mj is None:
@@ -140,7 +143,10 @@ def energy_per_call(
             return unavailable("the energy counter did not advance over a window of batches")
         per_call.append(energy / calls)
     total_mj = sum(batch.energy_mj for batch in chosen)
-    return CallEnergy(statistics.median(per_call), total_mj / wall_s / 1e3, len(windows))
+    power_w = total_mj / wall_s / 1e3
+    return CallEnergy(
+        statistics.median(per_call), power_w, len(windows), "", tuple(chosen), window_s
+    )
 
 
 def round_energy_per_call(batches: Sequence[BatchEnergy]) -> list[float] | None:
