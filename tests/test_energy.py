@@ -468,3 +468,23 @@ def test_energy_check_never_overwrites_a_report_or_its_csvs(energy_check, tmp_pa
     with pytest.raises(SystemExit):
         energy_check.parse(["--script", "ragged", "--out", str(tmp_path / "e.md")])
     assert "e_sweep2.csv exists" in capsys.readouterr().err
+
+
+def test_doctor_reports_the_energy_counter_or_why_not():
+    from fi_attn_bench import doctor
+
+    readable = de.EnergyAccess(WallPowerCounter(1.0), period_s=0.002)
+    result = doctor.check_telemetry((("nvml", None),), True, readable)
+    evidence = dict(result.evidence)
+    assert evidence["energy_mJ"].startswith("readable (NVML), counter updates every 2.00 ms")
+    missing = de.EnergyAccess(None, reason="nvidia-ml-py is not installed")
+    evidence = dict(doctor.check_telemetry((("nvml", None),), False, missing).evidence)
+    assert evidence["energy_mJ"] == "unreadable: nvidia-ml-py is not installed"
+
+
+def test_the_head_to_head_line_shows_the_energy_ratio_beside_the_time_ratio(
+    tmp_path, monkeypatch, capsys
+):
+    _paired_rows(tmp_path, monkeypatch, window_s=0.0)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "paired:" in line]
+    assert lines and all(", energy " in line for line in lines)

@@ -225,10 +225,23 @@ def paired_line(options: RunOptions, results: Sequence[CaseResult]) -> str:
             if ratio.interval is not None
             else "(too few rounds for an interval)"
         )
-        parts.append(f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({ratio.rounds} rounds)")
+        energy = _energy_ratio_text(result.columns)
+        parts.append(
+            f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({ratio.rounds} rounds){energy}"
+        )
     return "  paired: " + (
         "; ".join(parts) if parts else "no ratio (the baseline or all others failed)"
     )
+
+
+def _energy_ratio_text(columns: Mapping[str, object]) -> str:
+    """ ", energy 0.9120 [0.9050, 0.9210]" beside the time ratio, when the row has one."""
+    ratio = columns.get("paired_energy_ratio")
+    if ratio is None:
+        return ""
+    low, high = columns.get("paired_energy_ratio_lo"), columns.get("paired_energy_ratio_hi")
+    interval = f" [{low:.4f}, {high:.4f}]" if low is not None and high is not None else ""
+    return f", energy {ratio:.4f}{interval}"
 
 
 def tally_lines(base: str, ratios: Mapping[str, Sequence[PairedRatio]]) -> list[str]:
