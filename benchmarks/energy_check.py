@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from fi_attn_bench.device import energy as device_energy  # noqa: E402
 from fi_attn_bench.sweep import run as sweep_run  # noqa: E402
 from fi_attn_bench.timing.energy import ENERGY_WINDOW_UPDATES, energy_windows  # noqa: E402
+from fi_attn_bench.timing.options import TimingOptions  # noqa: E402
 
 SCRIPTS = {
     "decode": "bench_batch_decode",
@@ -52,6 +53,7 @@ CV_LIMIT_PCT = 3.0  # the issue's repeatability target, for cases >= MIN_CASE_MS
 AGREEMENT_LIMIT_PCT = 5.0  # the issue's agreement target with integrated power samples
 MIN_CASE_MS = 1.0
 ROUND_MARGIN = 1.25  # head-to-head rounds this much longer than the counter needs
+DEFAULT_MIN_TIME_MS = TimingOptions.min_time_ms
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,17 @@ def combine(sweeps: Sequence[Sequence[CaseSweep]]) -> list[CaseCheck]:
             )
         )
     return checks
+
+
+def sweep_arguments(period_s: float, extra: Sequence[str]) -> list[str]:
+    """Options that give each case at least 3 energy windows when the counter is slow (the
+    harness's default 500 ms of timed batches would give fewer); none where the user set
+    --min-time-ms or the default suffices."""
+    needed_ms = 3 * ENERGY_WINDOW_UPDATES * period_s * 1e3
+    if "--min-time-ms" in extra or needed_ms <= DEFAULT_MIN_TIME_MS:
+        return []
+    budget_s = max(2.0, 1.5 * needed_ms / 1e3)
+    return ["--min-time-ms", f"{math.ceil(needed_ms):g}", "--max-time-per-case", f"{budget_s:g}"]
 
 
 def h2h_round_ms(period_s: float) -> float:
@@ -322,7 +335,8 @@ def versions(device) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, extra = parse(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parse(argv)
     import torch
 
     if not torch.cuda.is_available():
@@ -339,9 +353,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = sweep_paths(args.out, args.sweeps, bool(args.h2h))
     started = time.monotonic()
     per_sweep, h2h_rows, codes = [], [], []
+    longer = sweep_arguments(access.period_s, extra)
     with sampler:
         for index in range(args.sweeps):
-            code, rows = run_sweep(main_fn, [*extra, "--output", str(paths[index])])
+            sweep_argv = [*extra, *longer, "--output", str(paths[index])]
+            code, rows = run_sweep(main_fn, sweep_argv)
             codes.append(code)
             samples, times = sampler.frozen()
             per_sweep.append(case_sweeps(rows, samples, times))
@@ -362,12 +378,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         f"# Energy check: {SCRIPTS[args.script]}",
         "",
-        f"- Command: `python benchmarks/energy_check.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+        f"- Command: `python benchmarks/energy_check.py {' '.join(argv)}`",
         *versions(device),
         f"- Energy counter: NVML total energy, update period {access.period_s * 1e3:.2f} ms "
         f"(windows of >= {access.window_s * 1e3:.0f} ms); power samples every "
         f"{args.interval_ms:g} ms ({source}, {len(sampler.samples)} samples)",
-        f"- Sweeps: {args.sweeps}, exit codes {codes}; wall {elapsed:.0f} s",
+        f"- Sweeps: {args.sweeps} (added options: `{' '.join(longer) or 'none'}`), exit codes "
+        f"{codes}; wall {elapsed:.0f} s",
         "",
         "## Repeatability and agreement",
         "",

@@ -488,3 +488,37 @@ def test_the_head_to_head_line_shows_the_energy_ratio_beside_the_time_ratio(
     _paired_rows(tmp_path, monkeypatch, window_s=0.0)
     lines = [line for line in capsys.readouterr().out.splitlines() if "paired:" in line]
     assert lines and all(", energy " in line for line in lines)
+
+
+def test_energy_check_lengthens_the_sweeps_only_for_a_slow_counter(energy_check):
+    assert energy_check.sweep_arguments(0.001, []) == []  # 3 windows of 20 ms fit 500 ms
+    assert energy_check.sweep_arguments(0.1, []) == [
+        "--min-time-ms",
+        "6000",
+        "--max-time-per-case",
+        "9",
+    ]
+    assert energy_check.sweep_arguments(0.1, ["--min-time-ms", "100"]) == []
+
+
+def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monkeypatch):
+    import torch
+
+    access = de.EnergyAccess(WallPowerCounter(300.0), period_s=0.0005)
+    monkeypatch.setattr(sweep_run, "open_energy_counter", lambda device: access)
+    monkeypatch.setattr(de, "open_energy_counter", lambda device: access)
+    monkeypatch.setattr(
+        de, "open_power_sampler", lambda device, interval_s: de.PowerSampler(lambda: 300.0, 0.001)
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(energy_check, "versions", lambda device: ["- GPU: stand-in"])
+    monkeypatch.setitem(energy_check.SCRIPTS, "ragged", "fake_bench_script")
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.002")
+    out = tmp_path / "e.md"
+    argv = ["--script", "ragged", "--sweeps", "2", "--out", str(out), "--", "--preset", "smoke"]
+    assert energy_check.main([*argv, "--device", "cpu"]) == 0
+    text = out.read_text()
+    assert "update period 0.50 ms" in text and "exit codes [0, 0]" in text
+    assert "energy_check.py --script ragged --sweeps 2" in text
+    assert text.count("| batch_size=") == 2
+    assert (tmp_path / "e_sweep1.csv").exists() and (tmp_path / "e_sweep2.csv").exists()
