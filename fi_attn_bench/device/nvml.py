@@ -36,7 +36,7 @@ class NvmlDevice:
         """(value, "") or (None, why it could not be read)."""
         try:
             return self.call(function, *args), ""
-        except Exception as exc:  # noqa: BLE001 - NVMLError and its subclasses, ctypes errors
+        except Exception as exc:  # noqa: BLE001 - NVMLError and its subclasses, or the binding itself failing
             if is_missing_function(exc):
                 return None, f"{function} is missing from this nvidia-ml-py or driver"
             return None, f"{function}: {nvml_error_text(exc)}"
