@@ -125,7 +125,7 @@ OPTIONS = TimingOptions(
 )
 
 
-class DropEveryThird:
+class KeepEveryThird:
     def __init__(self):
         self.done = 0
 
@@ -134,19 +134,19 @@ class DropEveryThird:
 
     def batch_done(self):
         self.done += 1
-        return self.done % 3 != 0
+        return self.done % 3 == 0
 
 
 def test_the_loop_reads_the_counter_around_each_batch_and_counts_kept_ones():
     gpu = SimulatedGpu()
-    timer = SimulatedTimer(gpu, drift=lambda step: 3.0 if step % 3 == 0 else 1.0)
+    timer = SimulatedTimer(gpu, drift=lambda step: 1.0 if step % 3 == 0 else 3.0)
     recorder = EnergyRecorder(gpu, 0.0, clock=gpu.clock)
     session = timer.open(lambda: (1.0, 2.0), 1.0)
     loop = MeasureLoop(OPTIONS, clock=time.perf_counter)
-    measured = loop.run(session, 1.0, timer, DropEveryThird(), recorder)
+    measured = loop.run(session, 1.0, timer, KeepEveryThird(), recorder)
     assert [b.calls for b in recorder.batches] == loop.batches  # one read pair per batch
     # each batch: 2 mJ per call plus 0.08 mJ of launch gap spread over its calls; the
-    # dropped (third) batches ran at 3x and do not count
+    # dropped batches (two of three) ran at 3x and do not count
     largest = max(loop.batches)
     assert measured.energy.energy_mj == pytest.approx(2.0 + 0.08 / largest, rel=1e-9)
     assert measured.columns()["energy_mJ"] == measured.energy.energy_mj
