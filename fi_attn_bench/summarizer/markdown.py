@@ -16,7 +16,7 @@ import numpy as np
 
 from fi_attn_bench.results.schema import NUMERIC_COLUMNS
 from fi_attn_bench.summarizer.model import BEST_LOWEST, PEAK_PCT_LIMIT, SummaryModel
-from fi_attn_bench.summarizer.regression import Selection, condition_text
+from fi_attn_bench.summarizer.regression import Selection, condition_text, energy_cases
 
 DEFAULT_MAX_REPORT_BYTES = 1 << 20
 MAX_CELL_CHARS = 500  # a longer CSV cell (a 50 MB error text) is clipped, its row kept
@@ -426,9 +426,10 @@ def _regression_head(model) -> list[str]:
         f"- Missing candidate cases: {len(model.missing)}",
         f"- New candidate cases: {len(model.new)}",
         f"- Regression gate: {model.gate.text}",
-        *_energy_gate_line(model.gate),
-        f"- Case states: {counts or 'none'}",
     ]
+    if model.gate.energy_threshold_pct is not None:
+        lines.append(f"- Energy gate: energy_mJ up more than {model.gate.energy_threshold_pct:g}%")
+    lines.append(f"- Case states: {counts or 'none'}")
     if model.artefact_rows:
         lines.append(
             f"- Measurement artefacts: {model.artefact_rows} row(s) above {PEAK_PCT_LIMIT:g}% "
@@ -438,24 +439,12 @@ def _regression_head(model) -> list[str]:
     return [*lines, "", f"Gate rule: {GATE_RULE.format(alpha=rules.alpha, notch=rules.notch)}", ""]
 
 
-def _energy_gate_line(gate) -> list[str]:
-    pct = gate.energy_threshold_pct
-    return [] if pct is None else [f"- Energy gate: energy_mJ up more than {pct:g}%"]
-
-
 def _energy_rows(model) -> list[Block | Table]:
-    """Matched cases with energy on a side: the energy change beside the time change,
-    the largest rise first; a side without energy reads "no energy" and is never gated."""
-    matched = model.matched
-    base = np.asarray(matched["energy_mJ_baseline"], dtype=np.float64)
-    cand = np.asarray(matched["energy_mJ_candidate"], dtype=np.float64)
-    some = ~(np.isnan(base) & np.isnan(cand))
+    """Matched cases with energy on a side: the energy change beside the time change."""
+    rows, without = energy_cases(model.matched)
     pct = model.gate.energy_threshold_pct
-    if not some.any() and pct is None:
+    if not len(rows) and pct is None:
         return []
-    delta = np.asarray(matched["energy_mJ_delta_pct"], dtype=np.float64)
-    rows = np.flatnonzero(some)
-    rows = rows[np.argsort(np.nan_to_num(-delta[rows], nan=np.inf), kind="stable")]
     gate = f"energy_mJ up more than {pct:g}% fails the run" if pct is not None else "not gated"
     head = [
         "## Energy",
@@ -467,10 +456,8 @@ def _energy_rows(model) -> list[Block | Table]:
         "| API | Case | Time Δ | Energy Δ | Energy mJ (base → cand) | Gate |",
         "|---|---|---:|---:|---|---|",
     ]
-    parts: list[Block | Table] = [
-        Table(head, _energy_lines(model, Selection(matched, rows)), len(rows), "energy cases")
-    ]
-    without = int((~some).sum())
+    lines = _energy_lines(model, Selection(model.matched, rows))
+    parts: list[Block | Table] = [Table(head, lines, len(rows), "energy cases")]
     if without:
         parts.append(
             Block([f"{without} matched case(s) without energy on either side: no energy", ""])
@@ -485,19 +472,16 @@ def _energy_lines(model, table) -> Iterator[str]:
         columns = [chunk[name].tolist() for name in names]
         for label, values in zip(labels, zip(*columns, strict=True), strict=True):
             api, time_delta, delta, base, cand, regressed = values
-            energy = "no energy" if delta != delta else format_delta(delta)
             gate = "over the gate" if regressed else ("no energy" if delta != delta else "")
             yield (
-                f"| {cell(api)} | {cell(label)} | {_delta_text(time_delta)} | {energy} | "
-                f"{_energy_pair(base, cand)} | {gate} |"
+                f"| {cell(api)} | {cell(label)} | {_delta_text(time_delta)} | "
+                f"{_energy_text(delta, format_delta)} | {_energy_text(base, format_metric)} → "
+                f"{_energy_text(cand, format_metric)} | {gate} |"
             )
 
 
-def _energy_pair(base: float, cand: float) -> str:
-    def text(value):
-        return "no energy" if value != value else format_metric(value)
-
-    return f"{text(base)} → {text(cand)}"
+def _energy_text(value: float, shown) -> str:
+    return "no energy" if value != value else shown(value)
 
 
 def _mismatch_warning(model) -> str:

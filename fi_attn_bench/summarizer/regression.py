@@ -435,6 +435,18 @@ def energy_regressions(matched) -> np.ndarray:
     return rows[np.argsort(-delta, kind="stable")]
 
 
+def energy_cases(matched) -> tuple[np.ndarray, int]:
+    """Rows of matched cases with energy on a side, the largest rise first (no energy
+    last), and how many cases have energy on neither side."""
+    base = np.asarray(matched["energy_mJ_baseline"], dtype=np.float64)
+    cand = np.asarray(matched["energy_mJ_candidate"], dtype=np.float64)
+    some = ~(np.isnan(base) & np.isnan(cand))
+    delta = np.asarray(matched["energy_mJ_delta_pct"], dtype=np.float64)
+    rows = np.flatnonzero(some)
+    rows = rows[np.argsort(np.nan_to_num(-delta[rows], nan=np.inf), kind="stable")]
+    return rows, int((~some).sum())
+
+
 def _significant(table, rules) -> np.ndarray:
     """Whether each case's time change is real: the rank test where both sides had
     samples, else the change past the medians' combined uncertainty, else (no
