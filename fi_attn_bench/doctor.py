@@ -29,6 +29,7 @@ import torch
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends import flashinfer_api
+from fi_attn_bench.device.energy import EnergyAccess, open_energy_counter
 from fi_attn_bench.device.power import cuda_device_uuid, open_power_monitor
 from fi_attn_bench.device.telemetry import (
     Telemetry,
@@ -137,12 +138,13 @@ def diagnose(device: torch.device, load=flashinfer_api.load_flashinfer) -> Docto
     probe = real_probe(device, flashinfer)
     sync = cuda_sync(device)
     power = open_power_monitor(device) is not None
+    energy = open_energy_counter(device)
     checks = (
         _guarded("profiler_kernels", lambda: check_profiler_kernels(probe, sync)),
         _guarded("l2_flush", lambda: check_device_l2(L2Flusher(device), device)),
         _guarded("cuda_graph", lambda: check_cuda_graph(probe, device, sync)),
         _guarded("spin_kernel", check_spin_kernel),
-        _guarded("telemetry", lambda: check_telemetry(telemetry_sources(device), power)),
+        _guarded("telemetry", lambda: check_telemetry(telemetry_sources(device), power, energy)),
         api,
     )
     return DoctorReport(created, environment(device, flashinfer), checks)
@@ -226,10 +228,23 @@ def telemetry_sources(device: torch.device) -> tuple[tuple[str, Telemetry | None
     )
 
 
+def energy_text(energy: EnergyAccess) -> str:
+    """The doctor's word on the energy columns: readable with the counter's update period,
+    or the reason the rows will give."""
+    if energy.counter is None:
+        return f"unreadable: {energy.reason}"
+    return (
+        f"readable (NVML), counter updates every {energy.period_s * 1e3:.2f} ms: energy "
+        f"windows of >= {energy.window_s * 1e3:.0f} ms"
+    )
+
+
 def check_telemetry(
-    sources: Sequence[tuple[str, Telemetry | None]], power_readable: bool
+    sources: Sequence[tuple[str, Telemetry | None]],
+    power_readable: bool,
+    energy: EnergyAccess | None = None,
 ) -> CheckResult:
-    """Which library answers, and each run-condition field it can read."""
+    """Which library answers, each run-condition field it can read, and the energy counter."""
     evidence: list[tuple[str, str]] = []
     readable: list[str] = []
     for name, source in sources:
@@ -241,6 +256,8 @@ def check_telemetry(
         readable += [field for field, value in fields.items() if value != "unreadable"]
     power = "readable (NVML)" if power_readable else "unreadable"
     evidence.append(("power_capped_pct, power_W", power))
+    if energy is not None:
+        evidence.append(("energy_mJ", energy_text(energy)))
     if not readable:
         return CheckResult(
             "telemetry",

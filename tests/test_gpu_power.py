@@ -1,12 +1,20 @@
-"""The power-limit columns: arithmetic, the NVML binding's failure paths, and the rows."""
+"""The power-limit columns: arithmetic, the NVML binding's failure paths (a stand-in
+``pynvml``), and the rows."""
 
 from __future__ import annotations
 
 import csv
-import ctypes
+from types import SimpleNamespace
 
 import pytest
 import torch
+from stand_ins.fake_pynvml import (
+    FakePynvml,
+    NVMLError_LibraryNotFound,
+    NVMLError_NotSupported,
+    loader,
+    missing,
+)
 from test_bench_common import FakeTimer, run_main
 
 from fi_attn_bench.device import power as gp
@@ -71,56 +79,40 @@ def test_monitor_measures_the_work_it_wraps():
     assert columns == {"power_capped_pct": pytest.approx(40.0), "power_W": pytest.approx(300.0)}
 
 
-class FakeNvml:
-    """Stands in for libnvidia-ml: each entry point returns a code and fills its pointer."""
-
-    def __init__(self, init=0, found=0, violation=(0, 0), energy=(0, 0)):
-        self.init, self.found = init, found
-        self.violation, self.energy = violation, energy
-        self.uuids = []
-
-    def nvmlInit_v2(self):
-        return self.init
-
-    def nvmlDeviceGetHandleByUUID(self, uuid, handle):
-        self.uuids.append(uuid)
-        return self.found
-
-    def nvmlDeviceGetViolationStatus(self, handle, policy, status):
-        assert policy == gp.NVML_PERF_POLICY_POWER
-        code, value = self.violation
-        status._obj.violationTime = value
-        return code
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle, energy):
-        code, value = self.energy
-        energy._obj.value = value
-        return code
+def power_nvml(violation=123_456, energy=789, **kwargs):
+    return FakePynvml(
+        {
+            "nvmlDeviceGetViolationStatus": lambda policy: (
+                SimpleNamespace(referenceTime=0, violationTime=violation)
+                if policy == gp.NVML_PERF_POLICY_POWER
+                else None
+            ),
+            "nvmlDeviceGetTotalEnergyConsumption": energy,
+        },
+        **kwargs,
+    )
 
 
-def test_nvml_counters_read_through_the_library():
-    library = FakeNvml(violation=(0, 123_456), energy=(0, 789))
-    counters = gp.NvmlCounters.open("GPU-abc", load=lambda name: library)
-    assert library.uuids == [b"GPU-abc"]
+def test_nvml_counters_read_through_the_binding():
+    module = power_nvml()
+    counters = gp.NvmlCounters.open("GPU-abc", load=loader(module))
     assert (counters.capped_ns(), counters.energy_mj()) == (123_456, 789)
+    assert ("nvmlDeviceGetViolationStatus", (gp.NVML_PERF_POLICY_POWER,)) in module.calls
 
 
 def test_nvml_counter_the_device_lacks_reads_as_none():
-    library = FakeNvml(violation=(3, 5), energy=(3, 5))  # NVML_ERROR_NOT_SUPPORTED
-    counters = gp.NvmlCounters.open("GPU-abc", load=lambda name: library)
+    module = power_nvml(violation=0, energy=NVMLError_NotSupported())
+    module.values["nvmlDeviceGetViolationStatus"] = NVMLError_NotSupported()
+    counters = gp.NvmlCounters.open("GPU-abc", load=loader(module))
     assert (counters.capped_ns(), counters.energy_mj()) == (None, None)
-
-
-def _no_library(name):
-    raise OSError(f"{name}: cannot open shared object file")
 
 
 @pytest.mark.parametrize(
     "load",
     [
-        _no_library,  # no NVIDIA driver (a CPU machine, MetaX's MACA)
-        lambda name: FakeNvml(init=9),  # the driver is not loaded
-        lambda name: FakeNvml(found=13),  # no device with this UUID (NVML_ERROR_NOT_FOUND)
+        missing,  # nvidia-ml-py not installed
+        loader(power_nvml(init_error=NVMLError_LibraryNotFound())),  # no driver library
+        loader(power_nvml(uuids=())),  # no device with this UUID
     ],
 )
 def test_no_counters_without_nvml_or_the_device(load):
@@ -137,12 +129,6 @@ def test_nvml_uuid_names_the_device_as_nvml_does():
 
 def test_no_monitor_for_a_cpu_run():
     assert gp.open_power_monitor(torch.device("cpu")) is None
-
-
-def test_ctypes_struct_matches_nvml_layout():
-    # nvmlViolationTime_t: two unsigned long long, referenceTime first
-    assert ctypes.sizeof(gp._ViolationTime) == 16
-    assert gp._ViolationTime.violationTime.offset == 8
 
 
 def test_columns_are_registered_for_writer_and_reader():

@@ -8,9 +8,17 @@ import ctypes
 from types import SimpleNamespace
 
 import pytest
+from stand_ins.fake_pynvml import (
+    FakePynvml,
+    NVMLError,
+    NVMLError_FunctionNotFound,
+    NVMLError_LibraryNotFound,
+    NVMLError_NotSupported,
+    loader,
+    missing,
+)
 from test_bench_common import FakeTimer, run_main
 
-from fi_attn_bench.device import power as gp
 from fi_attn_bench.device import telemetry as tm
 from fi_attn_bench.sweep import run as sweep_run
 from fi_attn_bench.timing import conditions as tc
@@ -19,68 +27,45 @@ from fi_attn_bench.timing.options import TimingOptions
 from fi_attn_bench.timing.statistics import Batch
 
 
-class FakeNvml:
-    """libnvidia-ml: each entry point returns a code and fills its pointer; a value of None
-    leaves the symbol out (an older driver), an exception makes the call raise."""
-
-    def __init__(self, clock=(0, 1500), max_clock=(0, 1980), temp=(0, 55), reasons=(0, 0x4)):
-        self.values = {
+def nvml(clock=1500, max_clock=1980, temp=55, reasons=0x4):
+    module = FakePynvml(
+        {
             "nvmlDeviceGetClockInfo": clock,
             "nvmlDeviceGetMaxClockInfo": max_clock,
             "nvmlDeviceGetTemperature": temp,
             "nvmlDeviceGetCurrentClocksEventReasons": reasons,
+            "nvmlDeviceGetCurrentClocksThrottleReasons": NVMLError_FunctionNotFound(),
         }
-        self.calls = []
-
-    def nvmlInit_v2(self):
-        return 0
-
-    def nvmlDeviceGetHandleByUUID(self, uuid, handle):
-        return 0
-
-    def __getattr__(self, name):
-        values = self.__dict__["values"]
-        if name not in values or values[name] is None:
-            raise AttributeError(name)  # what ctypes raises for a symbol the library lacks
-        entry = values[name]
-
-        def call(handle, *args):
-            self.calls.append((name, args[:-1]))
-            if isinstance(entry, Exception):
-                raise entry
-            code, value = entry
-            args[-1]._obj.value = value
-            return code
-
-        return call
-
-
-def nvml(**values):
-    library = FakeNvml(**values)
-    return tm.open_nvml_telemetry("GPU-x", load=lambda name: library), library
+    )
+    return tm.open_nvml_telemetry("GPU-abc", load=loader(module)), module
 
 
 def test_nvml_reads_clock_temperature_and_decoded_reasons():
-    telemetry, library = nvml(reasons=(0, 0x4 | 0x40))
+    telemetry, module = nvml(reasons=0x4 | 0x40)
     assert telemetry.read() == tm.TelemetryReading(
         1500, 55, ("sw_power_cap", "hw_thermal_slowdown")
     )
     assert telemetry.max_sm_clock_mhz() == 1980
-    assert ("nvmlDeviceGetClockInfo", (tm.NVML_CLOCK_SM,)) in library.calls
-    assert ("nvmlDeviceGetTemperature", (tm.NVML_TEMPERATURE_GPU,)) in library.calls
+    assert ("nvmlDeviceGetClockInfo", (tm.NVML_CLOCK_SM,)) in module.calls
+    assert ("nvmlDeviceGetTemperature", (tm.NVML_TEMPERATURE_GPU,)) in module.calls
 
 
-def test_nvml_failing_calls_and_missing_symbols_read_as_none():
-    telemetry, _ = nvml(clock=(3, 7), max_clock=None, temp=RuntimeError("boom"), reasons=(999, 1))
+def test_nvml_failing_calls_and_missing_functions_read_as_none():
+    telemetry, module = nvml(
+        clock=NVMLError_NotSupported(), temp=RuntimeError("boom"), reasons=NVMLError()
+    )
+    del module.values["nvmlDeviceGetMaxClockInfo"]  # a binding without the function
     assert telemetry.read() == tm.TelemetryReading(None, None, None)
     assert telemetry.max_sm_clock_mhz() is None
 
 
 def test_nvml_reasons_fall_back_to_the_pre_r535_name():
-    telemetry, library = nvml(reasons=None)
-    library.values["nvmlDeviceGetCurrentClocksThrottleReasons"] = (0, 0x1)
+    telemetry, module = nvml(reasons=NVMLError_FunctionNotFound())  # a driver before r535
+    module.values["nvmlDeviceGetCurrentClocksThrottleReasons"] = 0x1
     assert telemetry.read().throttle_reasons == ("gpu_idle",)
-    library.values["nvmlDeviceGetCurrentClocksThrottleReasons"] = None
+    del module.values["nvmlDeviceGetCurrentClocksEventReasons"]  # an older binding
+    assert telemetry.read().throttle_reasons == ("gpu_idle",)
+    module.values["nvmlDeviceGetCurrentClocksThrottleReasons"] = NVMLError_FunctionNotFound()
     assert telemetry.read().throttle_reasons is None
 
 
@@ -91,10 +76,9 @@ def test_reason_bits_decode_in_order_and_keep_unknown_bits():
 
 
 def test_no_nvml_no_telemetry():
-    def missing(name):
-        raise OSError(name)
-
-    assert tm.open_nvml_telemetry("GPU-x", load=missing) is None
+    assert tm.open_nvml_telemetry("GPU-abc", load=missing) is None
+    broken = FakePynvml(init_error=NVMLError_LibraryNotFound())
+    assert tm.open_nvml_telemetry("GPU-abc", load=loader(broken)) is None
     assert tm.open_telemetry(SimpleNamespace(type="cpu")) is None
 
 
@@ -173,7 +157,7 @@ def test_condition_columns_from_readings():
 
 
 def test_readable_fields_name_each_field():
-    telemetry, _ = nvml(temp=(3, 0), reasons=(0, 0))
+    telemetry, _ = nvml(temp=NVMLError_NotSupported(), reasons=0)
     assert tm.readable_fields(telemetry) == {
         "sm_clock_MHz": "1500",
         "max_sm_clock_MHz": "1980",
@@ -295,7 +279,7 @@ def test_rows_carry_the_conditions_when_telemetry_exists(tmp_path, monkeypatch):
 
 
 def test_rows_leave_the_conditions_empty_without_telemetry(tmp_path, monkeypatch):
-    monkeypatch.setattr(gp, "NVML_LIBRARY", "libnot-there.so")
+    monkeypatch.setattr(sweep_run, "open_telemetry", lambda device: None)
     out = tmp_path / "r.csv"
     assert run_main(["--output", str(out), "--preset", "smoke"], timer=FakeTimer()) == 0
     columns = ("sm_clock_mean_MHz", "sm_clock_max_MHz", "temp_start_C", "throttle_reasons")
@@ -303,7 +287,7 @@ def test_rows_leave_the_conditions_empty_without_telemetry(tmp_path, monkeypatch
 
 
 def test_a_raising_telemetry_never_fails_a_case(tmp_path, monkeypatch):
-    telemetry, _ = nvml(clock=RuntimeError("x"), max_clock=RuntimeError("y"), temp=(0, 40))
+    telemetry, _ = nvml(clock=RuntimeError("x"), max_clock=RuntimeError("y"), temp=40)
     monkeypatch.setattr(sweep_run, "open_telemetry", lambda device: telemetry)
     out = tmp_path / "r.csv"
     assert run_main(["--output", str(out), "--preset", "smoke"], timer=FakeTimer()) == 0

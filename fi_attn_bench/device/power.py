@@ -1,4 +1,4 @@
-"""Was the GPU at its power limit while a case was measured? (NVML, read through ctypes.)
+"""Was the GPU at its power limit while a case was measured? (NVML through nvidia-ml-py.)
 
 A compute-bound case can hold a GPU at its board power limit; the limiter then lowers the SM
 clock, and the case's time follows the limiter and the temperature. Two counters NVML keeps
@@ -7,26 +7,24 @@ power (``nvmlDeviceGetViolationStatus``, cumulative ns) and its energy counter
 (``nvmlDeviceGetTotalEnergyConsumption``, mJ, Volta and later). Read before and after a
 case, they give ``power_capped_pct`` and ``power_W`` for its row.
 
-NVML ships with the NVIDIA driver (``libnvidia-ml.so.1``), so no Python package is needed.
-Elsewhere (no driver, MetaX's MACA, a CPU run) ``open_power_monitor`` returns ``None`` and
-the columns stay empty; so does a counter the device does not keep. Reading is best-effort
-by design: a failed read never fails a case.
+NVML is read through ``pynvml`` (``nvidia-ml-py``, the ``[nvidia]`` extra; ``device.nvml``).
+Elsewhere (no binding, no driver, MetaX's MACA, a CPU run) ``open_power_monitor`` returns
+``None`` and the columns stay empty; so does a counter the device does not keep. Reading is
+best-effort by design: a failed read never fails a case.
 """
 
 from __future__ import annotations
 
-import ctypes
+import importlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Protocol
 
-NVML_SUCCESS = 0
+from fi_attn_bench.device.nvml import NvmlDevice, open_nvml_device
+
 NVML_PERF_POLICY_POWER = 0  # nvmlPerfPolicyType_t: clocked down to stay under the power limit
-NVML_LIBRARY = "libnvidia-ml.so.1"
-
-
-class _ViolationTime(ctypes.Structure):
-    _fields_ = [("referenceTime", ctypes.c_ulonglong), ("violationTime", ctypes.c_ulonglong)]
 
 
 @dataclass(frozen=True)
@@ -74,27 +72,6 @@ class PowerMonitor:
         return result, power_columns(before, self.read())
 
 
-@dataclass(frozen=True)
-class NvmlDevice:
-    """An initialized NVML library and the handle of one device in it."""
-
-    library: object
-    handle: ctypes.c_void_p
-
-
-def open_nvml_device(uuid: str, load=ctypes.CDLL) -> NvmlDevice | None:
-    """NVML's handle of the device with this UUID; None without NVML, its driver or the device."""
-    try:
-        library = load(NVML_LIBRARY)
-        if library.nvmlInit_v2() != NVML_SUCCESS:
-            return None
-        handle = ctypes.c_void_p()
-        found = library.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle))
-    except (OSError, AttributeError):
-        return None
-    return NvmlDevice(library, handle) if found == NVML_SUCCESS else None
-
-
 def cuda_device_uuid(device) -> str | None:
     """NVML's name of a torch CUDA device; None for a CPU device, ROCm, or no UUID."""
     if getattr(device, "type", None) != "cuda":
@@ -109,28 +86,29 @@ def cuda_device_uuid(device) -> str | None:
         return None
 
 
-class NvmlCounters:
-    """The two NVML counters of the device with this UUID (``GPU-...``)."""
+def _whole(value) -> int | None:
+    return None if value is None else int(value)
 
-    def __init__(self, library, handle):
-        self.library, self.handle = library, handle
+
+class NvmlCounters:
+    """The two NVML counters of one device."""
+
+    def __init__(self, device: NvmlDevice):
+        self.device = device
 
     @classmethod
-    def open(cls, uuid: str, load=ctypes.CDLL) -> NvmlCounters | None:
-        device = open_nvml_device(uuid, load)
-        return cls(device.library, device.handle) if device is not None else None
+    def open(
+        cls, uuid: str, load: Callable[[str], ModuleType] = importlib.import_module
+    ) -> NvmlCounters | None:
+        device = open_nvml_device(uuid, load).device
+        return cls(device) if device is not None else None
 
     def capped_ns(self) -> int | None:
-        status = _ViolationTime()
-        code = self.library.nvmlDeviceGetViolationStatus(
-            self.handle, NVML_PERF_POLICY_POWER, ctypes.byref(status)
-        )
-        return int(status.violationTime) if code == NVML_SUCCESS else None
+        status = self.device.read("nvmlDeviceGetViolationStatus", NVML_PERF_POLICY_POWER)
+        return _whole(getattr(status, "violationTime", None))
 
     def energy_mj(self) -> int | None:
-        energy = ctypes.c_ulonglong()
-        code = self.library.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(energy))
-        return int(energy.value) if code == NVML_SUCCESS else None
+        return _whole(self.device.read("nvmlDeviceGetTotalEnergyConsumption"))
 
 
 def nvml_uuid(properties) -> str | None:

@@ -7,8 +7,8 @@ measuring loop's hook), never inside a timed call: one read is a few NVML calls,
 
 Sources, first that opens wins:
 
-* NVIDIA: NVML through ctypes (``libnvidia-ml.so.1``, no Python package), the device
-  named by its UUID as in ``power.py``.  ``nvmlDeviceGetClockInfo`` / ``GetMaxClockInfo``
+* NVIDIA: NVML through ``nvidia-ml-py`` (``pynvml``, the ``[nvidia]`` extra; ``nvml.py``),
+  the device named by its UUID as in ``power.py``.  ``nvmlDeviceGetClockInfo`` / ``GetMaxClockInfo``
   (``NVML_CLOCK_SM``, MHz), ``nvmlDeviceGetTemperature`` (``NVML_TEMPERATURE_GPU``, C),
   ``nvmlDeviceGetCurrentClocksEventReasons`` (driver r535+; ``...ThrottleReasons`` before),
   a bitmask decoded by ``THROTTLE_REASON_BITS``.
@@ -27,7 +27,6 @@ None and never fails a case.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import statistics
@@ -36,12 +35,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Protocol
 
-from fi_attn_bench.device.power import (
-    NVML_SUCCESS,
-    NvmlDevice,
-    cuda_device_uuid,
-    open_nvml_device,
-)
+from fi_attn_bench.device.nvml import NvmlDevice, is_missing_function, open_nvml_device
+from fi_attn_bench.device.power import cuda_device_uuid
 
 NVML_CLOCK_SM = 1  # nvmlClockType_t
 NVML_TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t
@@ -135,30 +130,30 @@ class NvmlTelemetry:
     source = "nvml"
 
     def __init__(self, device: NvmlDevice):
-        self.library, self.handle = device.library, device.handle
+        self.device = device
 
-    def _uint(self, function: str, *args) -> float | None:
-        value = ctypes.c_uint()
-        code = getattr(self.library, function)(self.handle, *args, ctypes.byref(value))
-        return float(value.value) if code == NVML_SUCCESS else None
+    def _number(self, function: str, *args) -> float | None:
+        value = self.device.read(function, *args)
+        return _guarded(lambda: float(value)) if value is not None else None
 
     def sm_clock_mhz(self) -> float | None:
-        return _guarded(lambda: self._uint("nvmlDeviceGetClockInfo", NVML_CLOCK_SM))
+        return self._number("nvmlDeviceGetClockInfo", NVML_CLOCK_SM)
 
     def max_sm_clock_mhz(self) -> float | None:
-        return _guarded(lambda: self._uint("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM))
+        return self._number("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM)
 
     def temperature_c(self) -> float | None:
-        return _guarded(lambda: self._uint("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU))
+        return self._number("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU)
 
     def throttle_reasons(self) -> tuple[str, ...] | None:
         for function in NVML_REASON_FUNCTIONS:
             try:
-                mask = ctypes.c_ulonglong()
-                code = getattr(self.library, function)(self.handle, ctypes.byref(mask))
-            except Exception:  # noqa: BLE001 - missing symbol (older driver): try the next
-                continue
-            return decode_throttle_reasons(int(mask.value)) if code == NVML_SUCCESS else None
+                mask = int(self.device.call(function))
+            except Exception as exc:  # noqa: BLE001 - a reading is best-effort
+                if is_missing_function(exc):
+                    continue  # an older binding or driver: try the name before r535
+                return None
+            return decode_throttle_reasons(mask)
         return None
 
     def read(self) -> TelemetryReading:
@@ -172,7 +167,7 @@ def mxsml_celsius(raw: float) -> float:
 
 def _largest_number(value) -> float | None:
     """The largest number in a scalar or a sequence of them (mxSmlGetClocks returns a list;
-    a ctypes array iterates the same way)."""
+    an array of the binding iterates the same way)."""
     try:
         items = [value] if isinstance(value, (str, bytes)) else list(value)
     except TypeError:  # a scalar
@@ -254,8 +249,8 @@ def open_mxsml(index: int, load=importlib.import_module) -> MxsmlTelemetry | Non
     return MxsmlTelemetry(module, index)
 
 
-def open_nvml_telemetry(uuid: str, load=ctypes.CDLL) -> NvmlTelemetry | None:
-    device = open_nvml_device(uuid, load)
+def open_nvml_telemetry(uuid: str, load=importlib.import_module) -> NvmlTelemetry | None:
+    device = open_nvml_device(uuid, load).device
     return NvmlTelemetry(device) if device is not None else None
 
 

@@ -243,6 +243,43 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         "torch threads a CPU run used (torch.set_num_threads: --threads, default 1)",
     ),
     Column(
+        "energy_mJ",
+        _S,
+        Kind.POSITIVE,
+        "GPU energy per run(), in mJ: median over windows of timed batches of the energy "
+        "counter's difference / calls (cold L2: the flush's energy included)",
+    ),
+    Column(
+        "avg_power_W", _S, Kind.POSITIVE, "mean board power over the timed batches (energy / wall)"
+    ),
+    Column(
+        "energy_windows",
+        _S,
+        Kind.COUNT,
+        "windows of timed batches behind energy_mJ, each spanning at least "
+        "fi_attn_bench.timing.energy.ENERGY_WINDOW_UPDATES updates of the energy counter",
+    ),
+    Column("GFLOP_per_J", _S, Kind.NON_NEGATIVE, "flops / energy_mJ, in GFLOP per joule"),
+    Column("GB_per_J", _S, Kind.NON_NEGATIVE, "io_bytes / energy_mJ, in GB per joule"),
+    Column(
+        "paired_energy_ratio",
+        _P,
+        Kind.POSITIVE,
+        "median over pairs of rounds of energy per call / baseline energy per call",
+    ),
+    Column(
+        "paired_energy_ratio_lo",
+        _P,
+        Kind.POSITIVE,
+        "lower end of the paired energy ratio's 95% interval",
+    ),
+    Column(
+        "paired_energy_ratio_hi",
+        _P,
+        Kind.POSITIVE,
+        "upper end of the paired energy ratio's 95% interval",
+    ),
+    Column(
         "notes",
         _M,
         Kind.TEXT,
@@ -403,7 +440,8 @@ def result_record(
         except Exception as exc:  # noqa: BLE001 - an invalid metric fails the row
             error = exc
         else:
-            return {**record, "status": STATUS_OK, **values, **known, **measured}
+            efficiency = energy_efficiency(metrics[1], metrics[2], measured.get("energy_mJ"))
+            return {**record, "status": STATUS_OK, **values, **known, **measured, **efficiency}
     return {
         **record,
         "status": STATUS_FAILED,
@@ -428,6 +466,23 @@ def _result_values(time_ms, io_bytes, flops) -> dict[str, object]:
         "error_type": "",
         "error": "",
     }
+
+
+def energy_efficiency(io_bytes, flops, energy_mj) -> dict[str, float]:
+    """GFLOP_per_J and GB_per_J of one run() from its work and energy (none without energy)."""
+    joules = _parse_finite(str(energy_mj)) if energy_mj not in (None, "") else None
+    if joules is None or joules <= 0:
+        return {}
+    joules /= 1e3
+    return {"GFLOP_per_J": float(flops) / joules / 1e9, "GB_per_J": float(io_bytes) / joules / 1e9}
+
+
+def append_note(columns: dict[str, object], note: str) -> None:
+    """Add one item to a row's ``notes`` (``; ``-separated)."""
+    if not note:
+        return
+    current = str(columns.get("notes") or "")
+    columns["notes"] = f"{current}; {note}" if current else note
 
 
 def has_failures(records: Iterable[Mapping[str, object]]) -> bool:

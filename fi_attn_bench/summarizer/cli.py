@@ -33,11 +33,8 @@ from fi_attn_bench.program import program_name
 from fi_attn_bench.summarizer.comparability import MUST_MATCH_COLUMNS
 from fi_attn_bench.summarizer.inputs import expand_paths
 from fi_attn_bench.summarizer.loading import load_inputs
-from fi_attn_bench.summarizer.markdown import (
-    DEFAULT_MAX_REPORT_BYTES,
-    regression_markdown,
-    summary_markdown,
-)
+from fi_attn_bench.summarizer.markdown import regression_markdown, summary_markdown
+from fi_attn_bench.summarizer.markdown_text import DEFAULT_MAX_REPORT_BYTES
 from fi_attn_bench.summarizer.model import (
     EXIT_BENCHMARK_FAILURE,
     EXIT_INPUT_ERROR,
@@ -128,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
         "is significant (rank test on raw samples, else beyond the medians' uncertainty).",
     )
     parser.add_argument(
+        "--fail-on-energy-regression",
+        type=float,
+        metavar="PERCENT",
+        help="Regression mode: return 1 when a matched case's energy_mJ rises by more than "
+        "this percentage (rows without energy on either side are never gated).",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         default=Path("flashinfer_benchmark_summary.md"),
@@ -203,6 +207,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error("--fail-on-regression must be finite")
         if args.fail_on_regression < 0:
             parser.error("--fail-on-regression must not be negative")
+    _check_energy_gate(parser, args.fail_on_energy_regression, regression_mode)
     if args.max_report_bytes < MIN_REPORT_BYTES:
         parser.error(f"--max-report-bytes must be at least {MIN_REPORT_BYTES}")
     if not regression_mode:
@@ -218,6 +223,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _same_path(first: Path, second: Path) -> bool:
     return first == second or os.path.realpath(first) == os.path.realpath(second)
+
+
+def _check_energy_gate(parser, pct: float | None, regression_mode: bool) -> None:
+    """--fail-on-energy-regression: regression mode, a finite, non-negative percentage."""
+    if pct is None:
+        return
+    if not regression_mode:
+        parser.error("--fail-on-energy-regression requires regression mode")
+    if not math.isfinite(pct) or pct < 0:
+        parser.error("--fail-on-energy-regression must be a finite, non-negative percentage")
 
 
 def main(argv=None) -> int:
@@ -324,7 +339,11 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
         samples = _run_samples(args.baseline_samples or [], args.candidate_samples or [])
         if samples is None:
             return None
-    gate = Gate(args.fail_on_regression, allowed_differences=tuple(args.allow_difference or ()))
+    gate = Gate(
+        args.fail_on_regression,
+        allowed_differences=tuple(args.allow_difference or ()),
+        energy_threshold_pct=args.fail_on_energy_regression,
+    )
     if options.json_path is None and plots_module is None:
         scanned = scan_runs(args.baseline, args.candidate)
         if scanned is not None:

@@ -1,26 +1,32 @@
-"""Render step: Markdown from a report model, cut to a size limit.
+"""Render step: Markdown from a report model, cut to a size limit (``markdown_text``).
 
-Renderers only format what the models hold.  A report is a list of fixed blocks and
-tables; table rows are produced lazily and stop, with a note, before the report
-would pass its byte limit, so a 200k-case comparison never formats 200k rows.
+Renderers only format what the models hold.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import numpy as np
 
 from fi_attn_bench.results.schema import NUMERIC_COLUMNS
-from fi_attn_bench.summarizer.model import PEAK_PCT_LIMIT, SummaryModel, plural, values_text
-from fi_attn_bench.summarizer.regression import Selection, condition_text
+from fi_attn_bench.summarizer.markdown_text import (
+    Block,
+    Table,
+    cell,
+    format_delta,
+    format_metric,
+    render,
+)
+from fi_attn_bench.summarizer.model import (
+    BEST_LOWEST,
+    PEAK_PCT_LIMIT,
+    SummaryModel,
+    plural,
+    values_text,
+)
+from fi_attn_bench.summarizer.regression import Selection, condition_text, energy_cases
 
-DEFAULT_MAX_REPORT_BYTES = 1 << 20
-MAX_CELL_CHARS = 500  # a longer CSV cell (a 50 MB error text) is clipped, its row kept
-NOTE_RESERVE = 320  # bytes kept for each table's cut note
 GATE_RULE = (
     "A case is a `regression` when time_ms grows, or bandwidth_GB_s or tflops shrink, "
     "by more than the gate, and the change is significant: with raw samples of both "
@@ -38,117 +44,6 @@ MATCHED_HEAD = (
     "| API | Case | State | Time ms (base → cand, Δ) | "
     "Bandwidth GB/s (base → cand, Δ) | TFLOPS (base → cand, Δ) | Sources |"
 )
-_ESCAPES = (
-    ("\\", "\\\\"),
-    ("|", "\\|"),
-    ("`", "\\`"),
-    ("*", "\\*"),
-    ("_", "\\_"),
-    ("#", "\\#"),
-    ("[", "\\["),
-    ("]", "\\]"),
-    ("<", "&lt;"),
-    (">", "&gt;"),
-)
-
-
-_ESCAPE_TABLE = str.maketrans(dict(_ESCAPES))  # one pass; each character escaped once
-_NEEDS_WORK = re.compile(r"[\\|`*_#\[\]<>\r\n]")  # most cells have none: returned as they are
-
-
-def escape_markdown(value) -> str:
-    """Text from a CSV made inert in Markdown; line breaks become <br>."""
-    text = str(value)
-    if not _NEEDS_WORK.search(text):
-        return text
-    if "\r" in text or "\n" in text:
-        parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        return "<br>".join(part.translate(_ESCAPE_TABLE) for part in parts)
-    return text.translate(_ESCAPE_TABLE)
-
-
-def clip(value, limit: int = MAX_CELL_CHARS) -> str:
-    """A cell's text cut to ``limit`` characters, saying how much was left out."""
-    text = str(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text) - limit} more characters; the CSV holds them all)"
-
-
-def cell(value) -> str:
-    """A CSV value as one Markdown table cell: clipped, then escaped."""
-    return escape_markdown(clip(value))
-
-
-def format_metric(value) -> str:
-    return f"{value:.6g}"
-
-
-def format_delta(value) -> str:
-    if math.isinf(value):
-        return "+∞%" if value > 0 else "-∞%"
-    return f"{value:+.2f}%"
-
-
-@dataclass(frozen=True)
-class Block:
-    """Lines always written."""
-
-    lines: list[str]
-
-
-@dataclass(frozen=True)
-class Table:
-    """Head lines always written; rows written while the size budget lasts."""
-
-    head: list[str]
-    rows: Iterable[str]
-    total: int
-    what: str
-
-
-def _size(lines: Iterable[str]) -> int:
-    return sum(len(line.encode("utf-8")) + 1 for line in lines)
-
-
-def render(parts: list[Block | Table], limit: int) -> str:
-    """Join blocks and tables; cut table rows (with a note) to stay under ``limit`` bytes.
-
-    Each table may use an equal share of the bytes left when it starts; what it does
-    not use passes on, so one long table cannot crowd out the ones after it.
-    """
-    fixed = sum(_size(p.lines) if isinstance(p, Block) else _size(p.head) for p in parts)
-    tables_left = sum(isinstance(p, Table) for p in parts)
-    budget = limit - fixed - NOTE_RESERVE * tables_left
-    lines: list[str] = []
-    for part in parts:
-        if isinstance(part, Block):
-            lines.extend(part.lines)
-            continue
-        lines.extend(part.head)
-        share = budget // tables_left
-        tables_left -= 1
-        shown = 0
-        for row in part.rows:
-            cost = len(row.encode("utf-8")) + 1
-            if cost > share:
-                break
-            share -= cost
-            budget -= cost
-            lines.append(row)
-            shown += 1
-        if shown < part.total:
-            lines.append("")
-            lines.append(_cut_note(shown, part.total, part.what, limit))
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _cut_note(shown: int, total: int, what: str, limit: int) -> str:
-    return (
-        f"*Cut: {shown} of {total} {what} shown; this report is limited to {limit} bytes "
-        "(--max-report-bytes). The JSON report (--json) holds all of them.*"
-    )
 
 
 def issue_table(issues) -> list[Block | Table]:
@@ -246,7 +141,7 @@ def _api_section(api, first: bool) -> str:
         f"- Status: {cell(api.status)}",
     ]
     for best in api.best:
-        label = "Minimum" if best.column == "time_ms" else "Maximum"
+        label = "Minimum" if best.column in BEST_LOWEST else "Maximum"
         lines.append(
             f"- {label} {best.column}: {format_metric(best.value)} "
             f"({cell(best.case)}; source={cell(best.source)})"
@@ -400,6 +295,7 @@ def regression_markdown(
     parts += _regression_rows(model)
     parts += _large_change_rows(model)
     parts += _condition_rows(model)
+    parts += _energy_rows(model)
     parts += failure_table(model.failures, with_run=True)
     parts += _case_list(
         "## Missing Candidate Cases", model, model.missing, "baseline", "missing cases"
@@ -431,8 +327,10 @@ def _regression_head(model) -> list[str]:
         f"- Missing candidate cases: {len(model.missing)}",
         f"- New candidate cases: {len(model.new)}",
         f"- Regression gate: {model.gate.text}",
-        f"- Case states: {counts or 'none'}",
     ]
+    if model.gate.energy_threshold_pct is not None:
+        lines.append(f"- Energy gate: energy_mJ up more than {model.gate.energy_threshold_pct:g}%")
+    lines.append(f"- Case states: {counts or 'none'}")
     if model.artefact_rows:
         lines.append(
             f"- Measurement artefacts: {plural(model.artefact_rows, 'row')} above {PEAK_PCT_LIMIT:g}% "
@@ -456,6 +354,51 @@ def _allowed_lines(model) -> list[str]:
         return []
     text = cell("; ".join(model.allowed_differences))
     return [f"> **Allowed differences (--allow-difference):** {text}", ""]
+
+
+def _energy_rows(model) -> list[Block | Table]:
+    """Matched cases with energy on a side: the energy change beside the time change."""
+    rows, without = energy_cases(model.matched)
+    pct = model.gate.energy_threshold_pct
+    if not len(rows) and pct is None:
+        return []
+    gate = f"energy_mJ up more than {pct:g}% fails the run" if pct is not None else "not gated"
+    head = [
+        "## Energy",
+        "",
+        f"Energy per call (energy_mJ) beside time, largest rise first; {gate} "
+        "(--fail-on-energy-regression). A side without energy reads `no energy` and never "
+        "fails the gate.",
+        "",
+        "| API | Case | Time Δ | Energy Δ | Energy mJ (base → cand) | Gate |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    lines = _energy_lines(model, Selection(model.matched, rows))
+    parts: list[Block | Table] = [Table(head, lines, len(rows), "energy cases")]
+    if without:
+        parts.append(
+            Block([f"{without} matched case(s) without energy on either side: no energy", ""])
+        )
+    return parts
+
+
+def _energy_lines(model, table) -> Iterator[str]:
+    names = ("api", "time_ms_delta_pct", "energy_mJ_delta_pct", "energy_mJ_baseline")
+    names += ("energy_mJ_candidate", "energy_regression")
+    for chunk, labels in _labelled_chunks(model, table):
+        columns = [chunk[name].tolist() for name in names]
+        for label, values in zip(labels, zip(*columns, strict=True), strict=True):
+            api, time_delta, delta, base, cand, regressed = values
+            gate = "over the gate" if regressed else ("no energy" if delta != delta else "")
+            yield (
+                f"| {cell(api)} | {cell(label)} | {_delta_text(time_delta)} | "
+                f"{_energy_text(delta, format_delta)} | {_energy_text(base, format_metric)} → "
+                f"{_energy_text(cand, format_metric)} | {gate} |"
+            )
+
+
+def _energy_text(value: float, shown) -> str:
+    return "no energy" if value != value else shown(value)
 
 
 def _aggregate_table(aggregates) -> Table:

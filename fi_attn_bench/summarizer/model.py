@@ -132,12 +132,14 @@ class Gate:
     threshold_pct: float | None = None
     rules: GateRules = RULES
     allowed_differences: tuple[str, ...] = ()
+    # A matched case whose energy_mJ rises by more than this fails the run (both sides
+    # with energy; no significance test: the row keeps no spread of its energy)
+    energy_threshold_pct: float | None = None
 
     def __post_init__(self):
-        if self.threshold_pct is not None and not (
-            math.isfinite(self.threshold_pct) and self.threshold_pct >= 0
-        ):
-            raise ValueError("the regression gate must be a finite, non-negative percentage")
+        for pct in (self.threshold_pct, self.energy_threshold_pct):
+            if pct is not None and not (math.isfinite(pct) and pct >= 0):
+                raise ValueError("the regression gate must be a finite, non-negative percentage")
 
     @property
     def text(self) -> str:
@@ -388,7 +390,7 @@ def _api_summaries(view, status: _StatusCodes, artefact: np.ndarray) -> list[Api
         rows = groups[code]
         best = tuple(
             entry
-            for column in NUMERIC_COLUMNS
+            for column in (*NUMERIC_COLUMNS, *BEST_LOWEST_EXTRA)
             if (entry := _best(view, rows, success, artefact, column)) is not None
         )
         summaries.append(
@@ -413,15 +415,15 @@ def _group_rows(codes: np.ndarray, groups: int) -> list:
 
 
 def _best(view, rows, success, artefact, column: str) -> Best | None:
-    """Minimum time, maximum bandwidth/TFLOPS (the first such row); artefact rows
-    never count as a speed."""
+    """Minimum time and energy, maximum bandwidth/TFLOPS (the first such row); artefact
+    rows never count as a speed."""
     values = view.floats(column)[rows]
     keep = success[rows] & ~np.isnan(values)
-    if column != "time_ms":
+    if column not in BEST_LOWEST:
         keep &= ~artefact[rows]
     if not keep.any():
         return None
-    position = _first_extreme(values, keep, lowest=column == "time_ms")
+    position = _first_extreme(values, keep, lowest=column in BEST_LOWEST)
     pick = position if isinstance(rows, slice) else int(rows[position])
     return Best(
         column=column,
@@ -429,6 +431,11 @@ def _best(view, rows, success, artefact, column: str) -> Best | None:
         case=str(view.labels([pick])[0]),
         source=str(view.texts("_source", [pick])[0]),
     )
+
+
+# Best per API beyond the result columns (where rows have it): lowest energy per call.
+BEST_LOWEST_EXTRA = ("energy_mJ",)
+BEST_LOWEST = frozenset(("time_ms", *BEST_LOWEST_EXTRA))
 
 
 def _first_extreme(values: np.ndarray, keep: np.ndarray, lowest: bool) -> int:
@@ -532,6 +539,7 @@ def summary_plot_rows(model: SummaryModel):
     rows["arithmetic_intensity"] = arithmetic_intensity(frame)
     rows["pct_peak_bw"] = optional_floats(frame, "pct_peak_bw")
     rows["pct_peak_tflops"] = optional_floats(frame, "pct_peak_tflops")
+    rows["energy_mJ"] = optional_floats(frame, "energy_mJ")
     rows["case_label"] = case_labels(frame, columns)
     peaks = stated_peaks(frame)
     if peaks:

@@ -339,9 +339,37 @@ def _render_roofline(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pa
     return _save(figure, out_dir / (safe_file_stem(api) + ROOFLINE_PNG))
 
 
+def _render_energy(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Path | None:
+    """Energy per call against time per call, one colour per implementation (``impl``)."""
+    time_ms, energy = _numeric(rows, "time_ms"), _numeric(rows, "energy_mJ")
+    keep = (time_ms > 0) & (energy > 0)
+    if not keep.any():
+        return None
+    figure = _figure(*ROOFLINE_SIZE)
+    ax = figure.subplots()
+    points = rows[keep]
+    impls = _sorted_unique(points["impl"]) if "impl" in points.columns else []
+    groups = [(f"impl={_format_value(i)}", points["impl"] == i) for i in impls] or [
+        ("cases", slice(None))
+    ]
+    for index, (label, part) in enumerate(groups):
+        ax.scatter(time_ms[keep][part], energy[keep][part], s=18, color=f"C{index}", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.xaxis, ax.get_xlim())
+    _plain_log_ticks(ax.yaxis, ax.get_ylim())
+    ax.set_xlabel("time per call (ms)")
+    ax.set_ylabel("energy per call (mJ)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small", loc="best")
+    ax.set_title(_wrap(f"{api}: energy vs time, {int(keep.sum())} cases", ROOFLINE_SIZE[0]))
+    return _save(figure, out_dir / f"{safe_file_stem(api)}_energy.png")
+
+
 def render_summary_plots(rows, out_dir: Path) -> list[Path]:
     """Per API: ``{api}_scaling.png`` (time and bandwidth vs sequence length, one line
-    per batch size, one panel per other case configuration) and ``{api}_roofline.png``.
+    per batch size, one panel per other case configuration), ``{api}_roofline.png`` and,
+    where rows have ``energy_mJ``, ``{api}_energy.png`` (energy vs time per call).
 
     ``rows.attrs["peaks"]`` may hold ``{"bandwidth_GB_s", "tflops"[, "source"]}``.
     Only rows with status ok / legacy_inferred_ok are drawn; a plot without any
@@ -354,7 +382,7 @@ def render_summary_plots(rows, out_dir: Path) -> list[Path]:
     paths = []
     for api in _sorted_unique(drawn["api"]) if "api" in drawn.columns else []:
         api_rows = drawn[drawn["api"] == api]
-        for render in (_render_scaling, _render_roofline):
+        for render in (_render_scaling, _render_roofline, _render_energy):
             path = render(str(api), api_rows, peaks, out_dir)
             if path is not None:
                 paths.append(path)

@@ -49,6 +49,7 @@ from fi_attn_bench.summarizer.model import (
 
 CONDITION_COLUMNS = ("power_capped_pct", "sm_clock_mean_MHz")
 MISSING_CASES_NAMED = 3  # missing candidate cases named in the warning line
+ENERGY_COLUMN = "energy_mJ"  # compared beside time; gated by --fail-on-energy-regression
 # A metric is worse when time grows or throughput shrinks.
 WORSE_SIGN = {"time_ms": 1.0, "bandwidth_GB_s": -1.0, "tflops": -1.0}
 
@@ -375,7 +376,7 @@ def _side_columns(run: Run, rows: np.ndarray, rules) -> dict[str, np.ndarray]:
     columns of the run)."""
     view = run.view
     columns = {name: view.objects(name)[rows] for name in ("api", "status", "_source")}
-    for name in (*NUMERIC_COLUMNS, *CONDITION_COLUMNS):
+    for name in (*NUMERIC_COLUMNS, *CONDITION_COLUMNS, ENERGY_COLUMN):
         columns[name] = view.floats(name)[rows]
     columns["ci"] = median_ci_pct(view, rules.notch)[rows]
     return columns
@@ -442,9 +443,44 @@ def _matched_table(make_table, ids, base: dict, cand: dict, gate: Gate, p_value)
     for name in CONDITION_COLUMNS:
         table[f"{name}_baseline"], table[f"{name}_candidate"] = base[name], cand[name]
     table["conditions_differ"] = conditions_differ(table, gate.rules)
+    _add_energy_change(table, base, cand, both_ok, gate)
     table["source_baseline"] = base["_source"]
     table["source_candidate"] = cand["_source"]
     return make_table(table)
+
+
+def _add_energy_change(table, base: dict, cand: dict, both_ok: np.ndarray, gate: Gate) -> None:
+    """energy_mJ of both sides, its change in % (NaN where a side has no energy: "no
+    energy"), and whether it rose past ``gate.energy_threshold_pct``."""
+    energy_b, energy_c = base[ENERGY_COLUMN], cand[ENERGY_COLUMN]
+    table["energy_mJ_baseline"], table["energy_mJ_candidate"] = energy_b, energy_c
+    known = both_ok & ~np.isnan(energy_b) & ~np.isnan(energy_c)
+    delta = np.where(known, percent_delta(energy_b, energy_c), np.nan)
+    table["energy_mJ_delta_pct"] = delta
+    limit = gate.energy_threshold_pct
+    with np.errstate(invalid="ignore"):
+        table["energy_regression"] = (
+            known & (delta > limit) if limit is not None else np.zeros(len(known), dtype=bool)
+        )
+
+
+def energy_regressions(matched) -> np.ndarray:
+    """Rows of matched cases whose energy rose past the energy gate, the largest rise first."""
+    rows = np.flatnonzero(np.asarray(matched["energy_regression"], dtype=bool))
+    delta = np.asarray(matched["energy_mJ_delta_pct"], dtype=np.float64)[rows]
+    return rows[np.argsort(-delta, kind="stable")]
+
+
+def energy_cases(matched) -> tuple[np.ndarray, int]:
+    """Rows of matched cases with energy on a side, the largest rise first (no energy
+    last), and how many cases have energy on neither side."""
+    base = np.asarray(matched["energy_mJ_baseline"], dtype=np.float64)
+    cand = np.asarray(matched["energy_mJ_candidate"], dtype=np.float64)
+    some = ~(np.isnan(base) & np.isnan(cand))
+    delta = np.asarray(matched["energy_mJ_delta_pct"], dtype=np.float64)
+    rows = np.flatnonzero(some)
+    rows = rows[np.argsort(np.nan_to_num(-delta[rows], nan=np.inf), kind="stable")]
+    return rows, int((~some).sum())
 
 
 def _significant(table, rules) -> np.ndarray:
@@ -581,6 +617,12 @@ def _verdict(input_issues, comparison_issues, differences, matched, missing, new
         reasons.append(plural(len(missing), "missing candidate case"))
     if new_failed:
         reasons.append(plural(new_failed, "failed new candidate case"))
+    energy = len(energy_regressions(matched))
+    if energy:
+        reasons.append(
+            f"{plural(energy, 'energy regression')} (energy_mJ up more than "
+            f"{gate.energy_threshold_pct:g}%)"
+        )
     notes = _verdict_notes(matched, gate)
     if reasons:
         return Verdict.FAIL, ", ".join(reasons) + notes

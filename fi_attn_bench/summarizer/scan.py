@@ -514,6 +514,7 @@ REPORTED_NUMBERS = frozenset(
         "num_shards",
         "paired_ratio_lo",
         "paired_ratio_hi",
+        "energy_mJ",
     )
 )
 PARSE_THREADS = 2

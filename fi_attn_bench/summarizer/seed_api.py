@@ -28,13 +28,12 @@ from fi_attn_bench.summarizer.loading import (
     load_inputs,
     parse_float,
 )
-from fi_attn_bench.summarizer.markdown import (
+from fi_attn_bench.summarizer.markdown import regression_markdown, summary_markdown
+from fi_attn_bench.summarizer.markdown_text import (
     DEFAULT_MAX_REPORT_BYTES,
     escape_markdown,
     format_delta,
     format_metric,
-    regression_markdown,
-    summary_markdown,
 )
 from fi_attn_bench.summarizer.model import (
     EXIT_BENCHMARK_FAILURE,

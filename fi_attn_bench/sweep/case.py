@@ -14,12 +14,14 @@ from fi_attn_bench.backends.impls import DEFAULT_IMPL, Impl, prepare_impl
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
+from fi_attn_bench.device.energy import EnergyAccess
 from fi_attn_bench.device.power import PowerMonitor
 from fi_attn_bench.device.telemetry import Telemetry
-from fi_attn_bench.results.schema import NOISY_NOTE
+from fi_attn_bench.results.schema import NOISY_NOTE, append_note
 from fi_attn_bench.seed_api import synchronize
 from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.timing.conditions import CaseConditions
+from fi_attn_bench.timing.energy import EnergyRecorder
 from fi_attn_bench.timing.loop import PhaseClock, measure
 from fi_attn_bench.timing.options import (
     CPU_TIMER,
@@ -143,6 +145,8 @@ class CaseRunner:
     power: PowerMonitor | None = None  # the GPU's power-limit counters around each case
     telemetry: Telemetry | None = None  # clocks, temperature, throttle reasons (none: empty)
     conditions: CaseConditions | None = None  # made on the first case; keeps the max clock
+    # the energy counter read around each timed batch (None or no counter: empty, noted)
+    energy: EnergyAccess | None = None
 
     def __call__(self, case: Mapping[str, int]) -> tuple[CaseResult, ...]:
         """One CaseResult per ``--impl`` (their order); never raises an Exception: a
@@ -160,7 +164,9 @@ class CaseRunner:
         self.timed_ms += measurement.timed_ms
         self.batch_gpu_ms += measurement.batch_gpu_ms
         columns.update(measurement.columns())
-        columns["notes"] = "; ".join(row_notes(measurement, self.options.timing))
+        for note in row_notes(measurement, self.options.timing):
+            append_note(columns, note)
+        append_note(columns, self._energy_note(measurement))
         return CaseResult(measurement, columns, self._notes(measurement))
 
     def _prepare(self, case, impl: Impl, columns, shared: Prepared | None) -> Prepared:
@@ -193,6 +199,7 @@ class CaseRunner:
             )
         check = self._checker(prepared, impl, columns)
         conditions = self._conditions()
+        energy = self._recorder()
 
         def timed() -> Measurement:
             return measure(
@@ -202,6 +209,7 @@ class CaseRunner:
                 after_warm_up=check,
                 phases=self.phases,
                 watch=conditions,
+                energy=energy,
             )
 
         conditions.begin()
@@ -214,6 +222,20 @@ class CaseRunner:
         finally:
             conditions.end()
             columns.update(conditions.columns())
+
+    def _recorder(self) -> EnergyRecorder | None:
+        """A fresh reader of the energy counter for one implementation of a case."""
+        access = self.energy
+        if access is None or access.counter is None:
+            return None
+        return EnergyRecorder(access.counter, access.window_s)
+
+    def _energy_note(self, measurement: Measurement) -> str:
+        """Why the row has no energy, if it has none ("" when it has)."""
+        if measurement.energy is not None:
+            return measurement.energy.note
+        reason = self.energy.reason if self.energy is not None else ""
+        return f"energy: {reason or 'the energy counter was not read'}"
 
     def _conditions(self) -> CaseConditions:
         if self.conditions is None:
@@ -255,6 +277,7 @@ class CaseRunner:
         )
 
         conditions = self._conditions()
+        energies = [self._recorder() for _ in positions]
 
         def timed() -> PairedOutcome:
             return measure_paired(
@@ -264,6 +287,7 @@ class CaseRunner:
                 baseline=baseline,
                 phases=self.phases,
                 watch=conditions,
+                energies=energies if any(energies) else (),
             )
 
         if not contenders:
@@ -301,6 +325,7 @@ class CaseRunner:
                 columns[index].update(
                     baseline_impl=impl.name, paired_rounds=len(outcome.round_medians[at])
                 )
+            _add_energy_ratio(columns[index], outcome, at)
             result = self._finished(measurement, columns[index])
             rounds = outcome.round_medians[at]
             results.append(replace(result, ratio=ratio, round_medians_ms=rounds))
@@ -315,6 +340,15 @@ class CaseRunner:
         if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
             notes.append(_wide_spread_note(measurement))
         return tuple(notes)
+
+
+def _add_energy_ratio(columns: dict[str, object], outcome: PairedOutcome, at: int) -> None:
+    """The paired energy ratio's columns, or the note that says why there is none."""
+    ratio = outcome.energy_ratios[at] if outcome.energy_ratios else None
+    if ratio is not None:
+        columns.update(ratio.energy_columns())
+    elif outcome.energy_notes:
+        append_note(columns, outcome.energy_notes[at])
 
 
 def _describe(measurement: Measurement) -> str:

@@ -15,6 +15,7 @@ from fi_attn_bench.backends.impls import backend_column
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
+from fi_attn_bench.device.energy import open_energy_counter
 from fi_attn_bench.device.power import open_power_monitor
 from fi_attn_bench.device.telemetry import open_telemetry
 from fi_attn_bench.program import code_directory
@@ -108,7 +109,10 @@ class Sweep:
         spec, options = self.spec, self.options
         power = open_power_monitor(options.device)
         telemetry = open_telemetry(options.device)
-        runner = CaseRunner(spec, options, self.timer, self.log, power=power, telemetry=telemetry)
+        energy = open_energy_counter(options.device)
+        runner = CaseRunner(
+            spec, options, self.timer, self.log, power=power, telemetry=telemetry, energy=energy
+        )
         freeze_startup_objects()
         eta = Eta([_predicted_call_ms(spec, options, case) for case in todo], options.timing)
         progress = Progress.start(len(todo) * len(options.impls), eta)
@@ -258,12 +262,23 @@ def paired_line(options: RunOptions, results: Sequence[CaseResult]) -> str:
             if ratio.interval is not None
             else "(too few rounds for an interval)"
         )
+        energy = _energy_ratio_text(result.columns)
         parts.append(
-            f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({counted(ratio.rounds, 'round')})"
+            f"{impl.name}/{base} {ratio.ratio:.4f} {interval} ({counted(ratio.rounds, 'round')}){energy}"
         )
     return "  paired: " + (
         "; ".join(parts) if parts else "no ratio (the baseline or all others failed)"
     )
+
+
+def _energy_ratio_text(columns: Mapping[str, object]) -> str:
+    """ ", energy 0.9120 [0.9050, 0.9210]" beside the time ratio, when the row has one."""
+    ratio = columns.get("paired_energy_ratio")
+    if ratio is None:
+        return ""
+    low, high = columns.get("paired_energy_ratio_lo"), columns.get("paired_energy_ratio_hi")
+    interval = f" [{low:.4f}, {high:.4f}]" if low is not None and high is not None else ""
+    return f", energy {ratio:.4f}{interval}"
 
 
 def tally_lines(base: str, ratios: Mapping[str, Sequence[PairedRatio]]) -> list[str]:

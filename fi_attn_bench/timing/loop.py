@@ -14,6 +14,7 @@ from typing import TypeVar
 import torch
 
 from fi_attn_bench.timing.conditions import BatchWatch, KeepEveryBatch
+from fi_attn_bench.timing.energy import CallEnergy, EnergyRecorder
 from fi_attn_bench.timing.options import CPU_TIMER, TimingOptions
 from fi_attn_bench.timing.statistics import (
     Batch,
@@ -114,9 +115,11 @@ class MeasureLoop:
         estimate_ms: float,
         timer: Timer,
         watch: BatchWatch | None = None,
+        energy: EnergyRecorder | None = None,
     ) -> Measurement:
         """Sample until the stop hook says enough; ``watch`` reads the device between
-        batches and may drop a batch's samples (the throttle policy)."""
+        batches and may drop a batch's samples (the throttle policy); ``energy`` reads the
+        energy counter right around each batch."""
         watch = watch or KeepEveryBatch()
         samples: list[float] = []  # what the stop hook sees: the kept batches' samples
         start = self.clock()
@@ -139,7 +142,11 @@ class MeasureLoop:
                 remaining = self.options.max_time_s - (self.clock() - start)
                 calls = batch_calls(per_call * runs, remaining, estimate_ms * runs, self.options)
                 self.batches.append(calls)
+                if energy is not None:
+                    energy.start()
                 batch = session.batch(calls)
+                if energy is not None:
+                    energy.stop(calls * runs)
                 batches.append(batch)
                 kept.append(watch.batch_done())
                 if kept[-1]:
@@ -160,7 +167,8 @@ class MeasureLoop:
         self.phases.add("timing", body)
         self.phases.add("readout", self.clock() - start - body)
         kept_ones, throttled, discarded = kept_batches(batches, kept)
-        return _measurement(kept_ones, timer, runs, throttled, discarded)
+        found = energy.estimate(kept) if energy is not None else None
+        return _measurement(kept_ones, timer, runs, throttled, discarded, found)
 
 
 def kept_batches(batches: Sequence[Batch], kept: Sequence[bool]) -> tuple[list[Batch], int, int]:
@@ -192,7 +200,12 @@ def gc_paused():
 
 
 def _measurement(
-    batches: Sequence[Batch], timer: Timer, runs: int, throttled: int = 0, discarded: int = 0
+    batches: Sequence[Batch],
+    timer: Timer,
+    runs: int,
+    throttled: int = 0,
+    discarded: int = 0,
+    energy: CallEnergy | None = None,
 ) -> Measurement:
     samples = tuple(sample for batch in batches for sample in batch.samples_ms)
     kernels = {name for batch in batches for name in batch.kernels}
@@ -211,6 +224,7 @@ def _measurement(
         starved,
         throttled_samples=throttled,
         discarded_samples=discarded,
+        energy=energy,
     )
 
 
@@ -286,6 +300,7 @@ def measure(
     after_warm_up: Callable[[], object] = lambda: None,
     phases: PhaseClock | None = None,
     watch: BatchWatch | None = None,
+    energy: EnergyRecorder | None = None,
 ) -> Measurement:
     """Set the timer up, warm up, run ``after_warm_up`` (the correctness check), hold the GPU
     at steady state, open the timer, sample until the stop hook.
@@ -300,4 +315,5 @@ def measure(
     phases.run("sustain", lambda: sustain(fn, timer, options, estimate, clock))
 
     session = phases.run("calibrate", lambda: timer.open(fn, estimate))
-    return MeasureLoop(options, clock, phases=phases).run(session, estimate, timer, watch)
+    loop = MeasureLoop(options, clock, phases=phases)
+    return loop.run(session, estimate, timer, watch, energy)

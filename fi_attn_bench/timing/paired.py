@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from fi_attn_bench.timing.conditions import BatchWatch, KeepEveryBatch
+from fi_attn_bench.timing.energy import EnergyRecorder, round_energy_per_call
 from fi_attn_bench.timing.loop import (
     PhaseClock,
     _enough_samples,
@@ -76,6 +77,16 @@ class PairedRatio:
             return math.inf
         return (self.interval[1] - self.interval[0]) / 2.0 / self.ratio * 100.0
 
+    def energy_columns(self) -> dict[str, object]:
+        """The ratio as the paired energy ratio's columns (energy per call against the
+        baseline's)."""
+        low, high = self.interval or (None, None)
+        return {
+            "paired_energy_ratio": self.ratio,
+            "paired_energy_ratio_lo": low,
+            "paired_energy_ratio_hi": high,
+        }
+
     def columns(self, baseline: str) -> dict[str, object]:
         low, high = self.interval or (None, None)
         return {
@@ -98,6 +109,9 @@ class PairedOutcome:
     errors: tuple[Exception | None, ...]
     round_medians: tuple[tuple[float, ...], ...]
     ratios: tuple[PairedRatio | None, ...]
+    # The same estimator over each round's energy per call (None: no ratio, see the notes)
+    energy_ratios: tuple[PairedRatio | None, ...] = ()
+    energy_notes: tuple[str, ...] = ()
 
 
 def _binomial_cdf(k: int, n: int) -> float:
@@ -189,6 +203,7 @@ class PairedLoop:
         estimates: Sequence[float],
         timer: Timer,
         watch: BatchWatch | None = None,
+        energies: Sequence[EnergyRecorder | None] = (),
     ) -> list[list[Batch]]:
         """Each session's batches, one per round, in round order, over whole pairs of rounds
         (every round: ``kept`` says which the throttle policy keeps).  ``watch`` reads the
@@ -212,6 +227,7 @@ class PairedLoop:
                             batches[index],
                             sizing,
                             budget_s - (self.clock() - start),
+                            energies[index] if energies else None,
                         )
                     )
                     self.order.append(index)
@@ -233,12 +249,17 @@ class PairedLoop:
         return batches
 
     @staticmethod
-    def _batch(session, estimate, done, sizing, remaining_s) -> Batch:
+    def _batch(session, estimate, done, sizing, remaining_s, energy=None) -> Batch:
         runs = session.runs_per_sample
         samples = sorted(s for batch in done for s in batch.samples_ms)
         per_call = max(quantile(samples, 0.5), 1e-6) if samples else estimate
         calls = round_calls(per_call * runs, remaining_s, estimate * runs, sizing)
-        return session.batch(calls)
+        if energy is None:
+            return session.batch(calls)
+        energy.start()
+        batch = session.batch(calls)
+        energy.stop(calls * runs)
+        return batch
 
     def _stop(self, batches, sessions, elapsed_s: float, budget_s: float) -> bool:
         if elapsed_s >= budget_s:
@@ -340,13 +361,16 @@ def measure_paired(
     clock: Callable[[], float] = time.perf_counter,
     phases: PhaseClock | None = None,
     watch: BatchWatch | None = None,
+    energies: Sequence[EnergyRecorder | None] = (),
 ) -> PairedOutcome:
     """Set the timer up; warm up and check each contender; open a session for each that
     passed; hold the GPU at steady state with all of them in turn; then interleaved rounds
     until the stop rule (each impl's usual minimum, then the paired ratios' intervals within
     the noise target) or the budget (``max_time_s`` per contender).  A contender whose
     warm-up, check or session fails gets its error; the others go on.  ``watch`` judges
-    each round (the throttle policy): a throttled round's batches are dropped for all."""
+    each round (the throttle policy): a throttled round's batches are dropped for all.
+    ``energies`` (one recorder per contender, or none) read the energy counter around each
+    batch: each contender's energy per call and the paired energy ratios."""
     phases = phases or PhaseClock(clock=clock)
     phases.run("set-up", timer.set_up)
     estimates, errors = _prepare_each(contenders, timer, options, clock, phases)
@@ -365,7 +389,10 @@ def measure_paired(
         loop = PairedLoop(
             options, alive.index(baseline) if baseline in alive else -1, clock, phases
         )
-        found = loop.run([sessions[i] for i in alive], [estimates[i] for i in alive], timer, watch)
+        recorders = [energies[i] for i in alive] if energies else []
+        found = loop.run(
+            [sessions[i] for i in alive], [estimates[i] for i in alive], timer, watch, recorders
+        )
         kept, judged = throttle_filter(found, loop.kept)
         pairs = kept_in_pairs(loop.kept)  # what throttle_filter kept, with partner rounds
         for position, index in enumerate(alive):
@@ -374,7 +401,10 @@ def measure_paired(
             dropped = 0
             if len(kept[position]) < len(found[position]):
                 dropped = _samples_in(found[position], pairs)
-            measurements[index] = _measurement(kept[position], timer, runs, throttled, dropped)
+            energy = recorders[position].estimate(pairs) if recorders else None
+            measurements[index] = _measurement(
+                kept[position], timer, runs, throttled, dropped, energy
+            )
             medians[index] = _round_medians(kept[position])
     has_baseline = 0 <= baseline < len(contenders) and measurements[baseline] is not None
     ratios = tuple(
@@ -383,7 +413,63 @@ def measure_paired(
         else None
         for i in range(len(contenders))
     )
-    return PairedOutcome(tuple(measurements), tuple(errors), tuple(medians), ratios)
+    energy_ratios, energy_notes = _energy_ratios(
+        energies, measurements, baseline, _timed_rounds(loop.kept, judged) if alive else [], options
+    )
+    return PairedOutcome(
+        tuple(measurements), tuple(errors), tuple(medians), ratios, energy_ratios, energy_notes
+    )
+
+
+def _timed_rounds(kept: Sequence[bool], judged: bool) -> list[bool]:
+    """Which rounds the time ratio came from (``throttle_filter``'s choice)."""
+    pairs = kept_in_pairs(kept)
+    if not judged or all(pairs) or not any(pairs):
+        return [True] * len(kept)
+    return pairs
+
+
+def _energy_ratios(energies, measurements, baseline, rounds, options):
+    """Per contender, the paired energy ratio against the baseline over the rounds the time
+    ratio used, or a note where the counter cannot give one."""
+    count = len(measurements)
+    ratios: list[PairedRatio | None] = [None] * count
+    notes = [""] * count
+    if not energies or not 0 <= baseline < count:
+        return tuple(ratios), tuple(notes)
+    base = energies[baseline]
+    if measurements[baseline] is None or base is None:
+        return tuple(ratios), tuple(notes)
+    for index in range(count):
+        if index == baseline or measurements[index] is None or energies[index] is None:
+            continue
+        found = _energy_ratio(energies[index], base, rounds, options.same_within_pct)
+        if isinstance(found, str):
+            notes[index] = f"paired energy ratio: {found}"
+        else:
+            ratios[index] = found
+    return tuple(ratios), tuple(notes)
+
+
+def _energy_ratio(recorder, base, rounds, same_within_pct) -> PairedRatio | str:
+    """``paired_ratio`` of each round's energy per call, or why there is none."""
+    chosen = [_chosen(found.batches, rounds) for found in (recorder, base)]
+    walls = [batch.wall_s for batches in chosen for batch in batches]
+    window = max(recorder.window_s, base.window_s)
+    if walls and min(walls) < window:
+        return (
+            f"a round's batch lasted {min(walls) * 1e3:.1f} ms, under the {window * 1e3:.0f} ms "
+            "the energy counter needs (a larger --min-time-ms makes longer rounds)"
+        )
+    values, baseline = (round_energy_per_call(batches) for batches in chosen)
+    if values is None or baseline is None:
+        return "the energy counter did not advance or could not be read in a round"
+    ratio = paired_ratio(values, baseline, same_within_pct)
+    return ratio if ratio is not None else "too few rounds"
+
+
+def _chosen(batches, rounds):
+    return [batch for batch, keep in zip(batches, rounds, strict=False) if keep]
 
 
 def _samples_in(batches: Sequence[Batch], kept: Sequence[bool]) -> int:
@@ -395,4 +481,6 @@ def _all_failed(contenders, errors, alive, exc) -> PairedOutcome:
     for index in alive:
         errors[index] = exc
     count = len(contenders)
-    return PairedOutcome((None,) * count, tuple(errors), ((),) * count, (None,) * count)
+    return PairedOutcome(
+        (None,) * count, tuple(errors), ((),) * count, (None,) * count, (None,) * count
+    )

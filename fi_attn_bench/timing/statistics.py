@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from fi_attn_bench.timing.energy import CallEnergy
 from fi_attn_bench.timing.options import TimingError, TimingOptions
 
 MEDIAN_CI_FACTOR = 1.57  # McGill notch: 95% interval of a median is +-1.57 IQR / sqrt(n)
@@ -58,6 +59,7 @@ class Measurement:
     # (none when every batch was throttled: see ``fi_attn_bench.timing.loop.kept_batches``)
     throttled_samples: int = 0
     discarded_samples: int = 0
+    energy: CallEnergy | None = None  # energy per call (None: no counter was read)
 
     def __post_init__(self):
         if not self.samples:
@@ -124,6 +126,7 @@ class Measurement:
             "noise_pct": self.noise_pct,
             "drift_pct": self.drift_pct,
             "kernels": ";".join(self.kernels),
+            **(self.energy.columns() if self.energy is not None else {}),
         }
 
 
