@@ -20,7 +20,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -88,29 +88,44 @@ def real_cases() -> list[RealCase]:
     return [
         RealCase(t, c, p / 100, 0.3 + 0.7 * s, d / 100)
         for t, c, p, s, d in zip(
-            rows["time_ms"], rows["sm_clock_mean_MHz"], rows["power_capped_pct"], compute,
+            rows["time_ms"],
+            rows["sm_clock_mean_MHz"],
+            rows["power_capped_pct"],
+            compute,
             rows["drift_pct"],
+            strict=True,
         )
     ]
 
 
-def simulate(rng, pool: list[RealCase], model: NoiseModel, steps: bool, clock_drop: bool) -> History:
+def simulate(
+    rng, pool: list[RealCase], model: NoiseModel, steps: bool, clock_drop: bool
+) -> History:
     cases = [pool[i] for i in rng.integers(len(pool), size=CASES)]
     base = np.array([c.time_ms for c in cases])
     clock0 = np.array([c.clock_MHz for c in cases])
     capped = np.array([max(c.capped, 0.05) for c in cases])
     exponent = np.array([c.clock_exponent for c in cases])
-    sd = model.case_noise_floor + model.case_noise_per_drift * np.array([c.drift for c in cases]) / 1.96
+    sd = (
+        model.case_noise_floor
+        + model.case_noise_per_drift * np.array([c.drift for c in cases]) / 1.96
+    )
     sd = sd + model.short_case_noise * np.clip(LARGE_CASE_MS / base - 1, 0, 4)
     run_clock = rng.normal(0, model.clock_sd, size=(RUNS, 1)) * capped
-    log_clock = np.log(clock0) + np.minimum(run_clock + rng.normal(0, 0.002, (RUNS, CASES)) * capped, np.log(1980 / clock0))
+    log_clock = np.log(clock0) + np.minimum(
+        run_clock + rng.normal(0, 0.002, (RUNS, CASES)) * capped, np.log(1980 / clock0)
+    )
     drop_run = -1
     if clock_drop:
         drop_run = int(rng.integers(FIRST_STEP_RUN, RUNS - REPORT_DELAY))
         log_clock[drop_run] += np.log(0.95)
     log_time = np.log(base) - exponent * (log_clock - np.log(clock0))
     log_time += rng.normal(0, model.shared_drift_sd, size=(RUNS, 1))
-    log_time += rng.standard_t(model.tail_df, size=(RUNS, CASES)) * sd / np.sqrt(model.tail_df / (model.tail_df - 2))
+    log_time += (
+        rng.standard_t(model.tail_df, size=(RUNS, CASES))
+        * sd
+        / np.sqrt(model.tail_df / (model.tail_df - 2))
+    )
     bimodal = rng.random(CASES) < model.bimodal_share
     gap = rng.uniform(*model.bimodal_gap, size=CASES)
     log_time += (rng.random((RUNS, CASES)) < model.bimodal_upper_p) * (bimodal * gap)
@@ -127,10 +142,20 @@ def simulate(rng, pool: list[RealCase], model: NoiseModel, steps: bool, clock_dr
         step_size[stepped] = rng.choice(STEP_SIZES, size=len(stepped))
         for case in stepped:
             log_time[step_run[case] :, case] += np.log1p(step_size[case])
-    return History(np.exp(log_time), np.exp(log_clock), step_run, step_size, outliers, base >= LARGE_CASE_MS, drop_run)
+    return History(
+        np.exp(log_time),
+        np.exp(log_clock),
+        step_run,
+        step_size,
+        outliers,
+        base >= LARGE_CASE_MS,
+        drop_run,
+    )
 
 
-Reports = list[list[tuple[int, int]]]  # per case: (run of the change, runs seen when first reported)
+Reports = list[
+    list[tuple[int, int]]
+]  # per case: (run of the change, runs seen when first reported)
 
 
 def online_series_detector(settings: DetectionSettings, engine=kernel_cpd_breakpoints):
@@ -152,7 +177,10 @@ def threshold_gate(threshold: float):
     def reports(history: History) -> Reports:
         ratio = history.time_ms[1:] / history.time_ms[:-1] - 1
         flagged = np.abs(ratio) > threshold
-        return [[(run + 1, run + 2) for run in np.flatnonzero(flagged[:, case])] for case in range(CASES)]
+        return [
+            [(run + 1, run + 2) for run in np.flatnonzero(flagged[:, case])]
+            for case in range(CASES)
+        ]
 
     return reports
 
@@ -171,7 +199,9 @@ class Tally:
                 continue
             step = history.step_run[case]
             if step >= 0:
-                hit = any(abs(run - step) <= 1 and seen <= step + REPORT_DELAY + 1 for run, seen in points)
+                hit = any(
+                    abs(run - step) <= 1 and seen <= step + REPORT_DELAY + 1 for run, seen in points
+                )
                 tally = self.found[float(history.step_size[case])]
                 tally[0] += hit
                 tally[1] += 1
@@ -179,7 +209,9 @@ class Tally:
             self.clean_series += 1
             self.false_points += len(points)
             if history.clock_drop_run >= 0:
-                self.drop_quiet[0] += not any(abs(run - history.clock_drop_run) <= 1 for run, _ in points)
+                self.drop_quiet[0] += not any(
+                    abs(run - history.clock_drop_run) <= 1 for run, _ in points
+                )
                 self.drop_quiet[1] += 1
             for run, outlier_case in history.outliers:
                 if outlier_case == case:
@@ -188,7 +220,9 @@ class Tally:
 
     def row(self) -> dict:
         row = {f"{int(s * 100)} % step found": pct(*self.found[s]) for s in STEP_SIZES}
-        row["false points / 200 series"] = f"{200 * self.false_points / max(self.clean_series, 1):.2f}"
+        row["false points / 200 series"] = (
+            f"{200 * self.false_points / max(self.clean_series, 1):.2f}"
+        )
         row["5 % clock drop not reported"] = pct(*self.drop_quiet)
         row["one-case outlier not reported"] = pct(*self.outlier_quiet)
         return row
@@ -199,7 +233,9 @@ def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
     frame = frame.reset_index() if index else frame
     header = [str(c) if c != "index" else "" for c in frame.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    lines += [
+        "| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)
+    ]
     return "\n".join(lines)
 
 
@@ -218,7 +254,9 @@ def methods() -> dict[str, Callable]:
     }
 
 
-def quality_tables(histories: int, seed: int, model: NoiseModel, chosen: dict[str, Callable]) -> str:
+def quality_tables(
+    histories: int, seed: int, model: NoiseModel, chosen: dict[str, Callable]
+) -> str:
     rng = np.random.default_rng(seed)
     pool = real_cases()
     tallies = {name: (Tally(), Tally()) for name in chosen}
@@ -233,7 +271,10 @@ def quality_tables(histories: int, seed: int, model: NoiseModel, chosen: dict[st
     large = pd.DataFrame({name: t[0].row() for name, t in tallies.items()})
     small = pd.DataFrame({name: t[1].row() for name, t in tallies.items()})
     return (
-        "Cases >= 50 us:\n\n" + markdown_table(large) + "\n\nCases < 50 us:\n\n" + markdown_table(small)
+        "Cases >= 50 us:\n\n"
+        + markdown_table(large)
+        + "\n\nCases < 50 us:\n\n"
+        + markdown_table(small)
     )
 
 
@@ -251,19 +292,45 @@ def otava_scores(tolerance: int = 5) -> str:
     ):
         tp = fp = fn = 0
         for ts in series:
-            truth = [cp.index for cp in ts.change_points if kinds is None or cp.change_type in kinds]
+            truth = [
+                cp.index for cp in ts.change_points if kinds is None or cp.change_type in kinds
+            ]
             values = np.asarray(ts.data, dtype=float)
-            shifted = values - values.min() + max(1.0, 0.1 * np.abs(values).max())  # positive, as times are
-            result = detect(shifted.reshape(-1, 1), np.full((len(values), 1), np.nan), DetectionSettings(remove_shared_drift=False, min_change_pct=0.0))
+            shifted = (
+                values - values.min() + max(1.0, 0.1 * np.abs(values).max())
+            )  # positive, as times are
+            result = detect(
+                shifted.reshape(-1, 1),
+                np.full((len(values), 1), np.nan),
+                DetectionSettings(remove_shared_drift=False, min_change_pct=0.0),
+            )
             found = [p.run for p in result.change_points]
             matched = {t for t in truth if any(abs(t - f) <= tolerance for f in found)}
             tp += sum(any(abs(t - f) <= tolerance for t in truth) for f in found)
             fp += sum(not any(abs(t - f) <= tolerance for t in truth) for f in found)
             fn += len(truth) - len(matched)
         precision = tp / max(tp + fp, 1)
-        recall = 1 - fn / max(sum(1 for ts in series for cp in ts.change_points if kinds is None or cp.change_type in kinds), 1)
-        rows.append({"ground truth": label, "series": len(series), "precision": f"{precision:.3f}", "recall": f"{recall:.3f}"})
-    return markdown_table(pd.DataFrame(rows), index=False) + f"\n\n(tolerance +/- {tolerance} points, as otava-test-data's viewer)"
+        recall = 1 - fn / max(
+            sum(
+                1
+                for ts in series
+                for cp in ts.change_points
+                if kinds is None or cp.change_type in kinds
+            ),
+            1,
+        )
+        rows.append(
+            {
+                "ground truth": label,
+                "series": len(series),
+                "precision": f"{precision:.3f}",
+                "recall": f"{recall:.3f}",
+            }
+        )
+    return (
+        markdown_table(pd.DataFrame(rows), index=False)
+        + f"\n\n(tolerance +/- {tolerance} points, as otava-test-data's viewer)"
+    )
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fi_attn_bench.history.detect import (
-    ChangePoint,
+    DEFAULT_SETTINGS,
     DetectionSettings,
     SeriesNormalization,
     detect,
@@ -84,13 +84,15 @@ def case_matches(case: CaseInfo, terms: dict[str, str]) -> bool:
     return all(str(values.get(name, "")) == value for name, value in terms.items())
 
 
-def analyze(history: History, settings: DetectionSettings = DetectionSettings()) -> Analysis:
+def analyze(history: History, settings: DetectionSettings = DEFAULT_SETTINGS) -> Analysis:
     devices: dict[str, list[int]] = {}
     for position, run in enumerate(history.runs):
         devices.setdefault(run.device, []).append(position)
     series, shared = [], []
     for device, positions in devices.items():
-        device_series, device_shared = analyze_device(history, device, np.array(positions), settings)
+        device_series, device_shared = analyze_device(
+            history, device, np.array(positions), settings
+        )
         series += device_series
         shared += device_shared
     return Analysis(history.runs, tuple(series), tuple(shared))
@@ -116,7 +118,9 @@ def analyze_device(history: History, device: str, run_positions: np.ndarray, set
     for point in result.change_points:
         run = history.runs[run_positions[point.run]]
         case = history.cases[case_positions[point.series]] if point.series >= 0 else None
-        normalization = result.normalization[point.series] if case else SeriesNormalization(0.0, False)
+        normalization = (
+            result.normalization[point.series] if case else SeriesNormalization(0.0, False)
+        )
         change = CaseChange(case, device, run, point.size_pct, point.confidence, normalization)
         (changes_of.setdefault(point.series, []) if case else shared).append(change)
     series = []
@@ -147,7 +151,9 @@ def change_record(change: CaseChange) -> dict:
         "branch": change.run.branch,
         "started_utc": change.run.started_utc,
         "size_pct": round(change.size_pct, 3),
-        "confidence": None if change.confidence != change.confidence else round(change.confidence, 4),
+        "confidence": None
+        if change.confidence != change.confidence
+        else round(change.confidence, 4),
         "clock_scaled": change.normalization.scaled,
         "clock_exponent": round(change.normalization.clock_exponent, 3),
         "fields": json.dumps(change.case.fields) if change.case else "",

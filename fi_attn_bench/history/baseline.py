@@ -49,14 +49,18 @@ def median_rows(store: RunStore, runs: list[RunInfo], last: int) -> list[dict]:
         for row in store.run_rows(run.run_seq):
             if row.get("status", STATUS_OK) != STATUS_OK:
                 continue
-            key = tuple(sorted((k, v) for k, v in row.items() if k in run.columns and k not in VARYING))
+            key = tuple(
+                sorted((k, v) for k, v in row.items() if k in run.columns and k not in VARYING)
+            )
             newest[key] = row
             times.setdefault(key, []).append(float(row["time_ms"]))
     rows = []
     for key, row in newest.items():
         median = statistics.median(times[key])
         ratio = float(row["time_ms"]) / median
-        scaled = {name: repr(float(row[name]) * ratio) for name in SCALED_WITH_TIME if row.get(name)}
+        scaled = {
+            name: repr(float(row[name]) * ratio) for name in SCALED_WITH_TIME if row.get(name)
+        }
         rows.append({**row, "time_ms": repr(median), **scaled})
     return rows
 

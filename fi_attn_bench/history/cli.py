@@ -29,8 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     add = commands.add_parser("add", help="ingest result CSVs (files or directories) as runs")
     add.add_argument("inputs", nargs="+", metavar="CSV_OR_DIR")
-    add.add_argument("--store", help=f"store file (default: {DEFAULT_STORE_NAME} beside the first input)")
-    add.add_argument("--branch", help="branch the runs belong to (default: $FI_ATTN_HISTORY_BRANCH, $GITHUB_HEAD_REF or $GITHUB_REF_NAME)")
+    add.add_argument(
+        "--store", help=f"store file (default: {DEFAULT_STORE_NAME} beside the first input)"
+    )
+    add.add_argument(
+        "--branch",
+        help="branch the runs belong to (default: $FI_ATTN_HISTORY_BRANCH, $GITHUB_HEAD_REF or $GITHUB_REF_NAME)",
+    )
     detect = commands.add_parser("detect", help="list change points per case")
     _add_query_options(detect)
     detect.add_argument("--json", action="store_true", help="one JSON object per change point")
@@ -42,19 +47,38 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--store", default=str(DEFAULT_STORE))
     baseline.add_argument("--branch", required=True)
     baseline.add_argument("--out", default="baseline", metavar="DIR")
-    baseline.add_argument("--median-of", type=int, metavar="K", help="per case, the median of the branch's last K runs")
+    baseline.add_argument(
+        "--median-of",
+        type=int,
+        metavar="K",
+        help="per case, the median of the branch's last K runs",
+    )
     return parser
 
 
 def _add_query_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", default=str(DEFAULT_STORE), help=f"store file (default: {DEFAULT_STORE})")
-    parser.add_argument("--since", help="only change points at runs started at or after this UTC date/time, or from this commit on")
-    parser.add_argument("--cases", metavar="FILTER", help="only cases matching NAME=VALUE[,NAME=VALUE...] (api, impl or a case field)")
+    parser.add_argument(
+        "--store", default=str(DEFAULT_STORE), help=f"store file (default: {DEFAULT_STORE})"
+    )
+    parser.add_argument(
+        "--since",
+        help="only change points at runs started at or after this UTC date/time, or from this commit on",
+    )
+    parser.add_argument(
+        "--cases",
+        metavar="FILTER",
+        help="only cases matching NAME=VALUE[,NAME=VALUE...] (api, impl or a case field)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"add": run_add, "detect": run_detect, "report": run_report, "baseline": run_baseline}
+    handlers = {
+        "add": run_add,
+        "detect": run_detect,
+        "report": run_report,
+        "baseline": run_baseline,
+    }
     try:
         return handlers[args.command](args)
     except (StoreError, NotARunError, UsageError) as exc:
@@ -112,7 +136,12 @@ def selected_changes(analysis, terms, since: str | None) -> list:
     return [
         change
         for change in analysis.changes()
-        if (change.case is None and not terms or change.case is not None and case_matches(change.case, terms))
+        if (
+            change.case is None
+            and not terms
+            or change.case is not None
+            and case_matches(change.case, terms)
+        )
         and analysis.runs.index(change.run) >= first
     ]
 
@@ -139,10 +168,16 @@ def run_detect(args) -> int:
         for change in changes:
             print(json.dumps(change_record(change)))
         return EXIT_OK
-    print(f"{len(changes)} change point(s) in {len(analysis.series)} series over {len(analysis.runs)} runs")
+    print(
+        f"{len(changes)} change point(s) in {len(analysis.series)} series over {len(analysis.runs)} runs"
+    )
     for change in changes:
         record = change_record(change)
-        scaled = f"clock-scaled (exponent {record['clock_exponent']:.2f})" if record["clock_scaled"] else "time as measured"
+        scaled = (
+            f"clock-scaled (exponent {record['clock_exponent']:.2f})"
+            if record["clock_scaled"]
+            else "time as measured"
+        )
         print(
             f"{record['size_pct']:+7.2f} %  confidence {record['confidence'] or 0:.3f}  "
             f"commit {record['commit'][:12] or '?'}  {record['started_utc']}  {record['case']}  ({scaled})"
@@ -193,7 +228,9 @@ def run_baseline(args) -> int:
                 what = f"median of the last {min(args.median_of, len(runs))} runs"
             else:
                 rows, chosen = latest_complete_rows(store, runs)
-                what = ", ".join(f"run {run.run_id} (commit {run.commit[:12] or '?'})" for run in chosen)
+                what = ", ".join(
+                    f"run {run.run_id} (commit {run.commit[:12] or '?'})" for run in chosen
+                )
         except NoBaselineError as exc:
             raise UsageError(f"branch {args.branch!r}: {exc}") from None
     columns = tuple(dict.fromkeys(name for run in runs for name in run.columns))

@@ -68,6 +68,8 @@ class Detection:
     shared_drift: np.ndarray  # per run, log factor removed from every case (0 if none)
 
 
+DEFAULT_SETTINGS = DetectionSettings()
+
 Engine = Callable[[np.ndarray, float, int], list[int]]
 
 
@@ -83,7 +85,7 @@ def kernel_cpd_breakpoints(signal: np.ndarray, penalty: float, min_size: int) ->
 def detect(
     time_ms: np.ndarray,
     clock_MHz: np.ndarray,
-    settings: DetectionSettings = DetectionSettings(),
+    settings: DetectionSettings = DEFAULT_SETTINGS,
     engine: Engine = kernel_cpd_breakpoints,
 ) -> Detection:
     """Change points of every column of a (runs x cases) matrix; NaN marks no result."""
@@ -128,7 +130,9 @@ def clock_normalization(
     denominator = float(np.sum(d_clock[keep] ** 2))
     if denominator <= 0:
         return unscaled
-    exponent = float(np.clip(-np.sum(d_clock[keep] * d_time[keep]) / denominator, 0, MAX_CLOCK_EXPONENT))
+    exponent = float(
+        np.clip(-np.sum(d_clock[keep] * d_time[keep]) / denominator, 0, MAX_CLOCK_EXPONENT)
+    )
     if exponent < 0.05 or mad(d_time + exponent * d_clock) >= 0.95 * mad(d_time):
         return unscaled
     return SeriesNormalization(exponent, True)
@@ -179,8 +183,10 @@ def series_change_points(
     starts = engine((cleaned / sigma).reshape(-1, 1), settings.penalty, settings.min_segment_runs)
     bounds = [0, *starts, len(series)]
     found = []
-    for before, start, after in zip(bounds, bounds[1:], bounds[2:]):
-        size = float(np.expm1(np.median(series[start:after]) - np.median(series[before:start])) * 100)
+    for before, start, after in zip(bounds, bounds[1:], bounds[2:], strict=False):
+        size = float(
+            np.expm1(np.median(series[start:after]) - np.median(series[before:start])) * 100
+        )
         confidence = welch_confidence(series[before:start], series[start:after])
         if abs(size) >= settings.min_change_pct and not confidence < settings.min_confidence:
             found.append((int(positions[start]), size, confidence))

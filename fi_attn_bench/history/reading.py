@@ -103,7 +103,9 @@ def runs_in_file(path: Path) -> list[ParsedRun]:
     runs = []
     for run_id, rows in groups.items():
         results = tuple(case_result(row, keys, header) for row in rows)
-        runs.append(parsed_run(run_id or fallback_run_id(rows, results), path, header, rows, results))
+        runs.append(
+            parsed_run(run_id or fallback_run_id(rows, results), path, header, rows, results)
+        )
     return runs
 
 

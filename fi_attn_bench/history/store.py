@@ -142,9 +142,7 @@ class RunStore:
             return
         if "meta" not in tables:
             raise StoreError(f"{self.path} is an SQLite file but not a history store")
-        row = self.connection.execute(
-            "SELECT value FROM meta WHERE key='store_version'"
-        ).fetchone()
+        row = self.connection.execute("SELECT value FROM meta WHERE key='store_version'").fetchone()
         version = int(row[0]) if row and str(row[0]).isdigit() else None
         if version is None:
             raise StoreError(f"{self.path} records no store version; not a history store")
@@ -179,8 +177,14 @@ class RunStore:
             self.connection.executemany(
                 "INSERT INTO results VALUES (?,?,?,?,?,?)",
                 [
-                    (run_seq, case_ids[r.case_key], r.status, r.time_ms,
-                     r.sm_clock_mean_MHz, r.power_capped_pct)
+                    (
+                        run_seq,
+                        case_ids[r.case_key],
+                        r.status,
+                        r.time_ms,
+                        r.sm_clock_mean_MHz,
+                        r.power_capped_pct,
+                    )
                     for r in run.results
                 ],
             )
@@ -236,8 +240,12 @@ class RunStore:
         )
 
     def cases(self) -> tuple[CaseInfo, ...]:
-        rows = self._query("SELECT case_id, case_key, api, impl, fields FROM cases ORDER BY case_id")
-        return tuple(CaseInfo(cid, key, api, impl, json.loads(f)) for cid, key, api, impl, f in rows)
+        rows = self._query(
+            "SELECT case_id, case_key, api, impl, fields FROM cases ORDER BY case_id"
+        )
+        return tuple(
+            CaseInfo(cid, key, api, impl, json.loads(f)) for cid, key, api, impl, f in rows
+        )
 
     def history(self) -> History:
         """All results as arrays (one query; fast enough for 100k results)."""
@@ -248,8 +256,10 @@ class RunStore:
             "SELECT run_seq, case_id, time_ms, sm_clock_mean_MHz, power_capped_pct FROM results"
         )
         data = np.array(
-            [(run_pos[r[0]], case_pos[r[1]], *(np.nan if v is None else v for v in r[2:]))
-             for r in rows],
+            [
+                (run_pos[r[0]], case_pos[r[1]], *(np.nan if v is None else v for v in r[2:]))
+                for r in rows
+            ],
             dtype=np.float64,
         ).reshape(-1, 5)
         return History(
