@@ -243,7 +243,30 @@ def pct(hits: int, total: int) -> str:
     return f"{100 * hits / total:.2f} % ({hits}/{total})" if total else "n/a"
 
 
-def methods() -> dict[str, Callable]:
+def e_divisive_engine(pvalue: float, permutations: int = 100):
+    """MongoDB's e-divisive (signal-processing-algorithms) in the place of KernelCPD; it has
+    no minimum segment, so change points leaving a shorter segment are dropped."""
+    from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
+
+    def breakpoints(signal: np.ndarray, penalty: float, min_size: int) -> list[int]:
+        found = sorted(e_divisive(signal[:, 0], pvalue=pvalue, permutations=permutations))
+        bounds = [0, *found, len(signal)]
+        return [
+            start
+            for before, start, after in zip(bounds, bounds[1:], bounds[2:], strict=False)
+            if start - before >= min_size and after - start >= min_size
+        ]
+
+    return breakpoints
+
+
+def methods(engine_name: str = "kernelcpd") -> dict[str, Callable]:
+    if engine_name == "edivisive":
+        engine = e_divisive_engine(pvalue=0.01)
+        return {
+            "ruptures KernelCPD, clock-normalized": online_series_detector(DetectionSettings()),
+            "e-divisive, clock-normalized": online_series_detector(DetectionSettings(), engine),
+        }
     return {
         "series, clock-normalized": online_series_detector(DetectionSettings()),
         "series, raw": online_series_detector(
@@ -279,57 +302,114 @@ def quality_tables(
 
 
 def otava_scores(tolerance: int = 5) -> str:
-    """Precision and recall of the detector (offline, whole series) on otava-test-data."""
+    """Precision and recall of the default detector (offline, whole series) on
+    otava-test-data's suite, per generator and in total."""
     try:
         from otava_test_data.generators.combiner import CombinationGenerator
     except ImportError as exc:
         return f"otava-test-data is not installed: {exc}"
-    series = CombinationGenerator(lengths=[50, 500], seed=42).generate_with_noise_variants()
-    rows = []
-    for kinds, label in (
-        (None, "every ground-truth point"),
-        ({"step", "regression_start", "regression_end", "phase"}, "level changes only"),
-    ):
-        tp = fp = fn = 0
-        for ts in series:
-            truth = [
-                cp.index for cp in ts.change_points if kinds is None or cp.change_type in kinds
-            ]
-            values = np.asarray(ts.data, dtype=float)
-            shifted = (
-                values - values.min() + max(1.0, 0.1 * np.abs(values).max())
-            )  # positive, as times are
-            result = detect(
-                shifted.reshape(-1, 1),
-                np.full((len(values), 1), np.nan),
-                DetectionSettings(remove_shared_drift=False, min_change_pct=0.0),
-            )
-            found = [p.run for p in result.change_points]
-            matched = {t for t in truth if any(abs(t - f) <= tolerance for f in found)}
-            tp += sum(any(abs(t - f) <= tolerance for t in truth) for f in found)
-            fp += sum(not any(abs(t - f) <= tolerance for t in truth) for f in found)
-            fn += len(truth) - len(matched)
-        precision = tp / max(tp + fp, 1)
-        recall = 1 - fn / max(
-            sum(
-                1
-                for ts in series
-                for cp in ts.change_points
-                if kinds is None or cp.change_type in kinds
-            ),
-            1,
-        )
-        rows.append(
-            {
-                "ground truth": label,
-                "series": len(series),
-                "precision": f"{precision:.3f}",
-                "recall": f"{recall:.3f}",
-            }
-        )
-    return (
-        markdown_table(pd.DataFrame(rows), index=False)
-        + f"\n\n(tolerance +/- {tolerance} points, as otava-test-data's viewer)"
+    suite = CombinationGenerator(lengths=[50, 500], seed=42).generate_with_noise_variants()
+    totals: dict[str, list[int]] = {}
+    for ts in suite:
+        values = np.asarray(ts.data, dtype=float)
+        if values.min() <= 0:  # times are positive; shift only where the series is not
+            values = values - values.min() + 1.0
+        result = detect(values.reshape(-1, 1), np.full((len(values), 1), np.nan))
+        found = [point.run for point in result.change_points]
+        truth = [cp.index for cp in ts.change_points]
+        near = [any(abs(t - f) <= tolerance for t in truth) for f in found]
+        row = totals.setdefault(ts.generator_name.split("+")[0], [0, 0, 0, 0, 0])
+        row[0] += 1
+        row[1] += len(truth)
+        row[2] += len(found)
+        row[3] += sum(near)
+        row[4] += sum(any(abs(t - f) <= tolerance for f in found) for t in truth)
+    totals["all"] = [sum(column) for column in zip(*totals.values(), strict=True)]
+    rows = [
+        {
+            "generator": name,
+            "series": n,
+            "true points": truth,
+            "reported": found,
+            "precision": f"{good / found:.3f}" if found else "n/a",
+            "recall": f"{hit / truth:.3f}" if truth else "n/a",
+        }
+        for name, (n, truth, found, good, hit) in totals.items()
+    ]
+    note = f"\n\n(a report within +/- {tolerance} points of a true one counts, as in otava-test-data's viewer)"
+    return markdown_table(pd.DataFrame(rows), index=False) + note
+
+
+def speed_rows(cases: int) -> pd.DataFrame:
+    """``cases`` distinct real-looking rows: the real decode rows with new batch sizes."""
+    base = pd.read_csv(REAL_CSV / "h100_decode_default.csv", dtype=str, keep_default_na=False)
+    copies = []
+    for index in range(-(-cases // len(base))):
+        copy = base.copy()
+        copy["batch_size"] = [str(int(b) + 1000 * index) for b in base["batch_size"]]
+        copies.append(copy)
+    return pd.concat(copies).head(cases)
+
+
+def write_speed_run(rows: pd.DataFrame, path: Path, run: int, rng) -> None:
+    frame = rows.copy()
+    times = frame["time_ms"].astype(float) * np.exp(rng.normal(0, 0.004, len(frame)))
+    frame["time_ms"] = [repr(float(t)) for t in times]
+    frame["timestamp_utc"] = (
+        f"2026-{1 + run // 600:02d}-{1 + run // 24 % 25:02d}T{run % 24:02d}:00:00Z"
+    )
+    frame["git_commit"] = f"{run:040x}"
+    frame["run_id"] = f"speed-{run}"
+    frame.to_csv(path, index=False)
+
+
+def timed(command: list[str]) -> float:
+    import subprocess
+
+    started = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
+    return time.perf_counter() - started
+
+
+def speed(workdir: Path) -> str:
+    """Wall times of the CLI (a fresh process each, imports included) on this machine."""
+    import shutil
+
+    from fi_attn_bench.history.reading import runs_in_file
+    from fi_attn_bench.history.store import RunStore
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    cli = [sys.executable, "-m", "fi_attn_bench.history"]
+    small = workdir / "one.sqlite"
+    write_speed_run(speed_rows(200), workdir / "run200.csv", 0, rng)
+    add_wall = timed([*cli, "add", str(workdir / "run200.csv"), "--store", str(small)])
+    write_speed_run(speed_rows(200), workdir / "run200b.csv", 1, rng)
+    started = time.perf_counter()
+    with RunStore.open(small, create=False) as store:
+        store.add_run(runs_in_file(workdir / "run200b.csv")[0], "main")
+    add_in_process = time.perf_counter() - started
+    big = workdir / "big.sqlite"
+    rows = speed_rows(100)
+    with RunStore.open(big, create=True) as store:
+        for run in range(1000):
+            path = workdir / "run.csv"
+            write_speed_run(rows, path, run, rng)
+            store.add_run(runs_in_file(path)[0], "main")
+    detect_wall = timed([*cli, "detect", "--store", str(big)])
+    html = workdir / "report.html"
+    report_wall = timed(
+        [*cli, "report", "--store", str(big), "--html", str(html), "--md", str(workdir / "r.md")]
+    )
+    return "\n".join(
+        [
+            f"add, 200-case CSV, CLI wall (new process): {add_wall:.2f} s",
+            f"add, 200-case CSV, in process (read + store): {add_in_process:.3f} s",
+            f"detect, 1000 runs x 100 cases, CLI wall: {detect_wall:.2f} s",
+            f"report --html --md, 1000 runs x 100 cases, CLI wall: {report_wall:.2f} s",
+            f"HTML size: {html.stat().st_size / 1e6:.2f} MB",
+        ]
     )
 
 
@@ -338,13 +418,22 @@ def main(argv=None) -> int:
     parser.add_argument("--histories", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--otava", action="store_true")
+    parser.add_argument("--speed", metavar="WORKDIR", help="time add/detect/report instead")
+    parser.add_argument(
+        "--engine",
+        choices=("kernelcpd", "edivisive"),
+        default="kernelcpd",
+        help="edivisive: signal-processing-algorithms (pins numpy<2: use its own venv)",
+    )
     parser.add_argument("--methods", default="all", help="';'-separated subset of method names")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    if args.otava:
+    if args.speed:
+        print(speed(Path(args.speed)))
+    elif args.otava:
         print(otava_scores())
     else:
-        chosen = methods()
+        chosen = methods(args.engine)
         if args.methods != "all":
             chosen = {k: v for k, v in chosen.items() if k in args.methods.split(";")}
         print(quality_tables(args.histories, args.seed, NoiseModel(), chosen))

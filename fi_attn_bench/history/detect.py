@@ -34,13 +34,15 @@ MIN_SERIES_RUNS = 10  # fewer runs give no trustworthy noise estimate
 class DetectionSettings:
     """How series are cleaned and how strict the search is."""
 
-    penalty: float = 10.0  # on the series in units of its noise; larger: fewer, surer points
-    min_change_pct: float = 1.0  # smaller level changes are not reported
+    penalty: float = 15.0  # on the series in units of its noise; larger: fewer, surer points
+    min_change_pct: float = 1.5  # smaller level changes are not reported
     normalize_clock: bool = True
     remove_shared_drift: bool = True
     median_filter: bool = True
     min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
     min_confidence: float = 0.0
+    min_change_sigmas: float = 2.5  # a reported change is also this many noise levels large
+    min_baseline_runs: int = 8  # the first change needs this many runs before it to compare with
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ def series_change_points(
     if len(series) < MIN_SERIES_RUNS:
         return []
     cleaned = running_median3(series) if settings.median_filter else series
-    sigma = max(mad(np.diff(series)) / np.sqrt(2), SIGMA_FLOOR)
+    sigma = noise_level(series)
     if len(cleaned) < 2 * settings.min_segment_runs:
         return []
     starts = engine((cleaned / sigma).reshape(-1, 1), settings.penalty, settings.min_segment_runs)
@@ -188,9 +190,24 @@ def series_change_points(
             np.expm1(np.median(series[start:after]) - np.median(series[before:start])) * 100
         )
         confidence = welch_confidence(series[before:start], series[start:after])
-        if abs(size) >= settings.min_change_pct and not confidence < settings.min_confidence:
+        if before == 0 and start < settings.min_baseline_runs:
+            continue
+        floor = max(settings.min_change_pct, settings.min_change_sigmas * sigma * 100)
+        if abs(size) >= floor and not confidence < settings.min_confidence:
             found.append((int(positions[start]), size, confidence))
     return found
+
+
+def noise_level(series: np.ndarray) -> float:
+    """Run-to-run noise of a series: the spread of its successive differences (steps
+    touch one difference each), winsorized at four robust deviations so a blip counts
+    but cannot dominate, and a bimodal case shows its full spread."""
+    differences = np.diff(series)
+    scale = max(mad(differences), SIGMA_FLOOR)
+    clipped = np.clip(
+        differences, np.median(differences) - 4 * scale, np.median(differences) + 4 * scale
+    )
+    return max(float(np.std(clipped)) / np.sqrt(2), SIGMA_FLOOR)
 
 
 def running_median3(series: np.ndarray) -> np.ndarray:
