@@ -9,7 +9,7 @@ and in one run of 20 one case 5-10 % slow.  Half the cases get a 2, 3 or 5 % ste
 a random run.  Runs are added one at a time; a step is found when a change point
 within one run of it is reported by the time the third run after it is added.
 
-    python benchmarks/history_detection.py [--histories 400] [--seed 1]
+    python benchmarks/history_detection.py [--histories 400] [--seed 1] [--workers 16]
     python benchmarks/history_detection.py --otava        # otava-test-data's series
     python benchmarks/history_detection.py --engines      # ruptures vs e-divisive
 """
@@ -277,20 +277,35 @@ def methods(engine_name: str = "kernelcpd") -> dict[str, Callable]:
     }
 
 
-def quality_tables(
-    histories: int, seed: int, model: NoiseModel, chosen: dict[str, Callable]
-) -> str:
-    rng = np.random.default_rng(seed)
-    pool = real_cases()
-    tallies = {name: (Tally(), Tally()) for name in chosen}
-    for index in range(histories):
-        step_history = simulate(rng, pool, model, steps=True, clock_drop=False)
-        drop_history = simulate(rng, pool, model, steps=False, clock_drop=index % 2 == 0)
-        for name, reports_of in chosen.items():
-            for history in (step_history, drop_history):
-                reports = reports_of(history)
-                tallies[name][0].add(history, reports, large_only=True)
-                tallies[name][1].add(history, reports, large_only=False)
+def history_pair_reports(job: tuple[int, int, str]) -> list[tuple[History, dict[str, Reports]]]:
+    """One step history and one history without steps (every other one with a clock drop),
+    each history seeded by (seed, index) so results do not depend on the worker count."""
+    seed, index, engine_name = job
+    rng = np.random.default_rng([seed, index])
+    pool, model, chosen = real_cases(), NoiseModel(), methods(engine_name)
+    pair = (
+        simulate(rng, pool, model, steps=True, clock_drop=False),
+        simulate(rng, pool, model, steps=False, clock_drop=index % 2 == 0),
+    )
+    return [(history, {name: of(history) for name, of in chosen.items()}) for history in pair]
+
+
+def quality_tables(histories: int, seed: int, engine_name: str, workers: int) -> str:
+    import multiprocessing
+
+    jobs = [(seed, index, engine_name) for index in range(histories)]
+    if workers > 1:
+        with multiprocessing.Pool(workers) as workers_pool:
+            results = workers_pool.map(history_pair_reports, jobs, chunksize=1)
+    else:
+        results = [history_pair_reports(job) for job in jobs]
+    names = list(methods(engine_name))
+    tallies = {name: (Tally(), Tally()) for name in names}
+    for pair in results:
+        for history, reports in pair:
+            for name in names:
+                tallies[name][0].add(history, reports[name], large_only=True)
+                tallies[name][1].add(history, reports[name], large_only=False)
     large = pd.DataFrame({name: t[0].row() for name, t in tallies.items()})
     small = pd.DataFrame({name: t[1].row() for name, t in tallies.items()})
     return (
@@ -425,7 +440,7 @@ def main(argv=None) -> int:
         default="kernelcpd",
         help="edivisive: signal-processing-algorithms (pins numpy<2: use its own venv)",
     )
-    parser.add_argument("--methods", default="all", help="';'-separated subset of method names")
+    parser.add_argument("--workers", type=int, default=1, help="processes (histories in parallel)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.speed:
@@ -433,10 +448,7 @@ def main(argv=None) -> int:
     elif args.otava:
         print(otava_scores())
     else:
-        chosen = methods(args.engine)
-        if args.methods != "all":
-            chosen = {k: v for k, v in chosen.items() if k in args.methods.split(";")}
-        print(quality_tables(args.histories, args.seed, NoiseModel(), chosen))
+        print(quality_tables(args.histories, args.seed, args.engine, args.workers))
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 

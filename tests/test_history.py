@@ -90,6 +90,8 @@ def test_run_id_column_splits_and_identifies_runs(tmp_path, capsys):
     store = tmp_path / "h.sqlite"
     assert main(["add", str(tmp_path / "both.csv"), "--store", str(store)]) == 0
     assert sorted(run_id for run_id, _, _ in stored_runs(store)) == ["run-0", "run-1"]
+    with sqlite3.connect(store) as connection:  # the run id is no case field
+        assert connection.execute("SELECT COUNT(*) FROM cases").fetchone() == (27,)
     assert main(["add", str(paths[1]), "--store", str(store)]) == 0
     assert "added 0 run(s)" in capsys.readouterr().out
 

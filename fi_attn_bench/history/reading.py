@@ -99,7 +99,7 @@ def runs_in_file(path: Path) -> list[ParsedRun]:
     groups: dict[str, list[dict]] = {}
     for record in records:
         groups.setdefault(str(record.get(RUN_ID_COLUMN, "") or ""), []).append(record)
-    keys = case_columns(header)
+    keys = [name for name in case_columns(header) if name != RUN_ID_COLUMN]
     runs = []
     for run_id, rows in groups.items():
         results = tuple(case_result(row, keys, header) for row in rows)
