@@ -207,6 +207,10 @@ def test_detect_filters_cases_and_rejects_bad_filters(tmp_path, capsys):
     capsys.readouterr()
     assert main(["detect", "--store", str(store), "--json", "--cases", "seq_len_kv=999999"]) == 0
     assert capsys.readouterr().out == ""
+    assert main(["detect", "--store", str(store), "--json", "--since", f"{11:040x}"[:12]]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1  # the change at run 12
+    assert main(["detect", "--store", str(store), "--json", "--since", "2026-01-01T00:13"]) == 0
+    assert capsys.readouterr().out == ""
     assert main(["detect", "--store", str(store), "--cases", "batch_size"]) == 2
     assert "NAME=VALUE" in one_error_line(capsys)
     assert main(["detect", "--store", str(tmp_path / "none.sqlite")]) == 2

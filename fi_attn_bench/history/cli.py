@@ -130,19 +130,16 @@ def load_analysis(args):
 
 
 def selected_changes(analysis, terms, since: str | None) -> list:
+    """The changes --cases and --since keep (the run-wide series only without --cases)."""
     from fi_attn_bench.history.analysis import case_matches
 
     first = since_position(analysis.runs, since)
+    position = {run.run_seq: index for index, run in enumerate(analysis.runs)}
     return [
         change
         for change in analysis.changes()
-        if (
-            change.case is None
-            and not terms
-            or change.case is not None
-            and case_matches(change.case, terms)
-        )
-        and analysis.runs.index(change.run) >= first
+        if position[change.run.run_seq] >= first
+        and (case_matches(change.case, terms) if change.case is not None else not terms)
     ]
 
 
