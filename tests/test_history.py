@@ -17,7 +17,7 @@ import pytest
 from fi_attn_bench.history import store as store_module
 from fi_attn_bench.history.cli import main
 from fi_attn_bench.history.detect import DetectionSettings, detect
-from fi_attn_bench.history.store import STORE_VERSION
+from fi_attn_bench.history.store import STORE_VERSION, RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "real_csv"
@@ -346,3 +346,17 @@ def test_report_writes_a_dashboard_and_a_short_markdown(tmp_path, capsys):
     digest = md.read_text()
     assert "20 runs, 27 case series" in digest and "| +7." in digest
     assert main(["report", "--store", str(store)]) == 2
+
+
+def test_runs_of_other_schema_and_harness_versions_are_kept_with_their_versions(tmp_path):
+    legacy = ROOT / "tests" / "fixtures" / "summarizer" / "legacy_decode.csv"
+    older = ROOT / "tests" / "fixtures" / "summarizer" / "new_decode.csv"
+    store = tmp_path / "h.sqlite"
+    assert main(["add", str(legacy), str(older), str(DECODE), "--store", str(store)]) == 0
+    with RunStore.open(store, create=False) as opened:
+        versions = [
+            (run.metadata.get("schema_version", ""), run.metadata.get("harness_version", ""))
+            for run in opened.runs()
+        ]
+    assert "harness_version" not in pd.read_csv(older).columns  # written before the column
+    assert sorted(versions) == [("", ""), ("1", ""), ("1", "0.6.0")]

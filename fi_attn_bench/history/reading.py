@@ -133,14 +133,15 @@ def first_value(rows: Sequence[dict], name: str) -> str:
 
 
 def fallback_run_id(rows: Sequence[dict], results: Sequence[CaseResult]) -> str:
-    """A stable id for rows without ``run_id``: host, commit, time span and the cases."""
+    """A stable id for rows without ``run_id``: host, commit, time span, the cases and their
+    times (files without stamps, such as legacy ones, differ by what they measured)."""
     stamps = sorted(str(row.get("timestamp_utc", "") or "") for row in rows)
     identity = {
         "host": first_value(rows, "host"),
         "git_commit": first_value(rows, "git_commit"),
         "first": stamps[0] if stamps else "",
         "last": stamps[-1] if stamps else "",
-        "cases": sorted(result.case_key for result in results),
+        "cases": sorted((result.case_key, repr(result.time_ms)) for result in results),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     return "sha256:" + digest[:32]
