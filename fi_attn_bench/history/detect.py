@@ -40,7 +40,7 @@ class DetectionSettings:
     remove_shared_drift: bool = True
     median_filter: bool = True
     min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
-    min_confidence: float = 0.0
+    min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
     min_change_sigmas: float = 2.5  # a reported change is also this many noise levels large
     min_baseline_runs: int = 8  # the first change needs this many runs before it to compare with
 
