@@ -1,0 +1,457 @@
+"""Detection quality of ``fi-attn-history detect``, measured online on resampled H100 runs.
+
+Histories of RUNS runs x CASES cases are built from the real H100 rows in
+tests/fixtures/real_csv/ (each case keeps its real time, clock, power-capped share,
+compute/memory balance and block drift), with the noise of real sweeps added:
+a run-wide drift shared by all cases, a power-limit clock that moves per run (time
+follows it by the case's clock exponent), heavy-tailed per-case noise, bimodal cases,
+and in one run of 20 one case 5-10 % slow.  Half the cases get a 2, 3 or 5 % step at
+a random run.  Runs are added one at a time; a step is found when a change point
+within one run of it is reported by the time the third run after it is added.
+
+    python benchmarks/history_detection.py [--histories 400] [--seed 1] [--workers 16]
+    python benchmarks/history_detection.py --otava        # otava-test-data's series
+    python benchmarks/history_detection.py --engines      # ruptures vs e-divisive
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fi_attn_bench.history.detect import (  # noqa: E402
+    DetectionSettings,
+    detect,
+    kernel_cpd_breakpoints,
+)
+
+REAL_CSV = ROOT / "tests" / "fixtures" / "real_csv"
+RUNS, CASES = 60, 30
+FIRST_STEP_RUN, REPORT_DELAY = 10, 3  # a step lands at run >= 10; found by run k + 3
+FIRST_CHECK_RUNS = 6  # the first online check sees this many runs
+STEP_SIZES = (0.02, 0.03, 0.05)
+LARGE_CASE_MS = 0.05
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Noise of one history, per run and per case (log scale, so 0.005 is 0.5 %)."""
+
+    shared_drift_sd: float = 0.005  # consecutive H100 sweeps differ by 0.5-1.1 % (issue 36)
+    clock_sd: float = 0.02  # run-to-run SM clock spread of a fully power-capped case
+    case_noise_floor: float = 0.003
+    case_noise_per_drift: float = 0.25  # share of the row's drift_pct not explained by clock
+    tail_df: float = 4.0  # Student t: heavy tails
+    short_case_noise: float = 0.005  # at 50 us, growing as 1/time below it (timer grain)
+    outlier_every: int = 20
+    outlier_range: tuple[float, float] = (0.05, 0.10)
+    bimodal_share: float = 0.2
+    bimodal_upper_p: float = 0.3
+    bimodal_gap: tuple[float, float] = (0.005, 0.015)
+
+
+@dataclass(frozen=True)
+class RealCase:
+    time_ms: float
+    clock_MHz: float
+    capped: float  # power-capped share, 0..1
+    clock_exponent: float  # how much time follows the clock: 1 compute-bound, 0.3 memory-bound
+    drift: float  # the row's drift_pct as a fraction
+
+
+@dataclass
+class History:
+    time_ms: np.ndarray  # runs x cases
+    clock_MHz: np.ndarray
+    step_run: np.ndarray  # per case, -1 without a step
+    step_size: np.ndarray
+    outliers: list[tuple[int, int]]  # (run, case)
+    large: np.ndarray  # case >= 50 us
+    clock_drop_run: int = -1
+
+
+def real_cases() -> list[RealCase]:
+    frames = [pd.read_csv(path) for path in sorted(REAL_CSV.glob("h100_*.csv"))]
+    rows = pd.concat(frames)
+    rows = rows[rows["status"] == "ok"]
+    compute = rows["pct_peak_tflops"] / (rows["pct_peak_tflops"] + rows["pct_peak_bw"])
+    return [
+        RealCase(t, c, p / 100, 0.3 + 0.7 * s, d / 100)
+        for t, c, p, s, d in zip(
+            rows["time_ms"],
+            rows["sm_clock_mean_MHz"],
+            rows["power_capped_pct"],
+            compute,
+            rows["drift_pct"],
+            strict=True,
+        )
+    ]
+
+
+def simulate(
+    rng, pool: list[RealCase], model: NoiseModel, steps: bool, clock_drop: bool
+) -> History:
+    cases = [pool[i] for i in rng.integers(len(pool), size=CASES)]
+    base = np.array([c.time_ms for c in cases])
+    clock0 = np.array([c.clock_MHz for c in cases])
+    capped = np.array([max(c.capped, 0.05) for c in cases])
+    exponent = np.array([c.clock_exponent for c in cases])
+    sd = (
+        model.case_noise_floor
+        + model.case_noise_per_drift * np.array([c.drift for c in cases]) / 1.96
+    )
+    sd = sd + model.short_case_noise * np.clip(LARGE_CASE_MS / base - 1, 0, 4)
+    run_clock = rng.normal(0, model.clock_sd, size=(RUNS, 1)) * capped
+    log_clock = np.log(clock0) + np.minimum(
+        run_clock + rng.normal(0, 0.002, (RUNS, CASES)) * capped, np.log(1980 / clock0)
+    )
+    drop_run = -1
+    if clock_drop:
+        drop_run = int(rng.integers(FIRST_STEP_RUN, RUNS - REPORT_DELAY))
+        log_clock[drop_run] += np.log(0.95)
+    log_time = np.log(base) - exponent * (log_clock - np.log(clock0))
+    log_time += rng.normal(0, model.shared_drift_sd, size=(RUNS, 1))
+    log_time += (
+        rng.standard_t(model.tail_df, size=(RUNS, CASES))
+        * sd
+        / np.sqrt(model.tail_df / (model.tail_df - 2))
+    )
+    bimodal = rng.random(CASES) < model.bimodal_share
+    gap = rng.uniform(*model.bimodal_gap, size=CASES)
+    log_time += (rng.random((RUNS, CASES)) < model.bimodal_upper_p) * (bimodal * gap)
+    outliers = []
+    for run in np.flatnonzero(rng.random(RUNS) < 1 / model.outlier_every):
+        case = int(rng.integers(CASES))
+        log_time[run, case] += np.log1p(rng.uniform(*model.outlier_range))
+        outliers.append((int(run), case))
+    step_run = np.full(CASES, -1)
+    step_size = np.zeros(CASES)
+    if steps:
+        stepped = rng.permutation(CASES)[: CASES // 2]
+        step_run[stepped] = rng.integers(FIRST_STEP_RUN, RUNS - REPORT_DELAY, size=len(stepped))
+        step_size[stepped] = rng.choice(STEP_SIZES, size=len(stepped))
+        for case in stepped:
+            log_time[step_run[case] :, case] += np.log1p(step_size[case])
+    return History(
+        np.exp(log_time),
+        np.exp(log_clock),
+        step_run,
+        step_size,
+        outliers,
+        base >= LARGE_CASE_MS,
+        drop_run,
+    )
+
+
+Reports = list[
+    list[tuple[int, int]]
+]  # per case: (run of the change, runs seen when first reported)
+
+
+def online_series_detector(settings: DetectionSettings, engine=kernel_cpd_breakpoints):
+    def reports(history: History) -> Reports:
+        found: list[dict[int, int]] = [{} for _ in range(CASES)]
+        for seen in range(FIRST_CHECK_RUNS, RUNS + 1):
+            result = detect(history.time_ms[:seen], history.clock_MHz[:seen], settings, engine)
+            for point in result.change_points:
+                if point.series >= 0:
+                    found[point.series].setdefault(point.run, seen)
+        return [sorted(case.items()) for case in found]
+
+    return reports
+
+
+def threshold_gate(threshold: float):
+    """A pairwise gate: the run is flagged when a case moved more than ``threshold`` since the previous run."""
+
+    def reports(history: History) -> Reports:
+        ratio = history.time_ms[1:] / history.time_ms[:-1] - 1
+        flagged = np.abs(ratio) > threshold
+        return [
+            [(run + 1, run + 2) for run in np.flatnonzero(flagged[:, case])]
+            for case in range(CASES)
+        ]
+
+    return reports
+
+
+@dataclass
+class Tally:
+    found: dict = field(default_factory=lambda: {s: [0, 0] for s in STEP_SIZES})
+    false_points: int = 0
+    clean_series: int = 0
+    drop_quiet: list = field(default_factory=lambda: [0, 0])
+    outlier_quiet: list = field(default_factory=lambda: [0, 0])
+
+    def add(self, history: History, reports: Reports, large_only: bool = True) -> None:
+        for case, points in enumerate(reports):
+            if large_only != bool(history.large[case]):
+                continue
+            step = history.step_run[case]
+            if step >= 0:
+                hit = any(
+                    abs(run - step) <= 1 and seen <= step + REPORT_DELAY + 1 for run, seen in points
+                )
+                tally = self.found[float(history.step_size[case])]
+                tally[0] += hit
+                tally[1] += 1
+                continue
+            self.clean_series += 1
+            self.false_points += len(points)
+            if history.clock_drop_run >= 0:
+                self.drop_quiet[0] += not any(
+                    abs(run - history.clock_drop_run) <= 1 for run, _ in points
+                )
+                self.drop_quiet[1] += 1
+            for run, outlier_case in history.outliers:
+                if outlier_case == case:
+                    self.outlier_quiet[0] += not any(abs(r - run) <= 1 for r, _ in points)
+                    self.outlier_quiet[1] += 1
+
+    def row(self) -> dict:
+        row = {f"{int(s * 100)} % step found": pct(*self.found[s]) for s in STEP_SIZES}
+        row["false points / 200 series"] = (
+            f"{200 * self.false_points / max(self.clean_series, 1):.2f}"
+        )
+        row["5 % clock drop not reported"] = pct(*self.drop_quiet)
+        row["one-case outlier not reported"] = pct(*self.outlier_quiet)
+        return row
+
+
+def markdown_table(frame: pd.DataFrame, index: bool = True) -> str:
+    """A pipe table (pandas' to_markdown needs tabulate, one dependency more)."""
+    frame = frame.reset_index() if index else frame
+    header = [str(c) if c != "index" else "" for c in frame.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += [
+        "| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)
+    ]
+    return "\n".join(lines)
+
+
+def pct(hits: int, total: int) -> str:
+    return f"{100 * hits / total:.2f} % ({hits}/{total})" if total else "n/a"
+
+
+def e_divisive_engine(pvalue: float, permutations: int = 100):
+    """MongoDB's e-divisive (signal-processing-algorithms) in the place of KernelCPD; it has
+    no minimum segment, so change points leaving a shorter segment are dropped."""
+    from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
+
+    def breakpoints(signal: np.ndarray, penalty: float, min_size: int) -> list[int]:
+        found = sorted(e_divisive(signal[:, 0], pvalue=pvalue, permutations=permutations))
+        bounds = [0, *found, len(signal)]
+        return [
+            start
+            for before, start, after in zip(bounds, bounds[1:], bounds[2:], strict=False)
+            if start - before >= min_size and after - start >= min_size
+        ]
+
+    return breakpoints
+
+
+def methods(engine_name: str = "kernelcpd") -> dict[str, Callable]:
+    if engine_name == "edivisive":
+        engine = e_divisive_engine(pvalue=0.01)
+        return {
+            "ruptures KernelCPD, clock-normalized": online_series_detector(DetectionSettings()),
+            "e-divisive, clock-normalized": online_series_detector(DetectionSettings(), engine),
+        }
+    return {
+        "series, clock-normalized": online_series_detector(DetectionSettings()),
+        "series, raw": online_series_detector(
+            DetectionSettings(normalize_clock=False, remove_shared_drift=False)
+        ),
+        "gate vs previous run, 1.5 %": threshold_gate(0.015),
+        "gate vs previous run, 3 %": threshold_gate(0.03),
+    }
+
+
+def history_pair_reports(job: tuple[int, int, str]) -> list[tuple[History, dict[str, Reports]]]:
+    """One step history and one history without steps (every other one with a clock drop),
+    each history seeded by (seed, index) so results do not depend on the worker count."""
+    seed, index, engine_name = job
+    rng = np.random.default_rng([seed, index])
+    pool, model, chosen = real_cases(), NoiseModel(), methods(engine_name)
+    pair = (
+        simulate(rng, pool, model, steps=True, clock_drop=False),
+        simulate(rng, pool, model, steps=False, clock_drop=index % 2 == 0),
+    )
+    return [(history, {name: of(history) for name, of in chosen.items()}) for history in pair]
+
+
+def quality_tables(histories: int, seed: int, engine_name: str, workers: int) -> str:
+    import multiprocessing
+
+    jobs = [(seed, index, engine_name) for index in range(histories)]
+    if workers > 1:
+        with multiprocessing.Pool(workers) as workers_pool:
+            results = workers_pool.map(history_pair_reports, jobs, chunksize=1)
+    else:
+        results = [history_pair_reports(job) for job in jobs]
+    names = list(methods(engine_name))
+    tallies = {name: (Tally(), Tally()) for name in names}
+    for pair in results:
+        for history, reports in pair:
+            for name in names:
+                tallies[name][0].add(history, reports[name], large_only=True)
+                tallies[name][1].add(history, reports[name], large_only=False)
+    large = pd.DataFrame({name: t[0].row() for name, t in tallies.items()})
+    small = pd.DataFrame({name: t[1].row() for name, t in tallies.items()})
+    return (
+        "Cases >= 50 us:\n\n"
+        + markdown_table(large)
+        + "\n\nCases < 50 us:\n\n"
+        + markdown_table(small)
+    )
+
+
+def otava_scores(tolerance: int = 5) -> str:
+    """Precision and recall of the default detector (offline, whole series) on
+    otava-test-data's suite, per generator and in total."""
+    try:
+        from otava_test_data.generators.combiner import CombinationGenerator
+    except ImportError as exc:
+        return f"otava-test-data is not installed: {exc}"
+    suite = CombinationGenerator(lengths=[50, 500], seed=42).generate_with_noise_variants()
+    totals: dict[str, list[int]] = {}
+    for ts in suite:
+        values = np.asarray(ts.data, dtype=float)
+        if values.min() <= 0:  # times are positive; shift only where the series is not
+            values = values - values.min() + 1.0
+        result = detect(values.reshape(-1, 1), np.full((len(values), 1), np.nan))
+        found = [point.run for point in result.change_points]
+        truth = [cp.index for cp in ts.change_points]
+        near = [any(abs(t - f) <= tolerance for t in truth) for f in found]
+        row = totals.setdefault(ts.generator_name.split("+")[0], [0, 0, 0, 0, 0])
+        row[0] += 1
+        row[1] += len(truth)
+        row[2] += len(found)
+        row[3] += sum(near)
+        row[4] += sum(any(abs(t - f) <= tolerance for f in found) for t in truth)
+    totals["all"] = [sum(column) for column in zip(*totals.values(), strict=True)]
+    rows = [
+        {
+            "generator": name,
+            "series": n,
+            "true points": truth,
+            "reported": found,
+            "precision": f"{good / found:.3f}" if found else "n/a",
+            "recall": f"{hit / truth:.3f}" if truth else "n/a",
+        }
+        for name, (n, truth, found, good, hit) in totals.items()
+    ]
+    note = f"\n\n(a report within +/- {tolerance} points of a true one counts, as in otava-test-data's viewer)"
+    return markdown_table(pd.DataFrame(rows), index=False) + note
+
+
+def speed_rows(cases: int) -> pd.DataFrame:
+    """``cases`` distinct real-looking rows: the real decode rows with new batch sizes."""
+    base = pd.read_csv(REAL_CSV / "h100_decode_default.csv", dtype=str, keep_default_na=False)
+    copies = []
+    for index in range(-(-cases // len(base))):
+        copy = base.copy()
+        copy["batch_size"] = [str(int(b) + 1000 * index) for b in base["batch_size"]]
+        copies.append(copy)
+    return pd.concat(copies).head(cases)
+
+
+def write_speed_run(rows: pd.DataFrame, path: Path, run: int, rng) -> None:
+    frame = rows.copy()
+    times = frame["time_ms"].astype(float) * np.exp(rng.normal(0, 0.004, len(frame)))
+    frame["time_ms"] = [repr(float(t)) for t in times]
+    frame["timestamp_utc"] = (
+        f"2026-{1 + run // 600:02d}-{1 + run // 24 % 25:02d}T{run % 24:02d}:00:00Z"
+    )
+    frame["git_commit"] = f"{run:040x}"
+    frame["run_id"] = f"speed-{run}"
+    frame.to_csv(path, index=False)
+
+
+def timed(command: list[str]) -> float:
+    import subprocess
+
+    started = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
+    return time.perf_counter() - started
+
+
+def speed(workdir: Path) -> str:
+    """Wall times of the CLI (a fresh process each, imports included) on this machine."""
+    import shutil
+
+    from fi_attn_bench.history.reading import runs_in_file
+    from fi_attn_bench.history.store import RunStore
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    cli = [sys.executable, "-m", "fi_attn_bench.history"]
+    small = workdir / "one.sqlite"
+    write_speed_run(speed_rows(200), workdir / "run200.csv", 0, rng)
+    add_wall = timed([*cli, "add", str(workdir / "run200.csv"), "--store", str(small)])
+    write_speed_run(speed_rows(200), workdir / "run200b.csv", 1, rng)
+    started = time.perf_counter()
+    with RunStore.open(small, create=False) as store:
+        store.add_run(runs_in_file(workdir / "run200b.csv")[0], "main")
+    add_in_process = time.perf_counter() - started
+    big = workdir / "big.sqlite"
+    rows = speed_rows(100)
+    with RunStore.open(big, create=True) as store:
+        for run in range(1000):
+            path = workdir / "run.csv"
+            write_speed_run(rows, path, run, rng)
+            store.add_run(runs_in_file(path)[0], "main")
+    detect_wall = timed([*cli, "detect", "--store", str(big)])
+    html = workdir / "report.html"
+    report_wall = timed(
+        [*cli, "report", "--store", str(big), "--html", str(html), "--md", str(workdir / "r.md")]
+    )
+    return "\n".join(
+        [
+            f"add, 200-case CSV, CLI wall (new process): {add_wall:.2f} s",
+            f"add, 200-case CSV, in process (read + store): {add_in_process:.3f} s",
+            f"detect, 1000 runs x 100 cases, CLI wall: {detect_wall:.2f} s",
+            f"report --html --md, 1000 runs x 100 cases, CLI wall: {report_wall:.2f} s",
+            f"HTML size: {html.stat().st_size / 1e6:.2f} MB",
+        ]
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--histories", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--otava", action="store_true")
+    parser.add_argument("--speed", metavar="WORKDIR", help="time add/detect/report instead")
+    parser.add_argument(
+        "--engine",
+        choices=("kernelcpd", "edivisive"),
+        default="kernelcpd",
+        help="edivisive: signal-processing-algorithms (pins numpy<2: use its own venv)",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="processes (histories in parallel)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    if args.speed:
+        print(speed(Path(args.speed)))
+    elif args.otava:
+        print(otava_scores())
+    else:
+        print(quality_tables(args.histories, args.seed, args.engine, args.workers))
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

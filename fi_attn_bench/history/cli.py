@@ -1,0 +1,236 @@
+"""``fi-attn-history``: add runs to the store, find change points, draw the dashboard,
+write the baseline.  Exit codes: 0 done, 2 bad input or unusable store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from fi_attn_bench.history.reading import NotARunError, csv_paths, runs_in_file
+from fi_attn_bench.history.store import DEFAULT_STORE_NAME, RunStore, StoreError
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+DEFAULT_STORE = Path("results") / DEFAULT_STORE_NAME
+BRANCH_ENVIRONMENT = ("FI_ATTN_HISTORY_BRANCH", "GITHUB_HEAD_REF", "GITHUB_REF_NAME")
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (exit 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fi-attn-history",
+        description="Remember every benchmark run; find change points on clock-normalized time.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    add = commands.add_parser("add", help="ingest result CSVs (files or directories) as runs")
+    add.add_argument("inputs", nargs="+", metavar="CSV_OR_DIR")
+    add.add_argument(
+        "--store", help=f"store file (default: {DEFAULT_STORE_NAME} beside the first input)"
+    )
+    add.add_argument(
+        "--branch",
+        help="branch the runs belong to (default: $FI_ATTN_HISTORY_BRANCH, $GITHUB_HEAD_REF or $GITHUB_REF_NAME)",
+    )
+    detect = commands.add_parser("detect", help="list change points per case")
+    _add_query_options(detect)
+    detect.add_argument("--json", action="store_true", help="one JSON object per change point")
+    report = commands.add_parser("report", help="write the dashboard (HTML) and a short Markdown")
+    _add_query_options(report)
+    report.add_argument("--html", metavar="OUT.html")
+    report.add_argument("--md", metavar="OUT.md")
+    baseline = commands.add_parser("baseline", help="write the baseline run of a branch as CSVs")
+    baseline.add_argument("--store", default=str(DEFAULT_STORE))
+    baseline.add_argument("--branch", required=True)
+    baseline.add_argument("--out", default="baseline", metavar="DIR")
+    baseline.add_argument(
+        "--median-of",
+        type=int,
+        metavar="K",
+        help="per case, the median of the branch's last K runs",
+    )
+    return parser
+
+
+def _add_query_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store", default=str(DEFAULT_STORE), help=f"store file (default: {DEFAULT_STORE})"
+    )
+    parser.add_argument(
+        "--since",
+        help="only change points at runs started at or after this UTC date/time, or from this commit on",
+    )
+    parser.add_argument(
+        "--cases",
+        metavar="FILTER",
+        help="only cases matching NAME=VALUE[,NAME=VALUE...] (api, impl or a case field)",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {
+        "add": run_add,
+        "detect": run_detect,
+        "report": run_report,
+        "baseline": run_baseline,
+    }
+    try:
+        return handlers[args.command](args)
+    except (StoreError, NotARunError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def run_as_program() -> None:
+    sys.exit(main())
+
+
+def default_branch() -> str:
+    for name in BRANCH_ENVIRONMENT:
+        if os.environ.get(name):
+            return os.environ[name]
+    return ""
+
+
+def default_add_store(first_input: str) -> Path:
+    path = Path(first_input)
+    return (path if path.is_dir() else path.parent) / DEFAULT_STORE_NAME
+
+
+def run_add(args) -> int:
+    paths = csv_paths(args.inputs)
+    if not paths:
+        raise UsageError(f"no CSV files in {', '.join(args.inputs)}")
+    runs = [run for path in paths for run in runs_in_file(path)]  # every file read before any write
+    store_path = Path(args.store) if args.store else default_add_store(args.inputs[0])
+    branch = args.branch if args.branch is not None else default_branch()
+    added = 0
+    with RunStore.open(store_path, create=True) as store:
+        for run in runs:
+            added += store.add_run(run, branch)
+    print(f"added {added} run(s) to {store_path} ({len(runs) - added} already stored)")
+    return EXIT_OK
+
+
+def load_analysis(args):
+    from fi_attn_bench.history.analysis import analyze, parse_case_filter
+
+    try:
+        terms = parse_case_filter(args.cases)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    with RunStore.open(args.store, create=False) as store:
+        history = store.history()
+    return analyze(history), terms
+
+
+def selected_changes(analysis, terms, since: str | None) -> list:
+    """The changes --cases and --since keep (the run-wide series only without --cases)."""
+    from fi_attn_bench.history.analysis import case_matches
+
+    first = since_position(analysis.runs, since)
+    position = {run.run_seq: index for index, run in enumerate(analysis.runs)}
+    return [
+        change
+        for change in analysis.changes()
+        if position[change.run.run_seq] >= first
+        and (case_matches(change.case, terms) if change.case is not None else not terms)
+    ]
+
+
+def since_position(runs, since: str | None) -> int:
+    """Position of the first run --since selects: by commit prefix, else by start time."""
+    if not since:
+        return 0
+    for position, run in enumerate(runs):
+        if run.commit and run.commit.startswith(since):
+            return position
+    for position, run in enumerate(runs):
+        if run.started_utc >= since:
+            return position
+    return len(runs)
+
+
+def run_detect(args) -> int:
+    from fi_attn_bench.history.analysis import change_record
+
+    analysis, terms = load_analysis(args)
+    changes = selected_changes(analysis, terms, args.since)
+    if args.json:
+        for change in changes:
+            print(json.dumps(change_record(change)))
+        return EXIT_OK
+    print(
+        f"{len(changes)} change point(s) in {len(analysis.series)} series over {len(analysis.runs)} runs"
+    )
+    for change in changes:
+        record = change_record(change)
+        scaled = (
+            f"clock-scaled (exponent {record['clock_exponent']:.2f})"
+            if record["clock_scaled"]
+            else "time as measured"
+        )
+        print(
+            f"{record['size_pct']:+7.2f} %  confidence {record['confidence'] or 0:.3f}  "
+            f"commit {record['commit'][:12] or '?'}  {record['started_utc']}  {record['case']}  ({scaled})"
+        )
+    return EXIT_OK
+
+
+def run_report(args) -> int:
+    from fi_attn_bench.history.report import render_html, render_markdown
+
+    if not args.html and not args.md:
+        raise UsageError("report needs --html OUT.html and/or --md OUT.md")
+    analysis, terms = load_analysis(args)
+    changes = selected_changes(analysis, terms, args.since)
+    if args.html:
+        write_text(Path(args.html), render_html(analysis, changes))
+    if args.md:
+        write_text(Path(args.md), render_markdown(analysis, changes))
+    return EXIT_OK
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename, so a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def run_baseline(args) -> int:
+    from fi_attn_bench.history.baseline import (
+        NoBaselineError,
+        branch_runs,
+        latest_complete_rows,
+        median_rows,
+        write_baseline,
+    )
+
+    if args.median_of is not None and args.median_of < 1:
+        raise UsageError("--median-of must be at least 1")
+    with RunStore.open(args.store, create=False) as store:
+        runs = branch_runs(store, args.branch)
+        if not runs:
+            raise UsageError(f"no run of branch {args.branch!r} in {args.store}")
+        try:
+            if args.median_of:
+                rows = median_rows(store, runs, args.median_of)
+                what = f"median of the last {min(args.median_of, len(runs))} runs"
+            else:
+                rows, chosen = latest_complete_rows(store, runs)
+                what = ", ".join(
+                    f"run {run.run_id} (commit {run.commit[:12] or '?'})" for run in chosen
+                )
+        except NoBaselineError as exc:
+            raise UsageError(f"branch {args.branch!r}: {exc}") from None
+    columns = tuple(dict.fromkeys(name for run in runs for name in run.columns))
+    paths = write_baseline(rows, columns, Path(args.out))
+    print(f"baseline of {args.branch}: {what} -> {', '.join(str(p) for p in paths)}")
+    return EXIT_OK

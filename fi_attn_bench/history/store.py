@@ -1,0 +1,322 @@
+"""The run store: one SQLite file, one transaction per run, a recorded store version."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from fi_attn_bench.history.reading import ParsedRun
+
+STORE_VERSION = 1
+DEFAULT_STORE_NAME = "fi-attn-history.sqlite"
+LOCK_TIMEOUT_S = 5.0  # a second writer waits this long, then gives up with exit 2
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE runs (
+    run_seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL UNIQUE,
+    branch TEXT NOT NULL,
+    started_utc TEXT NOT NULL,
+    finished_utc TEXT NOT NULL,
+    added_utc TEXT NOT NULL,
+    source TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    columns TEXT NOT NULL,
+    cases INTEGER NOT NULL
+);
+CREATE TABLE cases (
+    case_id INTEGER PRIMARY KEY,
+    case_key TEXT NOT NULL UNIQUE,
+    api TEXT NOT NULL,
+    impl TEXT NOT NULL,
+    fields TEXT NOT NULL
+);
+CREATE TABLE results (
+    run_seq INTEGER NOT NULL REFERENCES runs(run_seq),
+    case_id INTEGER NOT NULL REFERENCES cases(case_id),
+    status TEXT NOT NULL,
+    time_ms REAL,
+    sm_clock_mean_MHz REAL,
+    power_capped_pct REAL,
+    PRIMARY KEY (run_seq, case_id)
+) WITHOUT ROWID;
+CREATE TABLE result_rows (
+    run_seq INTEGER NOT NULL,
+    case_id INTEGER NOT NULL,
+    row TEXT NOT NULL,
+    PRIMARY KEY (run_seq, case_id)
+) WITHOUT ROWID;
+"""
+
+
+class StoreError(Exception):
+    """The store cannot be used: newer, corrupt, locked or missing (exit 2)."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One stored run's identity and conditions."""
+
+    run_seq: int
+    run_id: str
+    branch: str
+    started_utc: str
+    finished_utc: str
+    metadata: dict
+    columns: tuple[str, ...]
+    cases: int
+
+    @property
+    def commit(self) -> str:
+        return self.metadata.get("git_commit", "")
+
+    @property
+    def device(self) -> str:
+        return self.metadata.get("device", "")
+
+
+@dataclass(frozen=True)
+class CaseInfo:
+    case_id: int
+    case_key: str
+    api: str
+    impl: str
+    fields: dict
+
+
+@dataclass(frozen=True)
+class History:
+    """Every stored result as aligned arrays: one row per (run, case) pair."""
+
+    runs: tuple[RunInfo, ...]  # in time order
+    cases: tuple[CaseInfo, ...]
+    run_index: np.ndarray  # position in ``runs`` of each result
+    case_index: np.ndarray  # position in ``cases``
+    time_ms: np.ndarray  # NaN for failed cases
+    clock_MHz: np.ndarray  # NaN where unknown
+    power_capped_pct: np.ndarray
+
+
+class RunStore:
+    """A SQLite store; open with ``RunStore.open`` and use as a context manager."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path):
+        self.connection = connection
+        self.path = path
+
+    @classmethod
+    def open(cls, path: str | Path, *, create: bool) -> RunStore:
+        path = Path(path)
+        if not path.exists() and not create:
+            raise StoreError(f"no history store at {path} (create one with 'add')")
+        try:
+            connection = sqlite3.connect(path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
+            store = cls(connection, path)
+            store._check_or_create()
+        except sqlite3.OperationalError as exc:
+            raise StoreError(_sqlite_message(path, exc)) from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path} is not a usable history store: {exc}") from None
+        return store
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.connection.close()
+
+    def _check_or_create(self) -> None:
+        tables = {
+            row[0]
+            for row in self.connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        if not tables:
+            self._create()
+            return
+        if "meta" not in tables:
+            raise StoreError(f"{self.path} is an SQLite file but not a history store")
+        row = self.connection.execute("SELECT value FROM meta WHERE key='store_version'").fetchone()
+        version = int(row[0]) if row and str(row[0]).isdigit() else None
+        if version is None:
+            raise StoreError(f"{self.path} records no store version; not a history store")
+        if version > STORE_VERSION:
+            raise StoreError(
+                f"{self.path} is history store version {version}; this fi-attn-bench reads "
+                f"up to {STORE_VERSION} (upgrade fi-attn-bench)"
+            )
+
+    def _create(self) -> None:
+        with self.transaction():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self.connection.execute(statement)
+            self.connection.execute(
+                "INSERT INTO meta VALUES ('store_version', ?)", (str(STORE_VERSION),)
+            )
+
+    def transaction(self):
+        return _Transaction(self.connection, self.path)
+
+    def add_run(self, run: ParsedRun, branch: str) -> bool:
+        """Store one run in one transaction; False when its run_id is stored already."""
+        with self.transaction():
+            known = self.connection.execute(
+                "SELECT 1 FROM runs WHERE run_id=?", (run.run_id,)
+            ).fetchone()
+            if known:
+                return False
+            run_seq = self._insert_run(run, branch)
+            case_ids = self._case_ids(run)
+            self.connection.executemany(
+                "INSERT INTO results VALUES (?,?,?,?,?,?)",
+                [
+                    (
+                        run_seq,
+                        case_ids[r.case_key],
+                        r.status,
+                        r.time_ms,
+                        r.sm_clock_mean_MHz,
+                        r.power_capped_pct,
+                    )
+                    for r in run.results
+                ],
+            )
+            self.connection.executemany(
+                "INSERT INTO result_rows VALUES (?,?,?)",
+                [(run_seq, case_ids[r.case_key], r.row_json) for r in run.results],
+            )
+        return True
+
+    def _insert_run(self, run: ParsedRun, branch: str) -> int:
+        cursor = self.connection.execute(
+            "INSERT INTO runs (run_id, branch, started_utc, finished_utc, added_utc, source,"
+            " metadata, columns, cases) VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                run.run_id,
+                branch,
+                run.started_utc,
+                run.finished_utc,
+                datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                run.source,
+                json.dumps(dict(run.metadata), sort_keys=True),
+                json.dumps(list(run.columns)),
+                len(run.results),
+            ),
+        )
+        return int(cursor.lastrowid)
+
+    def _case_ids(self, run: ParsedRun) -> dict[str, int]:
+        self.connection.executemany(
+            "INSERT OR IGNORE INTO cases (case_key, api, impl, fields) VALUES (?,?,?,?)",
+            [(r.case_key, r.api, r.impl, r.fields_json) for r in run.results],
+        )
+        keys = [r.case_key for r in run.results]
+        ids: dict[str, int] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for case_id, key in self.connection.execute(
+                f"SELECT case_id, case_key FROM cases WHERE case_key IN ({marks})", chunk
+            ):
+                ids[key] = case_id
+        return ids
+
+    def runs(self) -> tuple[RunInfo, ...]:
+        """Every run, oldest first (by start time, then by when it was added)."""
+        rows = self._query(
+            "SELECT run_seq, run_id, branch, started_utc, finished_utc, metadata, columns, cases"
+            " FROM runs ORDER BY started_utc, run_seq"
+        )
+        return tuple(
+            RunInfo(seq, rid, branch, start, end, json.loads(meta), tuple(json.loads(cols)), n)
+            for seq, rid, branch, start, end, meta, cols, n in rows
+        )
+
+    def cases(self) -> tuple[CaseInfo, ...]:
+        rows = self._query(
+            "SELECT case_id, case_key, api, impl, fields FROM cases ORDER BY case_id"
+        )
+        return tuple(
+            CaseInfo(cid, key, api, impl, json.loads(f)) for cid, key, api, impl, f in rows
+        )
+
+    def history(self) -> History:
+        """All results as arrays (one query; fast enough for 100k results)."""
+        runs, cases = self.runs(), self.cases()
+        run_pos = {run.run_seq: index for index, run in enumerate(runs)}
+        case_pos = {case.case_id: index for index, case in enumerate(cases)}
+        rows = self._query(
+            "SELECT run_seq, case_id, time_ms, sm_clock_mean_MHz, power_capped_pct FROM results"
+        )
+        data = np.array(
+            [
+                (run_pos[r[0]], case_pos[r[1]], *(np.nan if v is None else v for v in r[2:]))
+                for r in rows
+            ],
+            dtype=np.float64,
+        ).reshape(-1, 5)
+        return History(
+            runs=runs,
+            cases=cases,
+            run_index=data[:, 0].astype(np.int64),
+            case_index=data[:, 1].astype(np.int64),
+            time_ms=data[:, 2],
+            clock_MHz=data[:, 3],
+            power_capped_pct=data[:, 4],
+        )
+
+    def run_rows(self, run_seq: int) -> list[dict]:
+        """The CSV rows of one run as they were added."""
+        rows = self._query(
+            "SELECT row FROM result_rows WHERE run_seq=? ORDER BY case_id", (run_seq,)
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    def _query(self, sql: str, parameters: Sequence = ()) -> list[tuple]:
+        try:
+            return self.connection.execute(sql, parameters).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise StoreError(_sqlite_message(self.path, exc)) from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a usable history store: {exc}") from None
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error: a run is stored whole or not."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path):
+        self.connection = connection
+        self.path = path
+
+    def __enter__(self):
+        try:
+            self.connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(_sqlite_message(self.path, exc)) from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a usable history store: {exc}") from None
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            try:
+                self.connection.execute("COMMIT")
+                return
+            except sqlite3.OperationalError as error:
+                self.connection.execute("ROLLBACK")
+                raise StoreError(_sqlite_message(self.path, error)) from None
+        self.connection.execute("ROLLBACK")
+
+
+def _sqlite_message(path: Path, exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return f"history store {path} is locked by another writer (waited {LOCK_TIMEOUT_S:g} s)"
+    return f"cannot use history store {path}: {text}"

@@ -1,0 +1,362 @@
+"""fi-attn-history: the run store, change points, baseline and reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fi_attn_bench.history import store as store_module
+from fi_attn_bench.history.cli import main
+from fi_attn_bench.history.detect import DetectionSettings, detect
+from fi_attn_bench.history.store import STORE_VERSION, RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "tests" / "fixtures" / "real_csv"
+DECODE = REAL / "h100_decode_default.csv"
+
+
+def write_runs(
+    directory: Path, factors: np.ndarray, clocks: np.ndarray | None = None, run_ids=False
+):
+    """One CSV per run from the real decode rows: time_ms scaled by ``factors[run, case]``."""
+    base = pd.read_csv(DECODE, dtype=str, keep_default_na=False)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for run, row_factors in enumerate(factors):
+        frame = base.copy()
+        frame["time_ms"] = [
+            repr(float(t) * float(f)) for t, f in zip(base["time_ms"], row_factors, strict=True)
+        ]
+        if clocks is not None:
+            frame["sm_clock_mean_MHz"] = [repr(float(c)) for c in clocks[run].tolist()]
+        frame["timestamp_utc"] = f"2026-01-01T{run // 60:02d}:{run % 60:02d}:00Z"
+        frame["git_commit"] = f"{run:040x}"
+        if run_ids:
+            frame["run_id"] = f"run-{run}"
+        path = directory / f"run_{run:03d}.csv"
+        frame.to_csv(path, index=False)
+        paths.append(path)
+    return paths
+
+
+def noisy_factors(runs: int, cases: int, seed: int = 0, sd: float = 0.003) -> np.ndarray:
+    return np.exp(np.random.default_rng(seed).normal(0, sd, size=(runs, cases)))
+
+
+def stored_runs(path: Path) -> list[tuple[str, int, int]]:
+    with sqlite3.connect(path) as connection:
+        return connection.execute(
+            "SELECT r.run_id, r.cases, COUNT(x.case_id) FROM runs r"
+            " LEFT JOIN results x ON x.run_seq = r.run_seq GROUP BY r.run_seq"
+        ).fetchall()
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    return err
+
+
+def test_add_stores_each_real_file_once(tmp_path, capsys):
+    store = tmp_path / "h.sqlite"
+    assert main(["add", str(REAL), "--store", str(store), "--branch", "main"]) == 0
+    assert "added 3 run(s)" in capsys.readouterr().out
+    assert main(["add", str(REAL), "--store", str(store)]) == 0
+    assert "added 0 run(s)" in capsys.readouterr().out
+    runs = stored_runs(store)
+    assert sorted(count for _, count, _ in runs) == [10, 27, 40]
+    assert all(cases == results for _, cases, results in runs)
+
+
+def test_default_store_sits_beside_the_results(tmp_path):
+    paths = write_runs(tmp_path / "results", noisy_factors(2, 27))
+    assert main(["add", str(paths[0].parent)]) == 0
+    assert (tmp_path / "results" / "fi-attn-history.sqlite").exists()
+
+
+def test_run_id_column_splits_and_identifies_runs(tmp_path, capsys):
+    paths = write_runs(tmp_path / "in", noisy_factors(2, 27), run_ids=True)
+    merged = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths])
+    merged.to_csv(tmp_path / "both.csv", index=False)
+    store = tmp_path / "h.sqlite"
+    assert main(["add", str(tmp_path / "both.csv"), "--store", str(store)]) == 0
+    assert sorted(run_id for run_id, _, _ in stored_runs(store)) == ["run-0", "run-1"]
+    with sqlite3.connect(store) as connection:  # the run id is no case field
+        assert connection.execute("SELECT COUNT(*) FROM cases").fetchone() == (27,)
+    assert main(["add", str(paths[1]), "--store", str(store)]) == 0
+    assert "added 0 run(s)" in capsys.readouterr().out
+
+
+def test_a_csv_that_is_not_a_run_is_refused_before_any_write(tmp_path, capsys):
+    bad = tmp_path / "notes.csv"
+    bad.write_text("name,value\na,1\n")
+    store = tmp_path / "h.sqlite"
+    assert main(["add", str(DECODE), str(bad), "--store", str(store)]) == 2
+    assert "not a benchmark run" in one_error_line(capsys)
+    assert not store.exists()
+
+
+def test_a_newer_store_is_refused(tmp_path, capsys):
+    store = tmp_path / "h.sqlite"
+    assert main(["add", str(DECODE), "--store", str(store)]) == 0
+    capsys.readouterr()
+    with sqlite3.connect(store) as connection:
+        connection.execute(
+            "UPDATE meta SET value=? WHERE key='store_version'", (str(STORE_VERSION + 1),)
+        )
+    assert main(["detect", "--store", str(store)]) == 2
+    assert f"version {STORE_VERSION + 1}" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("content", [b"garbage " * 200, b""])
+def test_a_corrupt_store_is_refused(tmp_path, capsys, content):
+    store = tmp_path / "h.sqlite"
+    store.write_bytes(content)
+    code = main(["add", str(DECODE), "--store", str(store)])
+    if content:
+        assert code == 2
+        assert "not a usable history store" in one_error_line(capsys)
+        assert store.read_bytes() == content
+    else:
+        assert code == 0  # an empty file is a fresh SQLite database
+
+
+def test_a_locked_store_gives_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    store = tmp_path / "h.sqlite"
+    assert main(["add", str(DECODE), "--store", str(store)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(store_module, "LOCK_TIMEOUT_S", 0.2)
+    writer = sqlite3.connect(store, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        assert main(["add", str(REAL), "--store", str(store)]) == 2
+        assert "locked by another writer" in one_error_line(capsys)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert len(stored_runs(store)) == 1
+
+
+KILLED_ADD = """
+import sys, time
+from fi_attn_bench.history import store
+original = store.RunStore._case_ids
+def slow(self, run):
+    ids = original(self, run)
+    if run.source.endswith("run_001.csv"):
+        print("inside", flush=True)
+        time.sleep(60)
+    return ids
+store.RunStore._case_ids = slow
+from fi_attn_bench.history.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_add_leaves_whole_runs_only(tmp_path):
+    paths = write_runs(tmp_path / "in", noisy_factors(3, 27))
+    store = tmp_path / "h.sqlite"
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILLED_ADD, "add", *map(str, paths), "--store", str(store)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert process.stdout.readline().strip() == "inside"  # run 0 committed, run 1 half-written
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    with sqlite3.connect(store) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert [(cases, results) for _, cases, results in stored_runs(store)] == [(27, 27)]
+    assert main(["add", *map(str, paths), "--store", str(store)]) == 0
+    assert [(cases, results) for _, cases, results in stored_runs(store)] == [(27, 27)] * 3
+
+
+def test_detect_finds_a_step_on_its_commit_and_ignores_a_throttled_run(tmp_path, capsys):
+    runs, cases = 24, 27
+    factors = noisy_factors(runs, cases, seed=3)
+    factors[14:, 5] *= 1.05  # a kernel got 5 % slower from run 14 on
+    clocks = np.full((runs, cases), 1980.0)
+    clocks[9] *= 0.95  # a throttled run: the clock drops 5 %, every time rises with it
+    factors[9] /= 0.95
+    store = tmp_path / "h.sqlite"
+    main(["add", *map(str, write_runs(tmp_path / "in", factors, clocks)), "--store", str(store)])
+    capsys.readouterr()
+    assert main(["detect", "--store", str(store), "--json"]) == 0
+    found = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(found) == 1, found
+    assert found[0]["commit"] == f"{14:040x}"
+    assert found[0]["size_pct"] == pytest.approx(5, abs=1)
+    assert found[0]["confidence"] > 0.99
+
+
+def test_detect_filters_cases_and_rejects_bad_filters(tmp_path, capsys):
+    factors = noisy_factors(20, 27, seed=4)
+    factors[12:, 0] *= 1.06
+    store = tmp_path / "h.sqlite"
+    main(["add", *map(str, write_runs(tmp_path / "in", factors)), "--store", str(store)])
+    capsys.readouterr()
+    assert main(["detect", "--store", str(store), "--json", "--cases", "seq_len_kv=999999"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["detect", "--store", str(store), "--json", "--since", f"{11:040x}"[:12]]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1  # the change at run 12
+    assert main(["detect", "--store", str(store), "--json", "--since", "2026-01-01T00:13"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["detect", "--store", str(store), "--cases", "batch_size"]) == 2
+    assert "NAME=VALUE" in one_error_line(capsys)
+    assert main(["detect", "--store", str(tmp_path / "none.sqlite")]) == 2
+    assert "no history store" in one_error_line(capsys)
+
+
+def clock_bound_series(runs=40, seed=5, exponent=1.0):
+    rng = np.random.default_rng(seed)
+    clock = 1700 * np.exp(rng.normal(0, 0.03, size=(runs, 10)).cumsum(axis=0) * 0.3)
+    time_ms = (1700 / clock) ** exponent * np.exp(rng.normal(0, 0.002, size=(runs, 10)))
+    return time_ms, clock
+
+
+def test_clock_bound_series_are_scaled_and_their_step_is_found():
+    time_ms, clock = clock_bound_series()
+    time_ms[25:, 3] *= 1.03
+    result = detect(time_ms, clock)
+    assert all(
+        n.scaled and n.clock_exponent == pytest.approx(1, abs=0.15) for n in result.normalization
+    )
+    assert [(p.series, p.run) for p in result.change_points] == [(3, 25)]
+    raw = detect(time_ms, clock, DetectionSettings(normalize_clock=False))
+    assert not any(n.scaled for n in raw.normalization)
+    assert len(raw.change_points) > 1  # without the clock the wandering clock reads as changes
+
+
+def test_series_that_ignore_the_clock_are_not_scaled():
+    time_ms, clock = clock_bound_series(exponent=0.0)
+    result = detect(time_ms, clock)
+    assert not any(n.scaled for n in result.normalization)
+    assert result.change_points == ()
+
+
+def test_a_run_wide_step_is_reported_on_the_shared_series():
+    rng = np.random.default_rng(6)
+    time_ms = np.exp(rng.normal(0, 0.002, size=(30, 12)))
+    time_ms[18:] *= 1.04  # every case slower: a driver or a machine change
+    result = detect(time_ms, np.full_like(time_ms, np.nan))
+    assert [(p.series, p.run) for p in result.change_points] == [(-1, 18)]
+
+
+@pytest.mark.parametrize("where", [15, 29])
+def test_a_one_run_blip_is_not_a_change(where):
+    rng = np.random.default_rng(7)
+    time_ms = np.exp(rng.normal(0, 0.003, size=(30, 12)))
+    time_ms[where, 4] *= 1.10
+    assert detect(time_ms, np.full_like(time_ms, np.nan)).change_points == ()
+
+
+def branch_store(tmp_path, factors):
+    store = tmp_path / "h.sqlite"
+    paths = write_runs(tmp_path / "in", factors)
+    main(["add", *map(str, paths[:-1]), "--store", str(store), "--branch", "main"])
+    main(["add", str(paths[-1]), "--store", str(store), "--branch", "feature"])
+    return store
+
+
+def test_baseline_is_the_latest_main_run_and_the_summarizer_reads_it(tmp_path, capsys):
+    factors = np.ones((4, 27))
+    factors[2] = 1.1  # the newest main run
+    factors[3] = 1.3  # a feature-branch run, newer still
+    store = branch_store(tmp_path, factors)
+    out = tmp_path / "baseline"
+    assert main(["baseline", "--store", str(store), "--branch", "main", "--out", str(out)]) == 0
+    written = pd.read_csv(out / "baseline_BatchDecodeWithPagedKVCacheWrapper.csv")
+    real = pd.read_csv(DECODE)
+    assert np.allclose(written["time_ms"], real["time_ms"] * 1.1)
+    summary = subprocess.run(
+        [
+            sys.executable,
+            "summarize_results.py",
+            "--baseline",
+            str(out),
+            "--candidate",
+            str(DECODE),
+            "--output",
+            str(tmp_path / "r.md"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert summary.returncode in (0, 1), summary.stderr
+    assert "27 matched cases" in summary.stdout
+
+
+def test_baseline_median_of_k(tmp_path):
+    factors = np.ones((5, 27))
+    factors[:4, 0] = [1.0, 1.2, 1.1, 5.0]  # the median of the last three main runs: 1.2
+    store = branch_store(tmp_path, factors)
+    out = tmp_path / "baseline"
+    assert (
+        main(
+            [
+                "baseline",
+                "--store",
+                str(store),
+                "--branch",
+                "main",
+                "--out",
+                str(out),
+                "--median-of",
+                "3",
+            ]
+        )
+        == 0
+    )
+    written = pd.read_csv(out / "baseline_BatchDecodeWithPagedKVCacheWrapper.csv")
+    real = pd.read_csv(DECODE)
+    assert written["time_ms"][0] == pytest.approx(real["time_ms"][0] * 1.2)
+    assert np.allclose(written["time_ms"][1:], real["time_ms"][1:])
+
+
+def test_baseline_of_an_unknown_branch_is_exit_2(tmp_path, capsys):
+    store = branch_store(tmp_path, np.ones((2, 27)))
+    capsys.readouterr()
+    assert main(["baseline", "--store", str(store), "--branch", "release"]) == 2
+    assert "no run of branch 'release'" in one_error_line(capsys)
+
+
+def test_report_writes_a_dashboard_and_a_short_markdown(tmp_path, capsys):
+    factors = noisy_factors(20, 27, seed=8)
+    factors[12:, 2] *= 1.07
+    store = tmp_path / "h.sqlite"
+    main(["add", *map(str, write_runs(tmp_path / "in", factors)), "--store", str(store)])
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    assert main(["report", "--store", str(store), "--html", str(html), "--md", str(md)]) == 0
+    text = html.read_text()
+    assert "http" not in text.replace("http://www.w3.org/2000/svg", "")  # no CDN, no server
+    payload = json.loads(text.split('type="application/json">')[1].split("</script>")[0])
+    assert len(payload["series"]) == 27
+    assert [len(s["changes"]) for s in payload["series"]].count(1) == 1
+    digest = md.read_text()
+    assert "20 runs, 27 case series" in digest and "| +7." in digest
+    assert main(["report", "--store", str(store)]) == 2
+
+
+def test_runs_of_other_schema_and_harness_versions_are_kept_with_their_versions(tmp_path):
+    legacy = ROOT / "tests" / "fixtures" / "summarizer" / "legacy_decode.csv"
+    older = ROOT / "tests" / "fixtures" / "summarizer" / "new_decode.csv"
+    store = tmp_path / "h.sqlite"
+    assert main(["add", str(legacy), str(older), str(DECODE), "--store", str(store)]) == 0
+    with RunStore.open(store, create=False) as opened:
+        versions = [
+            (run.metadata.get("schema_version", ""), run.metadata.get("harness_version", ""))
+            for run in opened.runs()
+        ]
+    assert "harness_version" not in pd.read_csv(older).columns  # written before the column
+    assert sorted(versions) == [("", ""), ("1", ""), ("1", "0.6.0")]
