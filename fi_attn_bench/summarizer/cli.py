@@ -37,6 +37,7 @@ from fi_attn_bench.summarizer.loading import (
     LoadResult,
     load_csv,
     load_inputs,
+    load_run,
     parse_float,
 )
 from fi_attn_bench.summarizer.markdown import (
@@ -58,7 +59,6 @@ from fi_attn_bench.summarizer.model import (
     summary_plot_rows,
 )
 from fi_attn_bench.summarizer.output import is_stdout, model_json, unwritable, write_report
-from fi_attn_bench.summarizer.scan_run import scan_inputs, scan_runs
 from fi_attn_bench.summarizer.terminal import regression_console, summary_console, terminal_width
 
 __all__ = [
@@ -260,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="Raw samples of the candidate (see --baseline-samples).",
     )
+    parser.add_argument(
+        "--all-runs",
+        action="store_true",
+        help="Read every file given as one run; by default, files holding several runs of "
+        "the same cases give their newest run (noted on stdout and in the report).",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {HARNESS_VERSION}")
     return parser
 
@@ -327,7 +333,7 @@ def _run(args: argparse.Namespace) -> int:
         if model is None:
             return EXIT_INPUT_ERROR
     else:
-        model = _summary(args.csv, options, plots_module)
+        model = _summary(args.csv, options, plots_module, args.all_runs)
     return _report(model, options, plots_module)
 
 
@@ -353,38 +359,34 @@ def _expand_arguments(args: argparse.Namespace) -> None:
             setattr(args, name, expand_paths(paths, "*.csv")[0])
 
 
-def _summary(paths, options: ReportOptions, plots_module):
-    """The summary model.  A Markdown-only summary of files the pandas-free reader
-    accepts skips pandas (its import alone outweighs the work); JSON and plots need
-    the row frame, and any file that reader declines goes the pandas way."""
-    scanned = None
-    if options.json_path is None and plots_module is None:
-        scanned = scan_inputs(paths, cases=True)
-    return summarize(scanned if scanned is not None else load_inputs(paths))
+def _summary(paths, options: ReportOptions, plots_module, all_runs: bool = False):
+    """The summary model of the newest run among ``paths`` (every file with ``all_runs``)."""
+    result = load_run(paths, all_runs=all_runs)
+    _print_note(result.note)
+    return summarize(result)
 
 
 def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
-    """The regression model, or None after printing why a samples file is unusable.
-    A Markdown-only comparison of files the pandas-free reader accepts skips pandas,
-    as a summary does; anything else goes the pandas way."""
-    from fi_attn_bench.summarizer.regression import compare, compare_scanned
+    """The regression model, or None after printing why a samples file is unusable."""
+    from fi_attn_bench.summarizer.regression import compare
 
     samples = None
     if args.baseline_samples or args.candidate_samples:
         samples = _run_samples(args.baseline_samples or [], args.candidate_samples or [])
         if samples is None:
             return None
-    gate = Gate(args.fail_on_regression)
-    if options.json_path is None and plots_module is None:
-        scanned = scan_runs(args.baseline, args.candidate)
-        if scanned is not None:
-            return compare_scanned(*scanned, gate, samples)
-    return compare(
-        load_inputs(args.baseline, "baseline"),
-        load_inputs(args.candidate, "candidate"),
-        gate,
-        samples,
-    )
+    sides = [
+        load_run(paths, group, all_runs=args.all_runs)
+        for paths, group in ((args.baseline, "baseline"), (args.candidate, "candidate"))
+    ]
+    for side in sides:
+        _print_note(side.note)
+    return compare(*sides, Gate(args.fail_on_regression), samples)
+
+
+def _print_note(note: str) -> None:
+    if note:
+        print(f"note: {note}", flush=True)
 
 
 def _run_samples(baseline, candidate):

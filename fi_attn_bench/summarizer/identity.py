@@ -57,6 +57,9 @@ def frame_codes(frame, name: str) -> tuple[np.ndarray, list[str]]:
 
     if name not in frame.columns:
         codes, texts = np.full(len(frame), -1, dtype=np.int64), []
+    elif isinstance(frame[name].dtype, pd.CategoricalDtype):  # the reader's text columns
+        codes = frame[name].cat.codes.to_numpy()
+        texts = [str(value).strip() for value in frame[name].cat.categories.tolist()]
     else:
         values = frame[name].to_numpy(dtype=object)
         codes, uniques = pd.factorize(values, use_na_sentinel=True)
@@ -65,10 +68,8 @@ def frame_codes(frame, name: str) -> tuple[np.ndarray, list[str]]:
 
 
 def view_codes(view, name: str) -> tuple[np.ndarray, list[str]]:
-    """(code per row, distinct texts) of a key column of a FrameView or ScannedView."""
-    if hasattr(view, "frame"):
-        return frame_codes(view.frame, name)
-    return view.key_codes(name)
+    """(code per row, distinct texts) of a key column of a FrameView."""
+    return frame_codes(view.frame, name)
 
 
 def case_ids(views, keys: list[str]) -> list[np.ndarray]:

@@ -211,6 +211,8 @@ def _summary_head(model: SummaryModel) -> list[str]:
         f"- Valid files: {model.valid_files}",
         f"- Total rows: {model.total_rows}",
     ]
+    if model.run_note:
+        lines.append(f"- Runs: {escape_markdown(model.run_note)}")
     if len(model.artefacts):
         lines.append(
             f"- Measurement artefacts: {len(model.artefacts)} row(s) above "
@@ -426,6 +428,7 @@ def _regression_head(model) -> list[str]:
         f"- New candidate cases: {len(model.new)}",
         f"- Regression gate: {model.gate.text}",
         f"- Case states: {counts or 'none'}",
+        *(f"- Runs: {escape_markdown(note)}" for note in model.run_notes),
     ]
     if model.artefact_rows:
         lines.append(
