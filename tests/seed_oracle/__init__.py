@@ -1,0 +1,1 @@
+"""The seed's summarizer and result record, re-indented from the dump: a test oracle only."""
