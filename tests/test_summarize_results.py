@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from seed_oracle import summarize_results as seed_oracle
 
 from fi_attn_bench.results.reader import is_numeric_column
 from fi_attn_bench.results.schema import OPTIONAL_COLUMN_NAMES, csv_fieldnames
 from fi_attn_bench.summarizer import cli as sr
-from seed_oracle import summarize_results as seed_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "summarizer"
@@ -851,22 +851,26 @@ READER_CASES = {
     # the lines of a CSV file ("<NO-NEWLINE>": the line before it ends the file)
     # valid files
     "v1 with failures": (
-        [V1_HEADER, v1_row(1), v1_row(2, "0.5"), v1_row(3, "", "", "", "failed", "oom")]),
+        [V1_HEADER, v1_row(1), v1_row(2, "0.5"), v1_row(3, "", "", "", "failed", "oom")]
+    ),
     "legacy": (
-        [LEGACY_HEADER, "Decode,1,1,128,32,8,64,0.5,10,1", "Decode,2,1,128,32,8,64,0.25,20,2"]),
+        [LEGACY_HEADER, "Decode,1,1,128,32,8,64,0.5,10,1", "Decode,2,1,128,32,8,64,0.25,20,2"]
+    ),
     "optional, environment and artefacts": (
         [
             OPT_HEADER,
             opt_row(1),
             opt_row(2, "0.5", extra="100,,events,NVIDIA H100,150,40"),
             opt_row(3, "", "failed", "boom", extra=",,,,,"),
-        ]),
+        ]
+    ),
     "padded cells": (
         [
             V1_HEADER,
             v1_row(1, " 0.5 ", api=" Decode "),
             " 1 ," + v1_row(2)[2:].replace(",ok,", ", ok ,"),
-        ]),
+        ]
+    ),
     "space-only error of an ok row": ([V1_HEADER, v1_row(1) + " "]),
     "numbers float() reads": (
         [
@@ -890,20 +894,23 @@ READER_CASES = {
                     ]
                 )
             ),
-        ]),
+        ]
+    ),
     "failed rows with any metric text": (
-        [V1_HEADER, v1_row(1, "abc", "inf", "-1", "failed", "x"), v1_row(2)]),
-    "ties keep the first row": (
-        [V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"), v1_row(3, "1.00")]),
-    "many APIs": (
-        [V1_HEADER, *(v1_row(i, f"{1 + i % 3}", api=f"api{i % 4}") for i in range(12))]),
+        [V1_HEADER, v1_row(1, "abc", "inf", "-1", "failed", "x"), v1_row(2)]
+    ),
+    "ties keep the first row": ([V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"), v1_row(3, "1.00")]),
+    "many APIs": ([V1_HEADER, *(v1_row(i, f"{1 + i % 3}", api=f"api{i % 4}") for i in range(12))]),
     "no final newline": ([V1_HEADER, v1_row(1), v1_row(2, "0.5") + "<NO-NEWLINE>"]),
     "last column differs at the end of the file": (
-        [V1_HEADER + ",device", v1_row(1) + ",NVIDIA H200", v1_row(2) + ",NVIDIA H100"]),
+        [V1_HEADER + ",device", v1_row(1) + ",NVIDIA H200", v1_row(2) + ",NVIDIA H100"]
+    ),
     "last cell empty, no final newline": (
-        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed")[:-1] + "RuntimeError,<NO-NEWLINE>"]),
+        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed")[:-1] + "RuntimeError,<NO-NEWLINE>"]
+    ),
     "short last value, no final newline": (
-        [V1_HEADER + ",timer", v1_row(1) + ",events", v1_row(2) + ",wall<NO-NEWLINE>"]),
+        [V1_HEADER + ",timer", v1_row(1) + ",events", v1_row(2) + ",wall<NO-NEWLINE>"]
+    ),
     # invalid or odd files
     "ragged short row": ([V1_HEADER, v1_row(1), v1_row(2)[:-1]]),
     "ragged long row": ([V1_HEADER, v1_row(1) + ",x", v1_row(2)]),
@@ -920,24 +927,24 @@ READER_CASES = {
     "header only": ([V1_HEADER]),
     "status OK": ([V1_HEADER, v1_row(1, status="OK")]),
     "ok row with an error": ([V1_HEADER, v1_row(1) + "boom"]),
-    "failed row with a space-only error": (
-        [V1_HEADER, "1,Decode,1,1,128,32,8,64,failed,,,, , "]),
-    "bad optional cells": (
-        [OPT_HEADER, opt_row(1, extra="0,2.5,stopwatch,NVIDIA H200,50,40")]),
+    "failed row with a space-only error": ([V1_HEADER, "1,Decode,1,1,128,32,8,64,failed,,,, , "]),
+    "bad optional cells": ([OPT_HEADER, opt_row(1, extra="0,2.5,stopwatch,NVIDIA H200,50,40")]),
     "quoted cells as the harness writes them": (
         [
             V1_HEADER + ",repro,kernels",
             v1_row(1) + ',"bench.py --filter a=1,b=2","k<1, 2>;k2"',
             v1_row(2, "", "", "", "failed", '"x, ""y"""') + ',"r,1",""',
             '1,"Decode",3,1,128,32,8,64,ok,1.0,100,1,,,"a ""b"", c",k',
-        ]),
+        ]
+    ),
     "number columns read only to validate them": (
         [
             V1_HEADER + ",page_size,plan_ms,temp_start_C,shard",
             v1_row(1) + ",16,0.25,44,0",
             v1_row(2) + ",3.0,1e-3,-2.5,1",
             v1_row(3) + ",007, .5,0,2",
-        ]),
+        ]
+    ),
     "a count of zero": ([V1_HEADER + ",page_size", v1_row(1) + ",0"]),
     "a fractional count": ([V1_HEADER + ",page_size", v1_row(1) + ",2.5"]),
     "a negative time": ([V1_HEADER + ",plan_ms", v1_row(1) + ",-1"]),
@@ -945,7 +952,8 @@ READER_CASES = {
     "stray quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", 'x"y')]),
     "text after a closing quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", '"x"y')]),
     "quoted commas and newlines": (
-        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", '"multi\nline, error"')]),
+        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", '"multi\nline, error"')]
+    ),
     "non-ASCII text": ([V1_HEADER, v1_row(1, api="Décode")]),
 }
 
@@ -1004,7 +1012,17 @@ def test_reader_agrees_with_the_seed(tmp_path, name):
         b"\n" + _case_bytes([V1_HEADER, v1_row(1)]),
         _case_bytes([V1_HEADER, v1_row(1, "", "", "", "failed", '"a\r\nb, c"')]),
     ],
-    ids=["empty", "bom", "crlf", "lone cr", "latin-1", "nul", "blank lines", "blank first", "crlf in quotes"],
+    ids=[
+        "empty",
+        "bom",
+        "crlf",
+        "lone cr",
+        "latin-1",
+        "nul",
+        "blank lines",
+        "blank first",
+        "crlf in quotes",
+    ],
 )
 def test_reader_agrees_with_the_seed_on_raw_bytes(tmp_path, data):
     path = tmp_path / "a.csv"

@@ -18,15 +18,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from seed_oracle import summarize_results as seed_oracle
 
+from fi_attn_bench.results.reader import read_file
 from fi_attn_bench.results.schema import OPTIONAL_COLUMNS
 from fi_attn_bench.summarizer import cli as sr
-from fi_attn_bench.results.reader import read_file
 from fi_attn_bench.summarizer.loading import float_or_nan
-from seed_oracle import summarize_results as seed_oracle
 
 EXAMPLES = int(os.environ.get("SUMMARIZER_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(

@@ -47,7 +47,14 @@ _LEGACY_CASES = (
     ("batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim"),
     ("batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo"),
 )
-LEGACY_SCHEMAS = tuple(frozenset(("api", *NUMERIC_COLUMNS, *cases)) for cases in _LEGACY_CASES)
+
+
+def result_layout(case_fields: Iterable[str]) -> frozenset[str]:
+    """The columns a file of a script with these case fields has: api, metrics, cases."""
+    return frozenset(("api", *NUMERIC_COLUMNS, *case_fields))
+
+
+LEGACY_SCHEMAS = tuple(result_layout(cases) for cases in _LEGACY_CASES)
 NUMERIC_OPTIONAL_KINDS = frozenset(
     (Kind.COUNT, Kind.POSITIVE, Kind.NON_NEGATIVE, Kind.FINITE, Kind.NON_NEGATIVE_INT)
 )
@@ -121,8 +128,11 @@ def metric_error(column: str, value) -> str | None:
     return None
 
 
-def header_error(fieldnames: Sequence[str] | None) -> tuple[str | None, str | None]:
-    """(layout "v1" or "legacy", None) for a usable header, else (None, the seed's message)."""
+def header_error(
+    fieldnames: Sequence[str] | None, layouts: Sequence[frozenset[str]] = LEGACY_SCHEMAS
+) -> tuple[str | None, str | None]:
+    """(layout "v1" or "legacy", None) for a usable header, else (None, the seed's message).
+    ``layouts``: the column sets a file may have (the seed's four scripts')."""
     if not fieldnames:
         return None, "CSV header is missing"
     if any(not name for name in fieldnames):
@@ -132,7 +142,7 @@ def header_error(fieldnames: Sequence[str] | None) -> tuple[str | None, str | No
     if len(fieldnames) != len(set(fieldnames)):
         return None, "CSV contains duplicate header names"
     names = frozenset(fieldnames)
-    known = any(schema.issubset(names) for schema in LEGACY_SCHEMAS)
+    known = any(schema.issubset(names) for schema in layouts)
     if "schema_version" in names or "status" in names:
         missing = sorted(V1_REQUIRED_COLUMNS - names)
         if missing:
@@ -346,7 +356,9 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
                         usecols=None if text else wanted,  # usecols needs a full first row
                         dtype=dtypes,
                         keep_default_na=False,
-                        na_values={name: [""] for name, kind in dtypes.items() if kind != object},
+                        na_values={
+                            name: [""] for name, kind in dtypes.items() if kind is not object
+                        },
                         skip_blank_lines=False,
                         index_col=False,
                         encoding="utf-8",
@@ -368,18 +380,24 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
 # ---------------------------------------------------------------- one file
 
 
-def read_file(path, group: str = "input", *, keep: Iterable[str] | None = None) -> FileRead:
+def read_file(
+    path,
+    group: str = "input",
+    *,
+    keep: Iterable[str] | None = None,
+    layouts: Sequence[frozenset[str]] = LEGACY_SCHEMAS,
+) -> FileRead:
     """Read and validate one CSV: its rows when every row is valid, else the issues.
 
     ``keep``: the text columns a caller reads (None: all); validation reads every column
-    whose cells have a rule, whatever ``keep`` says.
+    whose cells have a rule, whatever ``keep`` says.  ``layouts``: see header_error.
     """
     source = str(path)
     try:
         header = _read_header(path)
     except (OSError, UnicodeError, ValueError) as exc:
         return FileRead(None, (InputIssue(source, f"unable to read CSV: {exc}", group),))
-    layout, error = header_error(header)
+    layout, error = header_error(header, layouts)
     if error:
         return FileRead(None, (InputIssue(source, error, group),))
     wanted = None if keep is None else _validated_columns(header, keep)
@@ -393,7 +411,9 @@ def read_file(path, group: str = "input", *, keep: Iterable[str] | None = None) 
         return FileRead(None, (InputIssue(source, "CSV contains no benchmark rows", group),))
     columns = [*header, *(name for name in LEGACY_FILLED if name not in header)]
     return FileRead(
-        ResultFile(source, tuple(columns if layout == "legacy" else header), frame, layout == "legacy"),
+        ResultFile(
+            source, tuple(columns if layout == "legacy" else header), frame, layout == "legacy"
+        ),
         (),
     )
 
@@ -594,7 +614,6 @@ def read_stored_rows(path) -> StoredRows:
         for row in cells[whole]
     )
     return StoredRows(tuple(header), rows)
-
 
 
 # ---------------------------------------------------------------------- runs

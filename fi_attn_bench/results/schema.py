@@ -416,7 +416,7 @@ class ResultCsvWriter:
 
     A process killed at any moment leaves a valid CSV holding every finished row,
     except possibly a last line cut off mid-write (it has no trailing newline;
-    ``read_result_rows`` drops it).
+    ``results.reader.read_stored_rows`` leaves it out).
     """
 
     def __init__(self, path: str | os.PathLike, fieldnames: Sequence[str]):
@@ -453,22 +453,3 @@ class ResultCsvWriter:
             handle.write(self._row(record))
             handle.flush()
             os.fsync(handle.fileno())
-
-
-def read_result_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
-    """Read a CSV written by ResultCsvWriter for resuming: (header, complete rows).
-
-    A last line without its newline (a write cut off by a kill or a full disk) is
-    dropped, as is any row whose cell count differs from the header.
-    """
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        text = handle.read()
-    if not text.endswith("\n"):
-        cut = text.rfind("\n")
-        text = text[: cut + 1] if cut >= 0 else ""
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows:
-        return [], []
-    header, body = rows[0], rows[1:]
-    complete = [dict(zip(header, row, strict=True)) for row in body if len(row) == len(header)]
-    return header, complete

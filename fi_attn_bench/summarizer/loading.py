@@ -128,4 +128,3 @@ def float_or_nan(text) -> float:
     """Python's float() of a cell (what validation accepted), NaN for empty or text."""
     number = parse_float(text)
     return math.nan if number is None else number
-

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, NUMERIC_COLUMNS, case_columns
+from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, NUMERIC_COLUMNS
 from fi_attn_bench.summarizer.frames import (
     FrameView,
     case_labels,
