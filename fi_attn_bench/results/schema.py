@@ -205,6 +205,13 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         "shard", _E, Kind.NON_NEGATIVE_INT, "index of the shard that measured the row (0-based)"
     ),
     Column("num_shards", _E, Kind.COUNT, "shards the sweep was split into"),
+    Column(
+        "run_id",
+        _E,
+        Kind.TEXT,
+        "the invocation that measured the row: one per sweep, shared by the scripts of one "
+        "bench_all.py run and the shards of a launcher's sweep, kept by --resume",
+    ),
 )
 OPTIONAL_COLUMN_BY_NAME: Mapping[str, Column] = {c.name: c for c in OPTIONAL_COLUMNS}
 OPTIONAL_COLUMN_NAMES: tuple[str, ...] = tuple(OPTIONAL_COLUMN_BY_NAME)

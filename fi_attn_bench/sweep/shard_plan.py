@@ -232,11 +232,24 @@ def split_runs(
             empty.append(spec.script)
             continue
         log = "" if request.leader else f"{options.output}.log"
-        options = replace(options, cases=cases, shard=request.shard, log_path=log)
+        run_id = options.run_id or launcher_run_id(request.launch)
+        options = replace(options, cases=cases, shard=request.shard, log_path=log, run_id=run_id)
         if options.resume:
             check_resumed_rows(spec, options, load_resume_rows(options.output, spec, options))
         mine.append((spec, options))
     return ShardedRuns(request, tuple(mine), tuple(empty), split, tuple(costed))
+
+
+def launcher_run_id(launch: Launch) -> str:
+    """The run id every process of a launcher's sweep shares: its run tag (the array's job id,
+    torchrun's start or run id); "" without a launcher, or where the tag is unknown."""
+    if not launch.origin:
+        return ""
+    try:
+        tag = run_tag(os.environ, launch.origin, agent_started=process_started(os.getppid()))
+    except UsageError:
+        return ""
+    return f"shards-{tag}"
 
 
 def shard_arguments(spec: BenchmarkSpec, args, request: ShardRequest) -> argparse.Namespace:
