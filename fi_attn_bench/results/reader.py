@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fi_attn_bench.results.schema import (
+    IDENTITY_DEFAULTS,
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMN_BY_NAME,
     RESULT_COLUMNS,
@@ -34,6 +35,7 @@ from fi_attn_bench.results.schema import (
     STATUS_LEGACY_OK,
     STATUS_OK,
     Kind,
+    case_columns,
 )
 
 SUCCESS_STATUSES = frozenset((STATUS_OK, STATUS_LEGACY_OK))
@@ -738,8 +740,6 @@ def newest_runs(runs: Sequence[Run]) -> tuple[tuple[Run, ...], tuple[Run, ...]]:
 
 def case_keys(file: ResultFile) -> set[str]:
     """Each row's case as one text: api and every case parameter (identity defaults filled)."""
-    from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, case_columns
-
     frame = file.frame
     names = [name for name in case_columns(frame.columns) if name != "api"]
     names = sorted({*names, *IDENTITY_DEFAULTS})
