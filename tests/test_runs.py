@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from fi_attn_bench import suite as bench_all
-from fi_attn_bench.results.reader import read_run, read_stored_rows
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.runs import read_run
 from fi_attn_bench.summarizer import cli as summarize_results
 
 V1 = "schema_version,api,batch_size,seq_len_q,seq_len_kv,num_qo_heads,num_kv_heads,head_dim"

@@ -12,12 +12,11 @@ from fi_attn_bench.results.reader import (
     V1_REQUIRED_COLUMNS,
     InputIssue,
     ResultFile,
-    ResultRun,
     is_numeric_column,
     parse_float,
     read_file,
-    read_run,
 )
+from fi_attn_bench.results.runs import ResultRun, read_run
 
 __all__ = [
     "INTERNAL_COLUMNS",
