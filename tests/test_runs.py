@@ -100,6 +100,11 @@ def test_regression_reads_each_sides_newest_run(tmp_path, capsys):
     text = (tmp_path / "r.md").read_text(encoding="utf-8")
     assert "- Runs: baseline: read the newest run" in text
     assert summarize_results.main([*argv, "--all-runs"]) == summarize_results.EXIT_INPUT_ERROR
+    capsys.readouterr()
+    to_stdout = [*argv[:-1], "-"]  # the report on stdout: the note goes to stderr
+    assert summarize_results.main(to_stdout) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("# FlashInfer Benchmark Regression") and "note: baseline:" in err
 
 
 def _quick_start(out: Path, report: Path) -> int:

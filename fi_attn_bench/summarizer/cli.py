@@ -362,7 +362,7 @@ def _expand_arguments(args: argparse.Namespace) -> None:
 def _summary(paths, options: ReportOptions, plots_module, all_runs: bool = False):
     """The summary model of the newest run among ``paths`` (every file with ``all_runs``)."""
     result = load_run(paths, all_runs=all_runs)
-    _print_note(result.note)
+    _print_note(result.note, options)
     return summarize(result)
 
 
@@ -380,13 +380,14 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
         for paths, group in ((args.baseline, "baseline"), (args.candidate, "candidate"))
     ]
     for side in sides:
-        _print_note(side.note)
+        _print_note(side.note, options)
     return compare(*sides, Gate(args.fail_on_regression), samples)
 
 
-def _print_note(note: str) -> None:
+def _print_note(note: str, options: ReportOptions) -> None:
+    """The runs left out, on stdout; on stderr while stdout carries the report."""
     if note:
-        print(f"note: {note}", flush=True)
+        print(f"note: {note}", file=sys.stderr if is_stdout(options.output) else sys.stdout)
 
 
 def _run_samples(baseline, candidate):
