@@ -1651,3 +1651,19 @@ def test_head_to_head_verdicts_merge_with_a_file_without_them(tmp_path, capsys):
     table = fast[3][fast[3].index("## Head to Head: Decode") :]
     assert "| 1 | 0.99 | 1.0101x [0.997, 1.020] same | tie |" in table
     assert "| 1 | 0.5 | 2.0000x | fa3 |" in table  # fa2 1 ms, fa3 0.5 ms, no verdict
+
+
+def test_natural_sorted_orders_as_the_natural_key_does():
+    """The numeric fast path gives sorted(key=natural_key), odd numbers and text included."""
+    import random
+
+    from fi_attn_bench.summarizer.identity import natural_key, natural_sorted
+
+    rng = random.Random(3)
+    pool = ["1", "01", "1.0", " 2", "10", "1e1", "1_0", "inf", "nan", "abc", "", "-3", "2.5"]
+    pool += ["2.50", "0x1", "3 ", "1e400"]
+    for _ in range(2000):
+        texts = set(rng.sample(pool, rng.randint(0, len(pool))))
+        assert natural_sorted(texts) == sorted(texts, key=natural_key), texts
+    numbers = {str(rng.randint(0, 10**6)) for _ in range(1000)} | {"1.0", "1", "01"}
+    assert natural_sorted(numbers) == sorted(numbers, key=natural_key)

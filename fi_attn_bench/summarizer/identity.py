@@ -27,10 +27,23 @@ def natural_key(text: str) -> tuple:
     return (0, number, str(text)) if math.isfinite(number) else (1, 0.0, str(text))
 
 
+def natural_sorted(texts) -> list[str]:
+    """``sorted(texts, key=natural_key)``; when every text is a finite number (case columns
+    mostly are), by a stable numeric sort of the text-sorted list instead of 200k key tuples."""
+    ordered = sorted(texts)
+    try:
+        numbers = np.array(ordered, dtype=object).astype(np.float64)  # float() of each
+    except (TypeError, ValueError):
+        return sorted(ordered, key=natural_key)
+    if not np.isfinite(numbers).all():
+        return sorted(ordered, key=natural_key)
+    return [ordered[index] for index in np.argsort(numbers, kind="stable").tolist()]
+
+
 def natural_codes(parts) -> tuple[np.ndarray, list[str]]:
     """One code space, in natural order, for several (codes, texts) pairs; -1 (absent)
     stays -1.  ``parts``: per run, codes into that run's distinct texts."""
-    texts = sorted({text for _, part_texts in parts for text in part_texts}, key=natural_key)
+    texts = natural_sorted({text for _, part_texts in parts for text in part_texts})
     index = {text: code for code, text in enumerate(texts)}
     joined = []
     for codes, part_texts in parts:
