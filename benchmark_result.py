@@ -34,7 +34,6 @@ from fi_attn_bench.results.schema import (
     format_cell,
     has_failures,
     is_case_column,
-    read_result_rows,
 )
 
 __all__ = [
@@ -67,5 +66,4 @@ __all__ = [
     "format_cell",
     "has_failures",
     "is_case_column",
-    "read_result_rows",
 ]

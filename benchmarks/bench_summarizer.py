@@ -1,13 +1,16 @@
-"""Time summarize_results.py as users run it: whole command, wall clock and peak RSS.
+"""Time summarize_results.py as users run it, against the seed's summarizer in the same run.
 
-    python benchmarks/bench_summarizer.py [--repeat 5] [--data-dir /tmp/fi-summarizer-bench]
+    python benchmarks/bench_summarizer.py [--repeat 5] [--seed-repeat 1] [--rows 200000]
+        [--data-dir /tmp/fi-summarizer-bench]
 
-Generates the CSVs once (benchmarks/gen_csvs.py: as the harness writes them, every
-registered column, quoted ``repro`` and ``kernels``, 200,000 rows), runs each scenario
-``--repeat`` times as a fresh process, and writes
-benchmarks/results/summarizer_<date>_<time>.md with the machine description.  Wall time
-is reported as the best and the median run: on a shared machine other processes only
-ever add time; CPU time (user + system) is reported too.
+For each real H100 CSV in tests/fixtures/real_csv/ it grows a 200,000-row baseline and a
+candidate (benchmarks/gen_csvs.py: the real rows resampled, their text and float formats
+kept), then times, each as a fresh process: the summary of the baseline and the regression
+of candidate against baseline, by this project's summarizer (``--repeat`` times) and by the
+seed's (tests/seed_oracle/summarize_results.py, ``--seed-repeat`` times).  Wall time is
+reported as the best and the median run (on a shared machine other processes only ever add
+time), CPU time (user + system) of the best run, and the peak RSS of all runs; the table
+goes to stdout and to benchmarks/results/summarizer_<date>_<time>.md.
 """
 
 from __future__ import annotations
@@ -25,18 +28,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARIZER = ROOT / "summarize_results.py"
+SEED = ROOT / "tests" / "seed_oracle" / "summarize_results.py"
 GENERATOR = ROOT / "benchmarks" / "gen_csvs.py"
+TEMPLATES = tuple(sorted((ROOT / "tests" / "fixtures" / "real_csv").glob("*.csv")))
 
 
 @dataclass(frozen=True)
-class Scenario:
-    """One command to time and the limits issue 21 sets for it."""
+class Target:
+    """The limits issue 34 sets for a scenario."""
 
-    name: str
-    args: tuple[str, ...]
-    wall_limit_s: float
-    rss_limit_mb: float | None
-    seed_s: float | None  # the seed's time on a 2-core machine, from issue 21
+    wall_s: float
+    rss_mb: float
+    speedup: float  # at least this many times faster than the seed
+
+
+TARGETS = {"summary": Target(1.5, 400.0, 4.0), "regression": Target(3.0, 800.0, 20.0)}
 
 
 @dataclass(frozen=True)
@@ -47,93 +53,105 @@ class Measurement:
     exit_code: int
 
 
-def ensure_inputs(data_dir: Path) -> dict[str, Path]:
-    """The input files, generated on first use."""
-    files = {
-        "s200k": (200_000, []),
-        "c200k": (200_000, ["--candidate"]),
-    }
-    paths = {}
-    for name, (rows, extra) in files.items():
-        path = data_dir / f"{name}.csv"
+@dataclass(frozen=True)
+class Result:
+    """One scenario on one file: this summarizer's runs and the seed's."""
+
+    kind: str
+    template: str
+    ours: tuple[Measurement, ...]
+    seed: tuple[Measurement, ...]
+
+
+def ensure_inputs(data_dir: Path, template: Path, rows: int) -> tuple[Path, Path]:
+    """The grown baseline and candidate of one template, generated on first use."""
+    paths = []
+    for suffix, extra in (("", []), (".cand", ["--candidate"])):
+        path = data_dir / f"{template.stem}.{rows}{suffix}.csv"
         if not path.exists():
-            command = [sys.executable, str(GENERATOR), "--rows", str(rows), "--out", str(path)]
-            environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-            subprocess.run(
-                [*command, "--failed-every", "1000", *extra], check=True, env=environment
-            )
-        paths[name] = path
-    return paths
+            command = [sys.executable, str(GENERATOR), "--template", str(template)]
+            command += ["--rows", str(rows), "--out", str(path), *extra]
+            subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        paths.append(path)
+    return paths[0], paths[1]
 
 
-def scenarios(paths: dict[str, Path], out: Path) -> list[Scenario]:
-    report = ("--output", str(out / "report.md"))
-    return [
-        Scenario("summary 200k rows", (str(paths["s200k"]), *report), 1.3, 400.0, 6.76),
-        Scenario(
-            "regression 200k vs 200k",
-            ("--baseline", str(paths["s200k"]), "--candidate", str(paths["c200k"]))
-            + ("--fail-on-regression", "5", *report),
-            2.5,
-            700.0,
-            65.5,
-        ),
-    ]
+def arguments(kind: str, base: Path, cand: Path, out: Path) -> list[str]:
+    if kind == "summary":
+        return [str(base), "--output", str(out)]
+    return ["--baseline", str(base), "--candidate", str(cand), "--output", str(out)]
 
 
-def measure(args: tuple[str, ...], command: tuple[str, ...] | None = None) -> Measurement:
+def measure(command: list[str]) -> Measurement:
     """One fresh process: wall time, CPU time and peak RSS from wait4."""
     start = time.perf_counter()
     process = subprocess.Popen(
-        list(command or (sys.executable, str(SUMMARIZER), *args)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=ROOT,
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT
     )
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
     return Measurement(
         wall_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime,
         max_rss_mb=usage.ru_maxrss / 1024.0,
-        exit_code=process.returncode,
+        exit_code=os.waitstatus_to_exitcode(status),
     )
 
 
-def floor(repeat: int) -> str:
-    """What no summary can beat: the interpreter starting and importing numpy."""
-    runs = [measure((), (sys.executable, "-c", "import numpy")).wall_s for _ in range(repeat)]
-    return (
-        f"- Floor, `python -c 'import numpy'`: best {min(runs):.2f} s, "
-        f"median {statistics.median(runs):.2f} s"
-    )
+def run_scenario(kind, template, base, cand, out_dir, repeat, seed_repeat) -> Result:
+    """This summarizer and the seed's, interleaved, so load changes hit both alike."""
+    ours, seed = [], []
+    for index in range(max(repeat, seed_repeat)):
+        if index < repeat:
+            args = arguments(kind, base, cand, out_dir / "ours.md")
+            ours.append(measure([sys.executable, str(SUMMARIZER), *args]))
+        if index < seed_repeat:
+            args = arguments(kind, base, cand, out_dir / "seed.md")
+            seed.append(measure([sys.executable, str(SEED), *args]))
+    return Result(kind, template.name, tuple(ours), tuple(seed))
+
+
+def best(runs) -> Measurement:
+    return min(runs, key=lambda run: run.wall_s)
+
+
+def table(results: list[Result]) -> list[str]:
+    lines = [
+        "| Scenario | File | Best wall s | Median wall s | CPU s | Peak RSS MB | Exit "
+        "| Seed best wall s | Seed CPU s | Seed RSS MB | Speedup (wall) | Targets | Met |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for result in results:
+        ours, seed, target = best(result.ours), best(result.seed), TARGETS[result.kind]
+        rss = max(run.max_rss_mb for run in result.ours)
+        speedup = seed.wall_s / ours.wall_s
+        met = ours.wall_s <= target.wall_s and rss <= target.rss_mb and speedup >= target.speedup
+        lines.append(
+            f"| {result.kind} | {result.template} | {ours.wall_s:.2f} | "
+            f"{statistics.median(run.wall_s for run in result.ours):.2f} | {ours.cpu_s:.2f} | "
+            f"{rss:.0f} | {ours.exit_code} | {seed.wall_s:.2f} | {seed.cpu_s:.2f} | "
+            f"{max(run.max_rss_mb for run in result.seed):.0f} | {speedup:.1f}x | "
+            f"<= {target.wall_s:g} s, <= {target.rss_mb:g} MB, >= {target.speedup:g}x | "
+            f"{'yes' if met else 'NO'} |"
+        )
+    return lines
 
 
 def commit() -> str:
-    """The commit measured, and whether the working tree differed from it."""
+    """The commit measured, and whether the summarizer's files differed from it."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
         ).stdout.strip()
         dirty = subprocess.run(
-            [
-                "git",
-                "status",
-                "--porcelain",
-                "--",
-                "summarize_results.py",
-                "fi_attn_bench/summarizer",
-            ],
+            ["git", "status", "--porcelain", "--", "fi_attn_bench"],
             capture_output=True,
             text=True,
             cwd=ROOT,
         ).stdout.strip()
     except OSError:
         return "- Commit: unknown (no git)"
-    return f"- Commit: `{head or 'unknown'}`" + (
-        " plus uncommitted summarizer changes" if dirty else ""
-    )
+    return f"- Commit: `{head or 'unknown'}`" + (" plus uncommitted changes" if dirty else "")
 
 
 def machine() -> list[str]:
@@ -147,64 +165,53 @@ def machine() -> list[str]:
             break
     return [
         f"- CPU: {model}; nproc: {os.cpu_count()}",
-        f"- Python {platform.python_version()}, pandas {pandas.__version__}, numpy {numpy.__version__}",
-        f"- OS: {platform.platform()}",
+        f"- Python {platform.python_version()}, pandas {pandas.__version__}, "
+        f"numpy {numpy.__version__}",
         f"- Load average when started: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
-
-
-def table(results: list[tuple[Scenario, list[Measurement]]]) -> list[str]:
-    lines = [
-        "| Scenario | Best wall s | Median wall s | Limit s | Seed s | CPU s (best run) "
-        "| Peak RSS MB | RSS limit MB | Exit | Within limits |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for scenario, runs in results:
-        best = min(runs, key=lambda run: run.wall_s)
-        rss = max(run.max_rss_mb for run in runs)
-        ok = best.wall_s <= scenario.wall_limit_s and (
-            scenario.rss_limit_mb is None or rss <= scenario.rss_limit_mb
-        )
-        lines.append(
-            f"| {scenario.name} | {best.wall_s:.2f} | "
-            f"{statistics.median(r.wall_s for r in runs):.2f} | {scenario.wall_limit_s:g} | "
-            f"{scenario.seed_s:g} | {best.cpu_s:.2f} | {rss:.0f} | "
-            f"{scenario.rss_limit_mb or '-'} | {best.exit_code} | {'yes' if ok else 'NO'} |"
-        )
-    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--seed-repeat", type=int, default=1)
+    parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/fi-summarizer-bench"))
     parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--kinds", nargs="+", choices=sorted(TARGETS), default=sorted(TARGETS))
     args = parser.parse_args(argv)
     args.data_dir.mkdir(parents=True, exist_ok=True)
-    paths = ensure_inputs(args.data_dir)
     header = [*machine(), commit()]
     results = []
-    for scenario in scenarios(paths, args.data_dir):
-        runs = [measure(scenario.args) for _ in range(args.repeat)]
-        results.append((scenario, runs))
-        print(f"{scenario.name}: " + ", ".join(f"{r.wall_s:.2f}s" for r in runs), flush=True)
+    for template in TEMPLATES:
+        base, cand = ensure_inputs(args.data_dir, template, args.rows)
+        for kind in args.kinds:
+            result = run_scenario(
+                kind, template, base, cand, args.data_dir, args.repeat, args.seed_repeat
+            )
+            results.append(result)
+            print(
+                f"{kind} {template.name}: "
+                + ", ".join(f"{r.wall_s:.2f}s" for r in result.ours)
+                + " | seed "
+                + ", ".join(f"{r.wall_s:.2f}s" for r in result.seed),
+                flush=True,
+            )
     stamp = datetime.datetime.now(datetime.timezone.utc)
+    command = " ".join(["python", "benchmarks/bench_summarizer.py", *(argv or sys.argv[1:])])
     lines = [
         f"# summarize_results.py timing, {stamp:%Y-%m-%d %H:%M} UTC",
         "",
         *header,
-        f"- Command: `python benchmarks/bench_summarizer.py --repeat {args.repeat}`",
-        "- Inputs: `benchmarks/gen_csvs.py` (as the harness writes them: every registered "
-        "column, quoted repro and kernels; decode cases; every 1000th row failed; candidate "
-        "2% slower)",
+        f"- Command: `{command}`",
+        f"- Inputs: {args.rows} rows grown from each real CSV by `benchmarks/gen_csvs.py` "
+        "(candidate: times within 1 %, every 50th case 10 % slower; every 1000th row failed)",
         f"- Load average when finished: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        f"- Best of {args.repeat} (seed: {args.seed_repeat}) fresh processes, interleaved",
         "",
         *table(results),
         "",
-        floor(args.repeat),
-        "",
-        "Wall: whole command in a fresh process (interpreter start, imports, reading, "
-        "report writing). Exit 1 is expected: the inputs hold failed cases.",
+        "Exit 1 is expected: the inputs hold failed cases (and the candidate regressions).",
     ]
     args.results_dir.mkdir(parents=True, exist_ok=True)
     out = args.results_dir / f"summarizer_{stamp:%Y%m%d_%H%M}.md"

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fi_attn_bench.results.schema import STATUS_OK, read_result_rows  # noqa: E402
+from fi_attn_bench.results.reader import read_stored_rows  # noqa: E402
+from fi_attn_bench.results.schema import STATUS_OK  # noqa: E402
 
 SHORT_API = {
     "BatchDecodeWithPagedKVCacheWrapper": "decode",
@@ -45,7 +46,7 @@ def imbalance_rows(paths: Sequence[str]) -> list[ImbalanceRow]:
     """The ok rows of these CSVs that carry an imbalance, in file order."""
     rows = []
     for path in paths:
-        _, records = read_result_rows(path)
+        records = list(read_stored_rows(path).rows)
         for r in records:
             if r.get("status") != STATUS_OK or not r.get("imbalance_pct"):
                 continue

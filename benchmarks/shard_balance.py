@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 from fi_attn_bench.cases.selection import case_key  # noqa: E402
 from fi_attn_bench.cases.spec import BenchmarkSpec  # noqa: E402
 from fi_attn_bench.errors import UsageError  # noqa: E402
-from fi_attn_bench.results.schema import STATUS_OK, read_result_rows  # noqa: E402
+from fi_attn_bench.results.reader import read_stored_rows  # noqa: E402
+from fi_attn_bench.results.schema import STATUS_OK  # noqa: E402
 from fi_attn_bench.suite import load_specs  # noqa: E402
 from fi_attn_bench.sweep.sharding import (  # noqa: E402
     ShardItem,
@@ -100,7 +101,7 @@ def load_sweep(paths: Sequence[str], specs: Sequence[BenchmarkSpec]) -> list[Mea
     rows: dict[str, list[MeasuredCase]] = {spec.api: [] for spec in specs}
     seen: set[tuple[str, ...]] = set()
     for path in _csv_paths(paths):
-        for row in read_result_rows(path)[1]:
+        for row in read_stored_rows(path).rows:
             spec = by_api.get(row.get("api", ""))
             if spec is None or row.get("status") != STATUS_OK:
                 continue

@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fi_attn_bench.results.schema import case_columns, read_result_rows  # noqa: E402
+from fi_attn_bench.results.reader import read_stored_rows  # noqa: E402
+from fi_attn_bench.results.schema import case_columns  # noqa: E402
 
 _WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 _DEVICE = re.compile(r"--device (cuda:\d+|cuda|cpu)")
@@ -50,7 +51,7 @@ def _keys(rows) -> list[tuple[str, ...]]:
 
 
 def read_shard_file(path: Path) -> ShardFile:
-    rows = read_result_rows(path)[1]
+    rows = read_stored_rows(path).rows
     shards = sorted({f"{r.get('shard', '')}/{r.get('num_shards', '')}" for r in rows})
     devices = sorted({r.get("device", "") for r in rows})
     indices = sorted({m.group(1) for r in rows if (m := _DEVICE.search(r.get("repro", "")))})
@@ -135,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     files = [read_shard_file(p) for p in sorted(args.sharded.glob("*.csv"))]
     single = [
-        key for p in sorted(args.single.glob("*.csv")) for key in _keys(read_result_rows(p)[1])
+        key for p in sorted(args.single.glob("*.csv")) for key in _keys(read_stored_rows(p).rows)
     ]
     if not files or not single:
         print("shard_run_report.py: error: no CSV in --sharded or --single", file=sys.stderr)

@@ -40,6 +40,7 @@ from fi_attn_bench.cli import (
 )
 from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.program import program_name, rerun_words
+from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.suite_record import (
     RECORD_NAME,
     SuiteRecord,
@@ -49,6 +50,7 @@ from fi_attn_bench.suite_record import (
     scripts_in_order,
     write_record,
 )
+from fi_attn_bench.sweep.environment import new_run_id
 from fi_attn_bench.sweep.launch import detect_launch
 from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.sweep.shard_plan import (
@@ -211,7 +213,11 @@ def _prepare(own, rest, probe, specs) -> SuitePlan | int:
     words = [*rerun_words(FACE, _face_file()), "--resume", directory]
     words += ["--shard", str(prepared.shard)] if prepared.shard is not None else []
     hint = shlex.join(words)
-    runs = tuple((spec, replace(options, resume_command=hint)) for spec, options in prepared.runs)
+    run_id = _suite_run_id(prepared.runs)
+    runs = tuple(
+        (spec, replace(options, resume_command=hint, run_id=options.run_id or run_id))
+        for spec, options in prepared.runs
+    )
     return replace(prepared, runs=runs)
 
 
@@ -219,6 +225,18 @@ def _face_file() -> str | None:
     """Where bench_all.py lives (it sits beside the scripts it imports)."""
     found = importlib.util.find_spec("bench_all")
     return found.origin if found is not None else None
+
+
+def _suite_run_id(runs) -> str:
+    """One id for every script of this run: a resumed run's own (any of its CSVs'), else a
+    fresh one."""
+    for _, options in runs:
+        if options.resume and os.path.exists(options.output):
+            ids = [row.get("run_id", "") for row in read_stored_rows(options.output).rows]
+            found = next((text for text in ids if text), "")
+            if found:
+                return found
+    return new_run_id()
 
 
 def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, list[str]]:

@@ -10,7 +10,7 @@ import pytest
 
 from fi_attn_bench import suite as bench_all
 from fi_attn_bench.backends import selection as backend_selection
-from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.timing import timers
 
 NO_GPU = backend_selection.Probe(
@@ -42,7 +42,7 @@ def test_each_script_gets_its_csv_and_one_timer_serves_all(tmp_path, capsys):
     assert len(made) == 1
     csvs = sorted(tmp_path.glob("*.csv"))
     assert [p.name.split("_")[0] for p in csvs] == ["FakeAttentionWrapper", "OtherFakeWrapper"]
-    assert [len(read_result_rows(p)[1]) for p in csvs] == [2, 3]
+    assert [len(read_stored_rows(p).rows) for p in csvs] == [2, 3]
     out = capsys.readouterr().out
     assert out.index("FakeAttentionWrapper:") < out.index("OtherFakeWrapper:")
 
@@ -51,7 +51,7 @@ def test_a_failed_case_gives_exit_1_and_the_next_script_still_runs(tmp_path, mon
     monkeypatch.setenv("FAKE_BENCH_OOM", "2")
     assert run(["--output-dir", str(tmp_path), *FAST]) == 1
     statuses = [
-        sorted(row["status"] for row in read_result_rows(p)[1])
+        sorted(row["status"] for row in read_stored_rows(p).rows)
         for p in sorted(tmp_path.glob("*.csv"))
     ]
     assert statuses == [["failed", "ok"], ["failed", "ok", "ok"]]

@@ -9,7 +9,7 @@ import shlex
 from test_bench_all import FAST, FIRST, SECOND, run
 
 from fi_attn_bench.cases.spec import BenchmarkSpec
-from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
 
 
 def interrupted_at(spec: BenchmarkSpec, batch_size: int) -> BenchmarkSpec:
@@ -26,7 +26,7 @@ def interrupted_at(spec: BenchmarkSpec, batch_size: int) -> BenchmarkSpec:
 def statuses(directory) -> dict[str, list[str]]:
     found = {}
     for path in sorted(directory.glob("*.csv")):
-        rows = read_result_rows(path)[1]
+        rows = read_stored_rows(path).rows
         found[rows[0]["api"]] = sorted(row["status"] for row in rows)
     return found
 

@@ -18,7 +18,8 @@ from fi_attn_bench import cli, errors, seed_api
 from fi_attn_bench.backends import selection as backend_selection
 from fi_attn_bench.cases import selection
 from fi_attn_bench.cases import spec as script_spec
-from fi_attn_bench.results.schema import HARNESS_VERSION, read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import HARNESS_VERSION
 from fi_attn_bench.sweep import environment
 from fi_attn_bench.sweep import options as sweep_options
 from fi_attn_bench.sweep import progress as sweep_progress
@@ -36,7 +37,8 @@ FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
 
 
 def read_rows(path):
-    header, rows = read_result_rows(path)
+    stored = read_stored_rows(path)
+    header, rows = list(stored.header), list(stored.rows)
     assert header, f"{path} has no header"
     return rows
 

@@ -11,7 +11,8 @@ import fake_bench_script
 import pytest
 from test_bench_all import run as run_all
 
-from fi_attn_bench.results.schema import IMPL_COLUMN, csv_fieldnames, read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import IMPL_COLUMN, csv_fieldnames
 from fi_attn_bench.sweep import outputs
 
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3", "--preset", "smoke"]
@@ -86,7 +87,7 @@ def test_force_moves_the_old_file_aside(tmp_path, monkeypatch, capsys):
     assert bench(["--output", str(path), "--force"], monkeypatch) == 0
     backups = list(tmp_path.glob("r.csv.bak-*"))
     assert len(backups) == 1 and backups[0].read_text() == "not a csv of ours\n"
-    assert len(read_result_rows(path)[1]) == 2
+    assert len(read_stored_rows(path).rows) == 2
     assert f"aside to {backups[0]}" in capsys.readouterr().out
 
 

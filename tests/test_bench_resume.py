@@ -12,7 +12,8 @@ import time
 import fake_bench_script
 import pytest
 
-from fi_attn_bench.results.schema import HARNESS_VERSION, csv_fieldnames, read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import HARNESS_VERSION, csv_fieldnames
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "fake_bench_script.py")
@@ -26,7 +27,8 @@ def keys(rows):
 
 
 def rows_of(path):
-    header, rows = read_result_rows(path)
+    stored = read_stored_rows(path)
+    header, rows = list(stored.header), list(stored.rows)
     assert header == csv_fieldnames((*FIELDS, "impl"))
     return rows
 
@@ -36,7 +38,7 @@ def assert_valid_csv(path):
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
     assert text.endswith("\n"), "a row was cut off"
-    header, rows = read_result_rows(path)
+    rows = list(read_stored_rows(path).rows)
     assert len(rows) == text.count("\n") - 1  # no row dropped as malformed
     assert len(set(keys(rows))) == len(rows), "duplicate case rows"
     return rows
@@ -57,7 +59,7 @@ def wait_for_rows(path, at_least, proc, status="ok", timeout=60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if os.path.exists(path):
-            _, rows = read_result_rows(path)
+            rows = list(read_stored_rows(path).rows)
             if sum(r["status"] == status for r in rows) >= at_least:
                 return
         if proc.poll() is not None:
@@ -139,7 +141,8 @@ def test_resume_with_everything_ok_runs_nothing(tmp_path, monkeypatch, capsys):
 def test_resume_remeasures_ok_rows_of_another_harness_version(tmp_path, monkeypatch, capsys):
     path = tmp_path / "r.csv"
     assert run_in_process(["--output", str(path), *FAST], monkeypatch) == 0
-    header, rows = read_result_rows(path)
+    stored = read_stored_rows(path)
+    header, rows = list(stored.header), list(stored.rows)
     old = [name for name in header if name != "harness_version"]  # as 0.1.x wrote it
     with open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, old, extrasaction="ignore", lineterminator="\n")
@@ -234,7 +237,8 @@ def test_resume_of_an_unreadable_file_is_a_usage_error(tmp_path, monkeypatch, ca
 def test_resume_of_a_csv_from_before_impl_keeps_one_row_per_case(tmp_path, monkeypatch, capsys):
     path = tmp_path / "r.csv"
     assert run_in_process(["--output", str(path), *FAST], monkeypatch, oom="2") == 1
-    header, rows = read_result_rows(path)
+    stored = read_stored_rows(path)
+    header, rows = list(stored.header), list(stored.rows)
     old = [name for name in header if name != "impl"]  # as harness 0.6.0 wrote it
     with open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, old, extrasaction="ignore", lineterminator="\n")

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.summarizer import cli as summarize_results
 
 SCRIPTS = (
@@ -34,7 +34,7 @@ def test_script_runs_on_cpu_and_summarizer_accepts_csv(name, tmp_path):
         *FAST,
     ]
     assert script.main(argv) == 0
-    header, rows = read_result_rows(csv_path)
+    rows = list(read_stored_rows(csv_path).rows)
     assert len(rows) == len(script.SPEC.presets["cpu"]) > 0
     assert {r["status"] for r in rows} == {"ok"}
     assert {(r["backend"], r["timer"], r["check"]) for r in rows} == {("torch", "wall", "skipped")}

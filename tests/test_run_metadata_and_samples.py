@@ -16,7 +16,7 @@ import pytest
 from test_bench_resume import FAST, ROOT, rows_of, run_in_process
 
 import bench_batch_decode
-from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.sweep import environment
 from fi_attn_bench.sweep.samples import append_samples, read_samples, samples_line
 
@@ -136,7 +136,7 @@ def test_a_head_to_head_case_writes_each_impls_round_medians_behind_its_paired_r
     argv = ["--device", "cpu", "--filter", "batch_size=2", "--max-time-per-case", "0.3"]
     argv += ["--impl", "a=torch", "--impl", "b=torch", "--samples-dir", str(samples_dir)]
     assert bench_batch_decode.main([*argv, "--output", str(path)]) == 0
-    rows = {row["impl"]: row for row in read_result_rows(path)[1]}
+    rows = {row["impl"]: row for row in read_stored_rows(path).rows}
     entries = {e["impl"]: e for e in read_samples(str(samples_dir / "h.samples.jsonl.gz"))}
     a, b = entries["a"]["round_medians_ms"], entries["b"]["round_medians_ms"]
     assert len(a) == len(b) and int(rows["b"]["paired_rounds"]) == 2 * (len(a) // 2) >= 2

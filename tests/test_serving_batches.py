@@ -28,7 +28,8 @@ from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.spec import Settings
 from fi_attn_bench.cases.workloads import Batch, Workload
-from fi_attn_bench.results.schema import csv_fieldnames, read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import csv_fieldnames
 from fi_attn_bench.timing import timers
 from fi_attn_bench.timing.statistics import Batch as SampleBatch
 from fi_attn_bench.wording import counted
@@ -236,7 +237,8 @@ def _run(script, argv, timer=None, spec=None):
 
 
 def _rows(path):
-    header, rows = read_result_rows(path)
+    stored = read_stored_rows(path)
+    header, rows = list(stored.header), list(stored.rows)
     return header, rows
 
 

@@ -16,7 +16,8 @@ import pytest
 from fi_attn_bench import suite as bench_all
 from fi_attn_bench.backends import selection as backend_selection
 from fi_attn_bench.cli import main_for
-from fi_attn_bench.results.schema import STATUS_FAILED, read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import STATUS_FAILED
 from fi_attn_bench.sweep.sharding import case_wall_s
 from fi_attn_bench.timing.options import TimingOptions
 
@@ -50,7 +51,7 @@ def run(argv, spec=SPEC) -> int:
 
 
 def keys(path, fields=FIELDS):
-    return [tuple(row[f] for f in fields) for row in read_result_rows(path)[1]]
+    return [tuple(row[f] for f in fields) for row in read_stored_rows(path).rows]
 
 
 def all_keys(spec=SPEC, preset="default"):
@@ -64,13 +65,13 @@ def test_shards_together_run_every_case_once_and_say_which_shard(tmp_path):
     assert [p.name for p in paths] == [f"r.shard{i}of3.csv" for i in range(3)]
     assert sorted(k for p in paths for k in keys(p)) == all_keys()
     for index, path in enumerate(paths):
-        rows = read_result_rows(path)[1]
+        rows = read_stored_rows(path).rows
         assert rows and {(r["shard"], r["num_shards"]) for r in rows} == {(str(index), "3")}
 
 
 def test_unsharded_rows_leave_the_shard_columns_empty(tmp_path):
     assert run(["--output", str(tmp_path / "r.csv")]) == 0
-    assert {(r["shard"], r["num_shards"]) for r in read_result_rows(tmp_path / "r.csv")[1]} == {
+    assert {(r["shard"], r["num_shards"]) for r in read_stored_rows(tmp_path / "r.csv").rows} == {
         ("", "")
     }
 
@@ -110,7 +111,8 @@ def test_torchrun_without_a_run_id_needs_output(tmp_path, monkeypatch, capsys):
 
 
 def _fail_one_row(path):
-    header, rows = read_result_rows(path)
+    stored = read_stored_rows(path)
+    header, rows = list(stored.header), list(stored.rows)
     rows[0] = {**rows[0], "status": STATUS_FAILED, "time_ms": ""}
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, header, lineterminator="\n")
@@ -147,9 +149,51 @@ def test_resume_with_another_shard_count_or_split_is_refused(tmp_path, capsys):
     assert shard0.read_bytes() == before
 
 
+def write_measured(path, cases) -> None:
+    """A previous sweep's CSV of SPEC: (batch_size, time_ms) per case, seq_len 8."""
+    fields = ["schema_version", "api", "batch_size", "seq_len", "status", "time_ms"]
+    fields += ["bandwidth_GB_s", "tflops", "error_type", "error"]
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(fields)
+        for batch, time_ms in cases:
+            writer.writerow(["1", SPEC.api, batch, 8, "ok", time_ms, 1.0, 1.0, "", ""])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.mkdir(), "no *.csv file in it"),
+        (
+            lambda p: p.write_text(f"api,batch_size,seq_len,status,time_ms\n{SPEC.api},1,8,ok,1\n"),
+            "schema v1 is missing columns: bandwidth_GB_s, error, error_type, schema_version, tflops",
+        ),
+        (
+            lambda p: p.write_text("a,b\n1,2\n"),
+            "CSV does not match a known legacy FlashInfer schema",
+        ),
+        (
+            lambda p: p.write_text(
+                "schema_version,api,x,status,time_ms,bandwidth_GB_s,tflops,error_type,error\n"
+            ),
+            "CSV does not match a known FlashInfer benchmark schema",
+        ),
+    ],
+    ids=["empty directory", "missing columns", "other file", "other script"],
+)
+def test_cost_from_without_valid_measurements_is_one_line_exit_two(tmp_path, capsys, make, message):
+    previous = tmp_path / "prev"
+    make(previous)
+    argv = ["--shard", "0/2", "--output", str(tmp_path / "r.csv"), "--cost-from", str(previous)]
+    assert run(argv) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].endswith(message), errors
+    assert not (tmp_path / "r.shard0of2.csv").exists()
+
+
 def test_resume_with_another_split_is_refused(tmp_path, capsys):
     previous = tmp_path / "prev.csv"
-    previous.write_text(f"api,batch_size,seq_len,status,time_ms\n{SPEC.api},1,8,ok,1000.0\n")
+    write_measured(previous, [(1, 1000.0)])
     argv = ["--shard", "1/2", "--output", str(tmp_path / "r.csv"), "--cost-from", str(previous)]
     assert run(argv) == 0  # shard 0 runs the 1 s case alone, shard 1 the 7 others
     shard1 = tmp_path / "r.shard1of2.csv"
@@ -183,11 +227,7 @@ def test_list_shows_the_shards_cases_and_their_cost(capsys):
 
 def test_cost_from_a_previous_csv_moves_an_expensive_case_alone(tmp_path, capsys):
     previous = tmp_path / "prev.csv"
-    with open(previous, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["api", "batch_size", "seq_len", "status", "time_ms"])
-        writer.writerow([SPEC.api, 1, 8, "ok", 1000.0])  # a 1 s call: 3 s warm-up, 2 s budget
-        writer.writerow([SPEC.api, 2, 8, "ok", 0.01])
+    write_measured(previous, [(1, 1000.0), (2, 0.01)])  # a 1 s call: 3 s warm-up, 2 s budget
     argv = ["--shard", "0/2", "--cost-from", str(previous)]
     lines, out = _listed(argv, capsys)
     others, _ = _listed(["--shard", "1/2", "--cost-from", str(previous)], capsys)
@@ -272,7 +312,7 @@ def test_bench_all_resumes_a_shard_from_its_own_record(tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.shard0of2.csv")} == before
     first = [k for p in tmp_path.glob("FakeAttentionWrapper_*.csv") for k in keys(p)]
     assert sorted(first) == all_keys(FIRST)
-    assert all(r["status"] == "ok" for r in read_result_rows(first_shard1)[1])
+    assert all(r["status"] == "ok" for r in read_stored_rows(first_shard1).rows)
 
 
 def test_bench_all_resume_under_torchrun_reads_the_ranks_record(tmp_path, monkeypatch, capsys):
@@ -285,7 +325,7 @@ def test_bench_all_resume_under_torchrun_reads_the_ranks_record(tmp_path, monkey
     _fail_one_row(shard1)
     assert _bench("--resume", str(tmp_path)) == 0
     assert "Resuming" in (tmp_path / (shard1.name + ".log")).read_text()
-    assert all(r["status"] == "ok" for r in read_result_rows(shard1)[1])
+    assert all(r["status"] == "ok" for r in read_stored_rows(shard1).rows)
     monkeypatch.setenv("RANK", "0")  # rank 0 never ran here: no record of its shard
     assert _bench("--resume", str(tmp_path)) == 2
     assert "no bench_all.shard0of2.json there" in capsys.readouterr().err

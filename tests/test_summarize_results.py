@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -11,13 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from seed_oracle import summarize_results as seed_oracle
 
 import summarize_results as face
-from fi_attn_bench.results.schema import HARNESS_VERSION, csv_fieldnames
+from fi_attn_bench.results.reader import is_numeric_column
+from fi_attn_bench.results.schema import HARNESS_VERSION, OPTIONAL_COLUMN_NAMES, csv_fieldnames
 from fi_attn_bench.summarizer import cli as sr
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "summarizer"
+REAL_CSV = Path(__file__).parent / "fixtures" / "real_csv"
 SEED_V1 = FIXTURES / "seed_v1_decode.csv"
 LEGACY = FIXTURES / "legacy_decode.csv"
 NEW = FIXTURES / "new_decode.csv"
@@ -784,25 +788,23 @@ def test_legacy_file_with_error_columns_clears_them(tmp_path):
         [v1_row(1, api=" Decode ")],
     ],
 )
-def test_fast_and_exact_readers_agree(tmp_path, body):
-    from fi_attn_bench.summarizer.loading import read_table
-
+def test_reader_keeps_the_seeds_reading(tmp_path, body):
+    """CR LF files with blank lines, odd numbers, padded cells and quoted line breaks read as
+    the seed reads them (values and messages); an optional column's rule quotes its cell."""
     header = V1_HEADER + (",samples" if body[0].endswith(",00") else "")
     rows = [row if row.endswith(",00") or "samples" not in header else row + "," for row in body]
     path = write(tmp_path / "a.csv", header, *rows, newline="\r\n")
-    fast, fast_issues = read_table(path, reader="fast")
-    exact, exact_issues = read_table(path, reader="exact")
-    assert [i.message for i in fast_issues] == [i.message for i in exact_issues]
-    if exact is not None:
-        for name in [*exact.columns, "_line"]:
-            left, right = fast.frame[name].tolist(), exact.frame[name].tolist()
-            assert [v if v == v else "nan" for v in left] == [v if v == v else "nan" for v in right]
-    if body[0] == v1_row(1, "1_000"):
-        assert exact.frame["time_ms"].tolist() == [1000.0]
+    records, issues = face.load_csv(path)
     if body[0].endswith(",00"):
-        assert [i.message for i in exact_issues] == [
+        assert [i.message for i in issues] == [
             "line 2: samples must be a whole number >= 1, got '00'"
         ]
+        return
+    seed_records, seed_issues = seed_oracle.load_csv(path)
+    assert [i.message for i in issues] == [i.message for i in seed_issues]
+    assert records == seed_records
+    if body[0] == v1_row(1, "1_000"):
+        assert records[0]["time_ms"] == 1000.0
 
 
 def test_a_failing_plot_still_writes_the_report(tmp_path, capsys, monkeypatch):
@@ -839,7 +841,7 @@ def test_regressions_worst_first_and_failures_not_crowded_out(tmp_path):
     assert len(text.encode()) <= 16384
 
 
-# ------------------------------------------- the pandas-free summary reader (scan)
+# ---------------------------------------------- the reader against the seed's reading
 
 OPT_HEADER = V1_HEADER + ",samples,noise_pct,timer,device,pct_peak_bw,pct_peak_tflops"
 LEGACY_HEADER = "api,batch_size,seq_len_q,seq_len_kv,num_qo_heads,num_kv_heads,head_dim," + (
@@ -851,27 +853,14 @@ def opt_row(batch, time_ms="1.0", status="ok", err="", extra="100,2.5,profiler,N
     return v1_row(batch, time_ms, status=status, err=err) + "," + extra
 
 
-def both_paths(tmp_path, capsys, monkeypatch, paths, extra=()):
-    """[(exit code, stdout, stderr, report)] of the scan path, then of the pandas path."""
-    outcomes = []
-    for scan in (True, False):
-        with monkeypatch.context() as patch:
-            if not scan:
-                patch.setattr(sr, "scan_inputs", lambda paths, cases=False: None)
-            code, captured = summarize(tmp_path, *paths, capsys=capsys, extra=extra)
-        outcomes.append((code, captured.out, captured.err, report(tmp_path)))
-    return outcomes
-
-
-SCAN_CASES = {
-    # accepted by the scan reader: (file bytes, True)
+READER_CASES = {
+    # the lines of a CSV file ("<NO-NEWLINE>": the line before it ends the file)
+    # valid files
     "v1 with failures": (
-        [V1_HEADER, v1_row(1), v1_row(2, "0.5"), v1_row(3, "", "", "", "failed", "oom")],
-        True,
+        [V1_HEADER, v1_row(1), v1_row(2, "0.5"), v1_row(3, "", "", "", "failed", "oom")]
     ),
     "legacy": (
-        [LEGACY_HEADER, "Decode,1,1,128,32,8,64,0.5,10,1", "Decode,2,1,128,32,8,64,0.25,20,2"],
-        True,
+        [LEGACY_HEADER, "Decode,1,1,128,32,8,64,0.5,10,1", "Decode,2,1,128,32,8,64,0.25,20,2"]
     ),
     "optional, environment and artefacts": (
         [
@@ -879,18 +868,16 @@ SCAN_CASES = {
             opt_row(1),
             opt_row(2, "0.5", extra="100,,events,NVIDIA H100,150,40"),
             opt_row(3, "", "failed", "boom", extra=",,,,,"),
-        ],
-        True,
+        ]
     ),
     "padded cells": (
         [
             V1_HEADER,
             v1_row(1, " 0.5 ", api=" Decode "),
             " 1 ," + v1_row(2)[2:].replace(",ok,", ", ok ,"),
-        ],
-        True,
+        ]
     ),
-    "space-only error of an ok row": ([V1_HEADER, v1_row(1) + " "], True),
+    "space-only error of an ok row": ([V1_HEADER, v1_row(1) + " "]),
     "numbers float() reads": (
         [
             V1_HEADER,
@@ -913,66 +900,48 @@ SCAN_CASES = {
                     ]
                 )
             ),
-        ],
-        True,
+        ]
     ),
     "failed rows with any metric text": (
-        [V1_HEADER, v1_row(1, "abc", "inf", "-1", "failed", "x"), v1_row(2)],
-        True,
+        [V1_HEADER, v1_row(1, "abc", "inf", "-1", "failed", "x"), v1_row(2)]
     ),
-    "ties keep the first row": (
-        [V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"), v1_row(3, "1.00")],
-        True,
-    ),
-    "many APIs": (
-        [V1_HEADER, *(v1_row(i, f"{1 + i % 3}", api=f"api{i % 4}") for i in range(12))],
-        True,
-    ),
-    "no final newline": ([V1_HEADER, v1_row(1), v1_row(2, "0.5") + "<NO-NEWLINE>"], True),
+    "ties keep the first row": ([V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"), v1_row(3, "1.00")]),
+    "many APIs": ([V1_HEADER, *(v1_row(i, f"{1 + i % 3}", api=f"api{i % 4}") for i in range(12))]),
+    "no final newline": ([V1_HEADER, v1_row(1), v1_row(2, "0.5") + "<NO-NEWLINE>"]),
     "last column differs at the end of the file": (
-        [V1_HEADER + ",device", v1_row(1) + ",NVIDIA H200", v1_row(2) + ",NVIDIA H100"],
-        True,
+        [V1_HEADER + ",device", v1_row(1) + ",NVIDIA H200", v1_row(2) + ",NVIDIA H100"]
     ),
     "last cell empty, no final newline": (
-        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed")[:-1] + "RuntimeError,<NO-NEWLINE>"],
-        True,
+        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed")[:-1] + "RuntimeError,<NO-NEWLINE>"]
     ),
     "short last value, no final newline": (
-        [V1_HEADER + ",timer", v1_row(1) + ",events", v1_row(2) + ",wall<NO-NEWLINE>"],
-        True,
+        [V1_HEADER + ",timer", v1_row(1) + ",events", v1_row(2) + ",wall<NO-NEWLINE>"]
     ),
-    # declined by the scan reader (the pandas path decides): (file bytes, False)
-    "ragged short row": ([V1_HEADER, v1_row(1), v1_row(2)[:-1]], False),
-    "ragged long row": ([V1_HEADER, v1_row(1) + ",x", v1_row(2)], False),
-    "short and long rows that balance": ([V1_HEADER, v1_row(1) + ",x", v1_row(2)[:-1]], False),
-    "blank line": ([V1_HEADER, v1_row(1), "", v1_row(2)], False),
-    "nan metric": ([V1_HEADER, v1_row(1, "nan")], False),
-    "inf metric": ([V1_HEADER, v1_row(1, "1", "inf")], False),
-    "negative metric": ([V1_HEADER, v1_row(1, "1", "-2")], False),
-    "zero time": ([V1_HEADER, v1_row(1, "0.000")], False),
-    "huge number": ([V1_HEADER, v1_row(1, "1e999")], False),
-    "unknown schema version": ([V1_HEADER, "2" + v1_row(1)[1:]], False),
-    "duplicate header": ([V1_HEADER + ",api", v1_row(1) + ",x"], False),
-    "padded header": ([V1_HEADER.replace("api", " api"), v1_row(1)], False),
-    "header only": ([V1_HEADER], False),
-    "status OK": ([V1_HEADER, v1_row(1, status="OK")], False),
-    "ok row with an error": ([V1_HEADER, v1_row(1) + "boom"], False),
-    "failed row with a space-only error": (
-        [V1_HEADER, "1,Decode,1,1,128,32,8,64,failed,,,, , "],
-        False,
-    ),
-    "bad optional cells": (
-        [OPT_HEADER, opt_row(1, extra="0,2.5,stopwatch,NVIDIA H200,50,40")],
-        False,
-    ),
+    # invalid or odd files
+    "ragged short row": ([V1_HEADER, v1_row(1), v1_row(2)[:-1]]),
+    "ragged long row": ([V1_HEADER, v1_row(1) + ",x", v1_row(2)]),
+    "short and long rows that balance": ([V1_HEADER, v1_row(1) + ",x", v1_row(2)[:-1]]),
+    "blank line": ([V1_HEADER, v1_row(1), "", v1_row(2)]),
+    "nan metric": ([V1_HEADER, v1_row(1, "nan")]),
+    "inf metric": ([V1_HEADER, v1_row(1, "1", "inf")]),
+    "negative metric": ([V1_HEADER, v1_row(1, "1", "-2")]),
+    "zero time": ([V1_HEADER, v1_row(1, "0.000")]),
+    "huge number": ([V1_HEADER, v1_row(1, "1e999")]),
+    "unknown schema version": ([V1_HEADER, "2" + v1_row(1)[1:]]),
+    "duplicate header": ([V1_HEADER + ",api", v1_row(1) + ",x"]),
+    "padded header": ([V1_HEADER.replace("api", " api"), v1_row(1)]),
+    "header only": ([V1_HEADER]),
+    "status OK": ([V1_HEADER, v1_row(1, status="OK")]),
+    "ok row with an error": ([V1_HEADER, v1_row(1) + "boom"]),
+    "failed row with a space-only error": ([V1_HEADER, "1,Decode,1,1,128,32,8,64,failed,,,, , "]),
+    "bad optional cells": ([OPT_HEADER, opt_row(1, extra="0,2.5,stopwatch,NVIDIA H200,50,40")]),
     "quoted cells as the harness writes them": (
         [
             V1_HEADER + ",repro,kernels",
             v1_row(1) + ',"bench.py --filter a=1,b=2","k<1, 2>;k2"',
             v1_row(2, "", "", "", "failed", '"x, ""y"""') + ',"r,1",""',
             '1,"Decode",3,1,128,32,8,64,ok,1.0,100,1,,,"a ""b"", c",k',
-        ],
-        True,
+        ]
     ),
     "number columns read only to validate them": (
         [
@@ -980,126 +949,127 @@ SCAN_CASES = {
             v1_row(1) + ",16,0.25,44,0",
             v1_row(2) + ",3.0,1e-3,-2.5,1",
             v1_row(3) + ",007, .5,0,2",
-        ],
-        True,
+        ]
     ),
-    "a count of zero": ([V1_HEADER + ",page_size", v1_row(1) + ",0"], False),
-    "a fractional count": ([V1_HEADER + ",page_size", v1_row(1) + ",2.5"], False),
-    "a negative time": ([V1_HEADER + ",plan_ms", v1_row(1) + ",-1"], False),
-    "quoted number": ([V1_HEADER, v1_row(1, '"1.5"')], False),
-    "stray quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", 'x"y')], False),
-    "text after a closing quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", '"x"y')], False),
+    "a count of zero": ([V1_HEADER + ",page_size", v1_row(1) + ",0"]),
+    "a fractional count": ([V1_HEADER + ",page_size", v1_row(1) + ",2.5"]),
+    "a negative time": ([V1_HEADER + ",plan_ms", v1_row(1) + ",-1"]),
+    "quoted number": ([V1_HEADER, v1_row(1, '"1.5"')]),
+    "stray quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", 'x"y')]),
+    "text after a closing quote": ([V1_HEADER, v1_row(1, "", "", "", "failed", '"x"y')]),
     "quoted commas and newlines": (
-        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", '"multi\nline, error"')],
-        False,
+        [V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", '"multi\nline, error"')]
     ),
-    "non-ASCII text": ([V1_HEADER, v1_row(1, api="Décode")], False),
+    "non-ASCII text": ([V1_HEADER, v1_row(1, api="Décode")]),
 }
 
 
-def _scan_case_bytes(lines) -> bytes:
+# Messages of the rules registered optional columns have (the seed knows none of them).
+OPTIONAL_RULES = {
+    "a count of zero": ["line 2: page_size must be a whole number >= 1, got '0'"],
+    "a fractional count": ["line 2: page_size must be a whole number >= 1, got '2.5'"],
+    "a negative time": ["line 2: plan_ms must not be negative, got '-1'"],
+    "bad optional cells": ["line 2: samples must be a whole number >= 1, got '0'"],
+}
+
+
+def _case_bytes(lines) -> bytes:
     text = "\n".join(lines) + "\n"
     return text.replace("<NO-NEWLINE>\n", "").encode("utf-8")
 
 
-@pytest.mark.parametrize("name", sorted(SCAN_CASES))
-def test_scan_and_pandas_paths_agree(tmp_path, capsys, monkeypatch, name):
-    """Same exit code, stdout, stderr and report whichever reader reads the file;
-    the scan reader takes exactly the files it is meant to."""
-    lines, accepted = SCAN_CASES[name]
+def _seed_comparable(path: Path) -> bool:
+    """No registered optional column: the seed reads every column as we do."""
+    header = path.read_bytes().split(b"\n", 1)[0].decode("utf-8", "replace").split(",")
+    return not set(header) & set(OPTIONAL_COLUMN_NAMES)
+
+
+def assert_read_as_the_seed_reads(path: Path) -> None:
+    """Same messages; a valid file gives the seed's records (the seed keeps a failed row's
+    metric text, we keep its number or nothing, as before the one reader)."""
+    records, issues = face.load_csv(path)
+    seed_records, seed_issues = seed_oracle.load_csv(path)
+    assert [i.message for i in issues] == [i.message for i in seed_issues]
+    ok = [r for r in records if r["status"] != "failed"]
+    assert ok == [r for r in seed_records if r["status"] != "failed"]
+    assert len(records) == len(seed_records)
+
+
+@pytest.mark.parametrize("name", sorted(READER_CASES))
+def test_reader_agrees_with_the_seed(tmp_path, name):
     path = tmp_path / "a.csv"
-    path.write_bytes(_scan_case_bytes(lines))
-    assert (sr.scan_inputs([path]) is not None) == accepted
-    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [path])
-    assert fast == slow
+    path.write_bytes(_case_bytes(READER_CASES[name]))
+    if _seed_comparable(path):
+        assert_read_as_the_seed_reads(path)
+    else:
+        assert [i.message for i in face.load_csv(path)[1]] == OPTIONAL_RULES.get(name, [])
 
 
 @pytest.mark.parametrize(
     "data",
     [
         b"",
-        b"\xef\xbb\xbf" + _scan_case_bytes([V1_HEADER, v1_row(1)]),
-        _scan_case_bytes([V1_HEADER, v1_row(1), v1_row(2)]).replace(b"\n", b"\r\n"),
-        _scan_case_bytes([V1_HEADER, v1_row(1)]).replace(b"\n", b"\r", 1),
-        _scan_case_bytes([V1_HEADER, v1_row(1, api="D\xe9code")]).replace(b"\xc3\xa9", b"\xe9"),
-        _scan_case_bytes([V1_HEADER, v1_row(1)]).replace(b"Decode", b"De\x00code"),
+        b"\xef\xbb\xbf" + _case_bytes([V1_HEADER, v1_row(1)]),
+        _case_bytes([V1_HEADER, v1_row(1), v1_row(2)]).replace(b"\n", b"\r\n"),
+        _case_bytes([V1_HEADER, v1_row(1)]).replace(b"\n", b"\r", 1),
+        _case_bytes([V1_HEADER, v1_row(1, api="D\xe9code")]).replace(b"\xc3\xa9", b"\xe9"),
+        _case_bytes([V1_HEADER, v1_row(1)]).replace(b"Decode", b"De\x00code"),
+        _case_bytes([V1_HEADER, v1_row(1), "", "", v1_row(2)]),
+        b"\n" + _case_bytes([V1_HEADER, v1_row(1)]),
+        _case_bytes([V1_HEADER, v1_row(1, "", "", "", "failed", '"a\r\nb, c"')]),
     ],
-    ids=["empty", "bom", "crlf", "lone cr", "latin-1", "nul"],
+    ids=[
+        "empty",
+        "bom",
+        "crlf",
+        "lone cr",
+        "latin-1",
+        "nul",
+        "blank lines",
+        "blank first",
+        "crlf in quotes",
+    ],
 )
-def test_scan_and_pandas_paths_agree_on_raw_bytes(tmp_path, capsys, monkeypatch, data):
+def test_reader_agrees_with_the_seed_on_raw_bytes(tmp_path, data):
     path = tmp_path / "a.csv"
     path.write_bytes(data)
-    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [path])
-    assert fast == slow
+    assert_read_as_the_seed_reads(path)
 
 
-def test_scan_and_pandas_paths_agree_on_several_files(tmp_path, capsys, monkeypatch):
-    """Files with different columns, the same file twice, a legacy file; and a file
-    the scan reader declines (quotes) sends the whole run the pandas way."""
-    v1 = write(tmp_path / "v1.csv", V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", "oom"))
-    opt = write(
-        tmp_path / "opt.csv", OPT_HEADER, opt_row(4, "0.25"), opt_row(5, extra="1,,wall,B,101,0")
-    )
-    legacy = write(tmp_path / "l.csv", LEGACY_HEADER, "Decode,9,1,128,32,8,64,0.125,30,3")
-    paths = [v1, opt, legacy]
-    assert sr.scan_inputs(paths) is not None
-    fast, slow = both_paths(tmp_path, capsys, monkeypatch, paths)
-    assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
-    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [*paths, v1])
-    assert fast == slow and fast[0] == sr.EXIT_INPUT_ERROR  # v1's cases twice
-    quoted = write(tmp_path / "q.csv", V1_HEADER, v1_row(3, "", "", "", "failed", '"a\nb"'))
-    assert sr.scan_inputs([*paths, quoted]) is None
-    assert (
-        both_paths(tmp_path, capsys, monkeypatch, [*paths, quoted])[0] == slow[:1] + slow[1:]
-        or True
-    )
-    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [*paths, tmp_path / "missing.csv"])
-    assert fast == slow and fast[0] == sr.EXIT_INPUT_ERROR
+def test_real_harness_csvs_are_read_whole(tmp_path):
+    """The H100 CSVs (non-ASCII kernel names, quoted cells, full-precision floats,
+    head-to-head, serving and run-condition columns): every row, every float as written."""
+    for path in sorted(REAL_CSV.glob("*.csv")):
+        records, issues = face.load_csv(path)
+        assert issues == []
+        with open(path, encoding="utf-8", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert len(records) == len(rows) > 0
+        assert any("…" in record["kernels"] for record in records)
+        for record, row in zip(records, rows, strict=True):
+            for name, text in row.items():
+                expected = (float(text) if text else "") if is_numeric_column(name) else text
+                assert record[name] == expected, (path.name, name)
 
 
-def test_scan_reads_blocks_of_a_big_file_like_pandas(tmp_path, capsys, monkeypatch):
-    """More bytes and rows than one scan block, the last row without its newline."""
-    from fi_attn_bench.summarizer import scan, scan_cells
+def test_a_big_file_reads_in_many_chunks(tmp_path, capsys, monkeypatch):
+    """More bytes than several chunks of the reader, the last row without its newline."""
+    from fi_attn_bench.results import reader
 
-    monkeypatch.setattr(scan_cells, "CHUNK_BYTES", 1 << 16)  # many blocks: the threaded fill
-
+    monkeypatch.setattr(reader, "_CHUNK_BYTES", 1 << 12)
     rows = [
         v1_row(i % 7 + 1, f"{0.001 * (1 + i % 997):.6g}", f"{i * 0.37:.6g}", kv=str(i))
         if i % 500
         else v1_row(i % 7 + 1, "", "", "", "failed", f"error {i}", kv=str(i))
-        for i in range(3 * scan.CHUNK_ROWS)
+        for i in range(3000)
     ]
     path = tmp_path / "big.csv"
-    path.write_bytes(_scan_case_bytes([V1_HEADER, *rows[:-1], rows[-1] + "<NO-NEWLINE>"]))
-    assert path.stat().st_size > 8 * scan_cells.CHUNK_BYTES
-    assert sr.scan_inputs([path]) is not None
-    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [path])
-    assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
-    assert f"- Total rows: {len(rows)}" in fast[3]
-
-
-def test_scan_values_are_what_the_exact_reader_holds(tmp_path):
-    from fi_attn_bench.summarizer.loading import read_table
-    from fi_attn_bench.summarizer.scan import scan_table
-
-    texts = ["0.5", "1e-3", "12.", ".25", "1_0", " 7 ", "0.30000000000000004", "x", "", "1e400"]
-    rows = [v1_row(i + 1, t, t, t, "failed", "e") for i, t in enumerate(texts)]
-    path = write(tmp_path / "a.csv", V1_HEADER, *rows)
-    scanned, (exact, _) = scan_table(path), read_table(path, reader="exact")
-    for name in ("time_ms", "bandwidth_GB_s", "tflops"):
-        left, right = scanned.floats(name).tolist(), exact.frame[name].tolist()
-        assert [v if v == v else "nan" for v in left] == [v if v == v else "nan" for v in right]
-
-
-def test_plain_summary_never_imports_pandas(tmp_path):
-    code = (
-        "import sys, summarize_results as sr;"
-        f"code = sr.main([{str(NEW)!r}, '--output', {str(tmp_path / 'r.md')!r}]);"
-        "assert 'pandas' not in sys.modules, 'pandas imported';"
-        "sys.exit(code)"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == sr.EXIT_OK, result.stderr
+    path.write_bytes(_case_bytes([V1_HEADER, *rows[:-1], rows[-1] + "<NO-NEWLINE>"]))
+    assert path.stat().st_size > 32 * (1 << 12)
+    assert_read_as_the_seed_reads(path)
+    code, _ = summarize(tmp_path, path, capsys=capsys)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    assert f"- Total rows: {len(rows)}" in report(tmp_path)
 
 
 def test_escape_markdown_escapes_each_character_once_and_leaves_plain_text_alone():
@@ -1121,39 +1091,25 @@ def test_escape_markdown_escapes_each_character_once_and_leaves_plain_text_alone
     assert face.escape_markdown(plain) == plain
 
 
-# ------------------------------------- the pandas-free comparison (scan views)
+# ------------------------------------------------------- comparisons
 
 
-def both_regression_paths(tmp_path, capsys, monkeypatch, base, cand, extra=()):
-    """[(exit code, stdout, stderr, report)] of the scan comparison, then the pandas one."""
-    outcomes = []
-    for scan in (True, False):
-        with monkeypatch.context() as patch:
-            if not scan:
-                patch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
-            code, captured = regress(tmp_path, base, cand, capsys=capsys, extra=extra)
-        outcomes.append((code, captured.out, captured.err, report(tmp_path)))
-    return outcomes
-
-
-def scan_compares(base, cand) -> bool:
-    """Whether the pandas-free comparison decides (else the pandas path does)."""
-    from fi_attn_bench.summarizer.regression import compare_scanned
-
-    runs = sr.scan_runs(base, cand)
-    return runs is not None and compare_scanned(*runs, sr.Gate(None)) is not None
+def regression_outcome(tmp_path, capsys, base, cand, extra=()):
+    """(exit code, stdout, stderr, report) of one comparison."""
+    code, captured = regress(tmp_path, base, cand, capsys=capsys, extra=extra)
+    return code, captured.out, captured.err, report(tmp_path)
 
 
 NOISY = V1_HEADER + ",noise_pct,time_q1_ms,time_q3_ms,device"
-REGRESSION_SCAN_CASES = {
-    # (baseline files, candidate files, whether the scan comparison decides)
+REGRESSION_CASES = {
+    # (baseline files, candidate files, exit code without and with --fail-on-regression 5)
     "matched, missing, new, failed, recovered": (
         [[V1_HEADER, v1_row(1), v1_row(2, "", "", "", "failed", "oom"), v1_row(3), v1_row(4)]],
         [
             [V1_HEADER, v1_row(1, "1.2"), v1_row(2, "0.5"), v1_row(3, "", "", "", "failed", "x")]
             + [v1_row(5, "2")]
         ],
-        True,
+        (1, 1),
     ),
     "noise, quartiles and environment mismatch": (
         [[NOISY, v1_row(1) + ",1,,,H100", v1_row(2) + ",,0.9,1.1,H100", v1_row(3) + ",,,,H100"]],
@@ -1161,12 +1117,12 @@ REGRESSION_SCAN_CASES = {
             [NOISY, v1_row(1, "1.5") + ",2,,,H200", v1_row(2, "1.1") + ",,1,1.2,H200"]
             + [v1_row(3, "1.02") + ",,,,H200"]
         ],
-        True,
+        (0, 1),
     ),
     "duplicates within and across files": (
         [[V1_HEADER, v1_row(1), v1_row(1, "2"), v1_row(2)], [V1_HEADER, v1_row(2, "3")]],
         [[V1_HEADER, v1_row(1), v1_row(2), v1_row(2), v1_row(2, "4")]],
-        True,
+        (2, 2),
     ),
     "legacy against v1, different case columns": (
         [[LEGACY_HEADER, "Decode,1,1,128,32,8,64,0.5,10,1", "MLA,2,1,128,32,8,64,0.25,20,2"]],
@@ -1178,7 +1134,7 @@ REGRESSION_SCAN_CASES = {
                 "1,Decode,1,128,32,8,64,ok,1,1,1,,",
             ],
         ],
-        True,
+        (0, 1),
     ),
     "long, padded, empty and odd case cells": (
         [
@@ -1201,12 +1157,12 @@ REGRESSION_SCAN_CASES = {
                 v1_row("Z", kv="x"),
             ]
         ],
-        True,
+        (0, 1),
     ),
     "unknown case columns, some files lack them": (
         [[V1_HEADER + ",zeta,alpha", v1_row(1) + ",q,", v1_row(2) + ",,r"], [V1_HEADER, v1_row(3)]],
         [[V1_HEADER + ",alpha", v1_row(1) + ",", v1_row(2) + ",r", v1_row(3) + ",s"]],
-        True,
+        (1, 1),
     ),
     "failed rows with noise figures (noise_pct, quartiles)": (
         [
@@ -1214,57 +1170,56 @@ REGRESSION_SCAN_CASES = {
             + [v1_row(3, "1.0", "100", "1", "failed", "x") + ",,0.9,1.1,"]
         ],
         [[NOISY, v1_row(1) + ",,,,", v1_row(2, "", "", "", "failed", "y") + ",4,0.9,1.1,"]],
-        True,
+        (1, 1),
     ),
     "a case column named noise": (
         [[V1_HEADER + ",noise", v1_row(1) + ",a", v1_row(1, "2") + ",b", v1_row(2) + ",a"]],
         [[V1_HEADER + ",noise", v1_row(1, "1.5") + ",b", v1_row(1) + ",c", v1_row(2) + ","]],
-        True,
+        (1, 1),
     ),
     "columns named like internal ones (_line, _source, _x)": (
         [[V1_HEADER + ",_line,_source,_x", v1_row(1) + ",9,s,x", v1_row(1, "2") + ",9,s,y"]],
         [[V1_HEADER + ",_x,_line", v1_row(1) + ",x,1", v1_row(2) + ",y,1"]],
-        True,
+        (2, 2),
     ),
     "an invalid candidate file": (
         [[V1_HEADER, v1_row(1)]],
         [[V1_HEADER, v1_row(1, "nan")]],
-        False,
+        (2, 2),
     ),
     "a quoted baseline file": (
         [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a, b"')]],
         [[V1_HEADER, v1_row(1)]],
-        True,
+        (0, 0),
     ),
     "a quoted line break": (
         [[V1_HEADER, v1_row(1, "", "", "", "failed", '"a\nb"')]],
         [[V1_HEADER, v1_row(1)]],
-        False,
+        (0, 0),
     ),
     "a number column of the environment role (shard)": (
         [[V1_HEADER, v1_row(1)]],
         [[V1_HEADER + ",shard", v1_row(1) + ",0"]],
-        True,
+        (0, 0),
     ),
     "quoted case cells": (
         [[V1_HEADER, '1,Decode,"1",1,128,32,8,64,ok,1.0,100,1,,']],
         [[V1_HEADER, v1_row(1, "1.2")]],
-        True,
+        (0, 1),
     ),
 }
 
 
-@pytest.mark.parametrize("name", sorted(REGRESSION_SCAN_CASES))
-@pytest.mark.parametrize("extra", [(), ("--fail-on-regression", "5")], ids=["report", "gate"])
-def test_scan_and_pandas_comparisons_agree(tmp_path, capsys, monkeypatch, name, extra):
-    """Same exit code, stdout, stderr and report whichever path compares; the scan
-    comparison decides exactly the runs it is meant to."""
-    base_files, cand_files, decides = REGRESSION_SCAN_CASES[name]
+@pytest.mark.parametrize("name", sorted(REGRESSION_CASES))
+def test_comparisons_exit_as_before(tmp_path, capsys, name):
+    """Each case's exit code, without and with a gate; a whole report, no traceback."""
+    base_files, cand_files, codes = REGRESSION_CASES[name]
     base = [write(tmp_path / f"b{i}.csv", *lines) for i, lines in enumerate(base_files)]
     cand = [write(tmp_path / f"c{i}.csv", *lines) for i, lines in enumerate(cand_files)]
-    assert scan_compares(base, cand) == decides
-    fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, base, cand, extra)
-    assert fast == slow
+    for extra, expected in zip(((), ("--fail-on-regression", "5")), codes, strict=True):
+        code, _, err, text = regression_outcome(tmp_path, capsys, base, cand, extra)
+        assert code == expected and "Traceback" not in err
+        assert text.startswith("# FlashInfer Benchmark Regression") and text.endswith("\n")
 
 
 def failure_labels(text: str) -> list[str]:
@@ -1274,9 +1229,9 @@ def failure_labels(text: str) -> list[str]:
     return [row.split(" | ")[2] for row in rows[1:]]
 
 
-def test_failed_rows_with_noise_are_labelled_by_case_parameters_only(tmp_path, capsys, monkeypatch):
+def test_failed_rows_with_noise_are_labelled_by_case_parameters_only(tmp_path, capsys):
     """A failed row's noise figure (noise_pct, or quartiles over time_ms) is no case
-    parameter: Failure Details label it like every other table, on both paths."""
+    parameter: Failure Details label it like every other table."""
     base = write(
         tmp_path / "b.csv",
         NOISY,
@@ -1284,9 +1239,8 @@ def test_failed_rows_with_noise_are_labelled_by_case_parameters_only(tmp_path, c
         v1_row(2, "1.0", "100", "1", "failed", "bad") + ",,0.9,1.1,H200",
     )
     cand = write(tmp_path / "c.csv", NOISY, v1_row(1) + ",1,,,H200", v1_row(2) + ",,0.9,1.1,H200")
-    assert scan_compares([base], [cand])
-    fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, [base], [cand])
-    assert fast == slow and fast[0] == sr.EXIT_OK  # both recovered
+    fast = regression_outcome(tmp_path, capsys, [base], [cand])
+    assert fast[0] == sr.EXIT_OK  # both recovered
     case = (
         "seq\\_len\\_q=1, seq\\_len\\_kv=128, num\\_qo\\_heads=32, num\\_kv\\_heads=8, "
         "head\\_dim=64"
@@ -1301,9 +1255,9 @@ def test_failed_rows_with_noise_are_labelled_by_case_parameters_only(tmp_path, c
     ]
 
 
-def test_a_case_column_named_noise_is_a_case_parameter(tmp_path, capsys, monkeypatch):
+def test_a_case_column_named_noise_is_a_case_parameter(tmp_path, capsys):
     """A CSV column literally named noise (say a noise-injection knob) is a case
-    parameter like any other: cases are matched and labelled by it on both paths."""
+    parameter like any other: cases are matched and labelled by it."""
     header = V1_HEADER + ",noise,noise_pct"
     base = write(
         tmp_path / "b.csv",
@@ -1319,10 +1273,7 @@ def test_a_case_column_named_noise_is_a_case_parameter(tmp_path, capsys, monkeyp
         v1_row(1, "1.5") + ",0.1,1",
         v1_row(2, "", "", "", "failed", "oom") + ",0.3,3",
     )
-    assert scan_compares([base], [cand])
-    fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, [base], [cand])
-    assert fast == slow
-    code, _, err, text = fast
+    code, _, err, text = regression_outcome(tmp_path, capsys, [base], [cand])
     assert code == sr.EXIT_BENCHMARK_FAILURE and err == ""  # no duplicate cases
     assert "| Decode | batch\\_size=1, seq\\_len\\_q=1" in text
     matched = text.split("## Matched Cases", 1)[1]
@@ -1334,7 +1285,7 @@ def test_a_case_column_named_noise_is_a_case_parameter(tmp_path, capsys, monkeyp
     assert "batch\\_size=2" in missing and "noise=0.1" in missing
 
 
-def test_scan_comparison_of_big_runs_cut_to_the_limit(tmp_path, capsys, monkeypatch):
+def test_comparison_of_big_runs_cut_to_the_limit(tmp_path, capsys):
     """Thousands of cases, duplicates and failures, a report cut to its byte limit."""
     rows = [v1_row(i % 9, f"{1 + i % 13}", kv=str(i // 9)) for i in range(4000)]
     base = write(tmp_path / "b.csv", V1_HEADER, *rows, v1_row(0, "5", kv="0"))
@@ -1345,30 +1296,9 @@ def test_scan_comparison_of_big_runs_cut_to_the_limit(tmp_path, capsys, monkeypa
         for i in range(100, 4100)
     ]
     cand = write(tmp_path / "c.csv", V1_HEADER, *cand_rows)
-    assert scan_compares([base], [cand])
     extra = ("--fail-on-regression", "5", "--max-report-bytes", "20000")
-    fast, slow = both_regression_paths(tmp_path, capsys, monkeypatch, [base], [cand], extra)
-    assert fast == slow and fast[0] == sr.EXIT_INPUT_ERROR and "*Cut:" in fast[3]
-
-
-def test_json_and_plots_take_the_pandas_comparison(tmp_path, monkeypatch):
-    """The JSON report holds the row frames: a comparison with --json never scans."""
-    base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1))
-    monkeypatch.setattr(sr, "scan_runs", lambda baseline, candidate: pytest.fail("scanned"))
-    code, _ = regress(tmp_path, [base], [base], extra=("--json", tmp_path / "r.json"))
-    assert code == sr.EXIT_OK
-
-
-def test_plain_comparison_never_imports_pandas(tmp_path):
-    code = (
-        "import sys, summarize_results as sr;"
-        f"code = sr.main(['--baseline', {str(NEW)!r}, '--candidate', {str(NEW)!r},"
-        f" '--output', {str(tmp_path / 'r.md')!r}]);"
-        "assert 'pandas' not in sys.modules, 'pandas imported';"
-        "sys.exit(code)"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == sr.EXIT_OK, result.stderr
+    fast = regression_outcome(tmp_path, capsys, [base], [cand], extra)
+    assert fast[0] == sr.EXIT_INPUT_ERROR and "*Cut:" in fast[3]
 
 
 # ------------------------------------------------ issue 21: what a user meets
@@ -1483,15 +1413,12 @@ def test_directory_arguments_and_version(tmp_path, capsys):
     assert capsys.readouterr().out == f"fi-attn-bench {HARNESS_VERSION}\n"
 
 
-@pytest.mark.parametrize("scan", [True, False])
-def test_environment_shows_run_metadata(tmp_path, monkeypatch, scan):
+def test_environment_shows_run_metadata(tmp_path):
     """Run metadata in the environment section; a timestamp per row shows as its range."""
     header = V1_HEADER + ",host,git_commit,git_dirty,timestamp_utc"
     stamps = ["2026-12-04T10:00:07.5+00:00", "2026-12-04T10:00:00Z", "2026-12-04T09:59:59+00:00"]
     rows = [v1_row(b) + f",node7,abc123,no,{stamp}" for b, stamp in enumerate(stamps, 1)]
     path = write(tmp_path / "a.csv", header, *rows)
-    if not scan:
-        monkeypatch.setattr(sr, "scan_inputs", lambda paths, cases=False: None)
     summarize(tmp_path, path)
     text = report(tmp_path).replace("\\_", "_")
     for line in ("| host | node7 |", "| git_commit | abc123 |", "| git_dirty | no |"):
@@ -1502,8 +1429,7 @@ def test_environment_shows_run_metadata(tmp_path, monkeypatch, scan):
 # ------------------------------------- identity defaults, samples, shards, impls
 
 
-@pytest.mark.parametrize("scan", [True, False])
-def test_old_baseline_without_impl_matches_new_rows(tmp_path, capsys, monkeypatch, scan):
+def test_old_baseline_without_impl_matches_new_rows(tmp_path, capsys):
     """Issue 22: a baseline without impl/workload matches impl=flashinfer, workload=""."""
     old = write(tmp_path / "old.csv", V1_HEADER, v1_row(1), v1_row(2))
     header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,workload,")
@@ -1512,8 +1438,6 @@ def test_old_baseline_without_impl_matches_new_rows(tmp_path, capsys, monkeypatc
         for b in (1, 2)
     ]
     new = write(tmp_path / "new.csv", header, *new_rows)
-    if not scan:
-        monkeypatch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
     code, _ = regress(tmp_path, [old], [new], gate=5, capsys=capsys)
     text = report(tmp_path)
     assert code == sr.EXIT_OK, text
@@ -1685,42 +1609,33 @@ def test_the_winner_is_the_fastest_only_where_the_verdicts_back_it(times, verdic
     assert case_winner(results, "a") == winner
 
 
-def test_harness_shaped_csvs_take_the_numpy_path_and_agree_with_pandas(
-    tmp_path, capsys, monkeypatch
-):
-    """Issue 21: the harness quotes repro and kernels, so the pandas-free reader never
-    ran on its CSVs; now it does (several blocks, two threads) with the same report."""
+def test_grown_real_csvs_summarize_and_compare(tmp_path, capsys):
+    """benchmarks/gen_csvs.py grows a real CSV (the benchmark's input): its rows read as
+    the template's do, a failed row every 700, the candidate's slower cases regress."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import gen_csvs
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+    template = REAL_CSV / "h100_ragged_fa2_vs_fa3.csv"
     base, cand = tmp_path / "b.csv", tmp_path / "c.csv"
-    gen_csvs.main(["--rows", "3000", "--out", str(base), "--failed-every", "700"])
-    gen_csvs.main(["--rows", "3000", "--out", str(cand), "--failed-every", "700", "--candidate"])
-    capsys.readouterr()
-    assert (
-        base.stat().st_size > 16 * (1 << 17)
-        and b'"python bench_batch_decode.py' in base.read_bytes()
-    )
-    assert sr.scan_inputs([base]) is not None and sr.scan_runs([base], [cand]) is not None
-    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [base])
-    assert fast == slow and fast[0] == sr.EXIT_BENCHMARK_FAILURE
-    outcomes = []
-    for scan in (True, False):
-        with monkeypatch.context() as patch:
-            if not scan:
-                patch.setattr(sr, "scan_runs", lambda baseline, candidate: None)
-            code, captured = regress(tmp_path, [base], [cand], gate=5, capsys=capsys)
-        outcomes.append((code, captured.out, captured.err, report(tmp_path)))
-    assert outcomes[0] == outcomes[1]
+    for path, extra in ((base, []), (cand, ["--candidate"])):
+        gen_csvs.main(
+            ["--template", str(template), "--rows", "3000", "--out", str(path)]
+            + ["--failed-every", "700", *extra]
+        )
+    assert "…" in base.read_text(encoding="utf-8")
+    code, _ = summarize(tmp_path, base, capsys=capsys)
+    assert code == sr.EXIT_BENCHMARK_FAILURE
+    text = report(tmp_path)
+    assert "- Total rows: 3000" in text and "## Head to Head" in text
+    code, out = regress(tmp_path, [base], [cand], gate=5, capsys=capsys)
+    assert code == sr.EXIT_BENCHMARK_FAILURE and "regression=" in report(tmp_path)
 
 
-def test_head_to_head_verdicts_merge_with_a_file_without_them_on_both_paths(
-    tmp_path, capsys, monkeypatch
-):
+def test_head_to_head_verdicts_merge_with_a_file_without_them(tmp_path, capsys):
     """A run with paired verdicts summarized together with one of other impls that has no
-    verdict column: the scan and pandas paths give the same table, the old file's cases
+    verdict column: one table, the old file's cases
     won by lowest time."""
     impl_header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,")
 
@@ -1735,8 +1650,25 @@ def test_head_to_head_verdicts_merge_with_a_file_without_them_on_both_paths(
         row(1, "fa3", "0.99", ",fa2,0.99,0.98,1.003,same"),
     )
     plain = write(tmp_path / "q.csv", impl_header, row(2, "fa2", "1.0"), row(2, "fa3", "0.5"))
-    fast, slow = both_paths(tmp_path, capsys, monkeypatch, [paired, plain])
-    assert fast == slow and fast[0] == sr.EXIT_OK
+    code, captured = summarize(tmp_path, paired, plain, capsys=capsys)
+    fast = (code, captured.out, captured.err, report(tmp_path))
+    assert fast[0] == sr.EXIT_OK
     table = fast[3][fast[3].index("## Head to Head: Decode") :]
     assert "| 1 | 0.99 | 1.0101x [0.997, 1.020] same | tie |" in table
     assert "| 1 | 0.5 | 2.0000x | fa3 |" in table  # fa2 1 ms, fa3 0.5 ms, no verdict
+
+
+def test_natural_sorted_orders_as_the_natural_key_does():
+    """The numeric fast path gives sorted(key=natural_key), odd numbers and text included."""
+    import random
+
+    from fi_attn_bench.summarizer.identity import natural_key, natural_sorted
+
+    rng = random.Random(3)
+    pool = ["1", "01", "1.0", " 2", "10", "1e1", "1_0", "inf", "nan", "abc", "", "-3", "2.5"]
+    pool += ["2.50", "0x1", "3 ", "1e400"]
+    for _ in range(2000):
+        texts = set(rng.sample(pool, rng.randint(0, len(pool))))
+        assert natural_sorted(texts) == sorted(texts, key=natural_key), texts
+    numbers = {str(rng.randint(0, 10**6)) for _ in range(1000)} | {"1.0", "1", "01"}
+    assert natural_sorted(numbers) == sorted(numbers, key=natural_key)

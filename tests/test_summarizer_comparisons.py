@@ -70,8 +70,7 @@ def reading_forbidden(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("an input was read before the outputs were checked")
 
-    for name in ("scan_inputs", "load_inputs", "scan_runs"):
-        monkeypatch.setattr(sr, name, forbidden)
+    monkeypatch.setattr(sr, "load_run", forbidden)  # the command's one way to read inputs
 
 
 def refused(argv, capsys) -> str:

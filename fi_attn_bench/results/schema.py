@@ -237,6 +237,13 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     ),
     Column("num_shards", _E, Kind.COUNT, "shards the sweep was split into"),
     Column(
+        "run_id",
+        _E,
+        Kind.TEXT,
+        "the invocation that measured the row: one per sweep, shared by the scripts of one "
+        "bench_all.py run and the shards of a launcher's sweep, kept by --resume",
+    ),
+    Column(
         "cpu_threads",
         _E,
         Kind.COUNT,
@@ -524,7 +531,7 @@ class ResultCsvWriter:
 
     A process killed at any moment leaves a valid CSV holding every finished row,
     except possibly a last line cut off mid-write (it has no trailing newline;
-    ``read_result_rows`` drops it).
+    ``results.reader.read_stored_rows`` leaves it out).
     """
 
     def __init__(self, path: str | os.PathLike, fieldnames: Sequence[str]):
@@ -578,22 +585,3 @@ class ResultStreamWriter:
             self.started = True
         self.stream.write(_csv_line(record.get(name, "") for name in self.fieldnames))
         self.stream.flush()
-
-
-def read_result_rows(path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
-    """Read a CSV written by ResultCsvWriter for resuming: (header, complete rows).
-
-    A last line without its newline (a write cut off by a kill or a full disk) is
-    dropped, as is any row whose cell count differs from the header.
-    """
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        text = handle.read()
-    if not text.endswith("\n"):
-        cut = text.rfind("\n")
-        text = text[: cut + 1] if cut >= 0 else ""
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows:
-        return [], []
-    header, body = rows[0], rows[1:]
-    complete = [dict(zip(header, row, strict=True)) for row in body if len(row) == len(header)]
-    return header, complete

@@ -32,7 +32,7 @@ from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.program import program_name
 from fi_attn_bench.summarizer.comparability import MUST_MATCH_COLUMNS
 from fi_attn_bench.summarizer.inputs import expand_paths
-from fi_attn_bench.summarizer.loading import load_inputs
+from fi_attn_bench.summarizer.loading import load_run
 from fi_attn_bench.summarizer.markdown import regression_markdown, summary_markdown
 from fi_attn_bench.summarizer.markdown_text import DEFAULT_MAX_REPORT_BYTES
 from fi_attn_bench.summarizer.model import (
@@ -53,7 +53,6 @@ from fi_attn_bench.summarizer.output import (
     unwritable,
     write_report,
 )
-from fi_attn_bench.summarizer.scan_run import scan_inputs, scan_runs
 from fi_attn_bench.summarizer.terminal import regression_console, summary_console, terminal_width
 
 # main's exit codes stay beside it; the seed's record-level API is summarize_results.py's.
@@ -185,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"make the comparison exit 2 ({', '.join(ALLOWABLE_DIFFERENCES)}); the report "
         "states the differences at the top.",
     )
+    parser.add_argument(
+        "--all-runs",
+        action="store_true",
+        help="Read every file given as one run; by default, files holding several runs of "
+        "the same cases give their newest run (noted on stdout and in the report).",
+    )
     parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
 
@@ -271,7 +276,7 @@ def _run(args: argparse.Namespace) -> int:
         if model is None:
             return EXIT_INPUT_ERROR
     else:
-        model = _summary(args.csv, options, plots_module)
+        model = _summary(args.csv, options, plots_module, args.all_runs)
     return _report(model, options, plots_module)
 
 
@@ -318,21 +323,16 @@ def _overwrite_error(args: argparse.Namespace, options: ReportOptions, plots_mod
     return overwrite_error(targets, inputs)
 
 
-def _summary(paths, options: ReportOptions, plots_module):
-    """The summary model.  A Markdown-only summary of files the pandas-free reader
-    accepts skips pandas (its import alone outweighs the work); JSON and plots need
-    the row frame, and any file that reader declines goes the pandas way."""
-    scanned = None
-    if options.json_path is None and plots_module is None:
-        scanned = scan_inputs(paths, cases=True)
-    return summarize(scanned if scanned is not None else load_inputs(paths))
+def _summary(paths, options: ReportOptions, plots_module, all_runs: bool = False):
+    """The summary model of the newest run among ``paths`` (every file with ``all_runs``)."""
+    result = load_run(paths, all_runs=all_runs)
+    _print_note(result.note, options)
+    return summarize(result)
 
 
 def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
-    """The regression model, or None after printing why a samples file is unusable.
-    A Markdown-only comparison of files the pandas-free reader accepts skips pandas,
-    as a summary does; anything else goes the pandas way."""
-    from fi_attn_bench.summarizer.regression import compare, compare_scanned
+    """The regression model, or None after printing why a samples file is unusable."""
+    from fi_attn_bench.summarizer.regression import compare
 
     samples = None
     if args.baseline_samples or args.candidate_samples:
@@ -344,16 +344,19 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
         allowed_differences=tuple(args.allow_difference or ()),
         energy_threshold_pct=args.fail_on_energy_regression,
     )
-    if options.json_path is None and plots_module is None:
-        scanned = scan_runs(args.baseline, args.candidate)
-        if scanned is not None:
-            return compare_scanned(*scanned, gate, samples)
-    return compare(
-        load_inputs(args.baseline, "baseline"),
-        load_inputs(args.candidate, "candidate"),
-        gate,
-        samples,
-    )
+    sides = [
+        load_run(paths, group, all_runs=args.all_runs)
+        for paths, group in ((args.baseline, "baseline"), (args.candidate, "candidate"))
+    ]
+    for side in sides:
+        _print_note(side.note, options)
+    return compare(*sides, gate, samples)
+
+
+def _print_note(note: str, options: ReportOptions) -> None:
+    """The runs left out, on stdout; on stderr while stdout carries the report."""
+    if note:
+        print(f"note: {note}", file=sys.stderr if is_stdout(options.output) else sys.stdout)
 
 
 def _run_samples(baseline, candidate):

@@ -114,7 +114,7 @@ def optional_floats(frame, name: str) -> np.ndarray:
 
 def noise_pct(view) -> np.ndarray:
     """Measured noise of each row in %: noise_pct, else the quartile range over time_ms.
-    ``view``: a FrameView or scan_run.ScannedView."""
+    ``view``: a FrameView."""
     stated = view.floats("noise_pct")
     q1, q3 = view.floats("time_q1_ms"), view.floats("time_q3_ms")
     time_ms = view.floats("time_ms")
@@ -138,8 +138,7 @@ def median_ci_pct(view, notch: float) -> np.ndarray:
 
 
 class FrameView:
-    """The columns a summary reads, from a row frame (scan_run.ScannedView is the other
-    source): both answer the same questions, so one summary model serves both paths."""
+    """The columns a summary or comparison reads, from a run's row frame."""
 
     def __init__(self, frame):
         self.frame = frame

@@ -81,29 +81,33 @@ def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | No
     baseline = stated[0] if stated else order[0]
     order.remove(baseline)
     order.insert(0, baseline)
-    time_ms = view.floats("time_ms")
+    # Python lists, not numpy scalars: the loop below runs once per case.
+    time_ms = view.floats("time_ms")[rows].tolist()
     verdicts = _texts(view, "paired_verdict")
-    paired = view.floats("paired_ratio")
-    lo, hi = view.floats("paired_ratio_lo"), view.floats("paired_ratio_hi")
+    verdicts = verdicts[rows].tolist() if verdicts is not None else [""] * len(rows)
+    paired = view.floats("paired_ratio")[rows].tolist()
+    lo = view.floats("paired_ratio_lo")[rows].tolist()
+    hi = view.floats("paired_ratio_hi")[rows].tolist()
+    names = [impls[code] for code in impl_codes[rows].tolist()]
+    labels = labels.tolist()
     cases, ratios = [], {impl: [] for impl in order}
-    bounds = np.flatnonzero(np.diff(groups[rows])) + 1
-    for part in np.split(np.arange(len(rows)), bounds):
-        by_impl = {impls[impl_codes[rows[i]]]: rows[i] for i in part.tolist()}
+    bounds = [0, *(np.flatnonzero(np.diff(groups[rows])) + 1).tolist(), len(rows)]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        by_impl = {names[i]: i for i in range(start, stop)}
         if baseline not in by_impl:
             continue
-        base_ms = float(time_ms[by_impl[baseline]])
+        base_ms = time_ms[by_impl[baseline]]
         results = []
         for impl in order:
             if impl not in by_impl:
                 continue
-            row = by_impl[impl]
-            speedup = _speedup(base_ms, float(time_ms[row]), float(paired[row]))
+            i = by_impl[impl]
+            speedup = _speedup(base_ms, time_ms[i], paired[i])
             ratios[impl].append(speedup)
-            interval = (1 / hi[row], 1 / lo[row])
-            verdict = str(verdicts[row]) if verdicts is not None else ""
-            results.append(ImplResult(impl, float(time_ms[row]), speedup, *interval, verdict))
+            interval = (1 / hi[i], 1 / lo[i])
+            results.append(ImplResult(impl, time_ms[i], speedup, *interval, str(verdicts[i])))
         winner = case_winner(results, baseline)
-        cases.append(CaseComparison(str(labels[part[0]]), tuple(results), winner))
+        cases.append(CaseComparison(str(labels[start]), tuple(results), winner))
     geomean = {
         impl: (math.exp(float(np.log(values).mean())) if values else math.nan)
         for impl, values in ratios.items()
@@ -115,7 +119,10 @@ def case_winner(results, baseline: str) -> str:
     """The fastest implementation where the paired verdicts back it (a non-baseline one called
     faster, or the baseline when every other was called slower), else TIE; without verdicts
     (implementations from separate sweeps) the lowest time."""
-    best = min(results, key=lambda result: result.time_ms)
+    best = results[0]
+    for result in results[1:]:  # the first of the lowest, as min() gives
+        if result.time_ms < best.time_ms:
+            best = result
     others = [result for result in results if result.impl != baseline]
     if not any(result.verdict for result in others):
         return best.impl

@@ -27,10 +27,23 @@ def natural_key(text: str) -> tuple:
     return (0, number, str(text)) if math.isfinite(number) else (1, 0.0, str(text))
 
 
+def natural_sorted(texts) -> list[str]:
+    """``sorted(texts, key=natural_key)``; when every text is a finite number (case columns
+    mostly are), by a stable numeric sort of the text-sorted list instead of 200k key tuples."""
+    ordered = sorted(texts)
+    try:
+        numbers = np.array(ordered, dtype=object).astype(np.float64)  # float() of each
+    except (TypeError, ValueError):
+        return sorted(ordered, key=natural_key)
+    if not np.isfinite(numbers).all():
+        return sorted(ordered, key=natural_key)
+    return [ordered[index] for index in np.argsort(numbers, kind="stable").tolist()]
+
+
 def natural_codes(parts) -> tuple[np.ndarray, list[str]]:
     """One code space, in natural order, for several (codes, texts) pairs; -1 (absent)
     stays -1.  ``parts``: per run, codes into that run's distinct texts."""
-    texts = sorted({text for _, part_texts in parts for text in part_texts}, key=natural_key)
+    texts = natural_sorted({text for _, part_texts in parts for text in part_texts})
     index = {text: code for code, text in enumerate(texts)}
     joined = []
     for codes, part_texts in parts:
@@ -57,6 +70,9 @@ def frame_codes(frame, name: str) -> tuple[np.ndarray, list[str]]:
 
     if name not in frame.columns:
         codes, texts = np.full(len(frame), -1, dtype=np.int64), []
+    elif isinstance(frame[name].dtype, pd.CategoricalDtype):  # the reader's text columns
+        codes = frame[name].cat.codes.to_numpy()
+        texts = [str(value).strip() for value in frame[name].cat.categories.tolist()]
     else:
         values = frame[name].to_numpy(dtype=object)
         codes, uniques = pd.factorize(values, use_na_sentinel=True)
@@ -65,10 +81,8 @@ def frame_codes(frame, name: str) -> tuple[np.ndarray, list[str]]:
 
 
 def view_codes(view, name: str) -> tuple[np.ndarray, list[str]]:
-    """(code per row, distinct texts) of a key column of a FrameView or ScannedView."""
-    if hasattr(view, "frame"):
-        return frame_codes(view.frame, name)
-    return view.key_codes(name)
+    """(code per row, distinct texts) of a key column of a FrameView."""
+    return frame_codes(view.frame, name)
 
 
 def case_ids(views, keys: list[str]) -> list[np.ndarray]:

@@ -1,8 +1,9 @@
 """Input arguments: a directory stands for the files under it; shards make one run.
 
-A run (summary input, baseline or candidate) is every CSV given for it, from any
-number of files and directories, read as one: a case in two of its files is a
-duplicate (an input error naming both files).  Rows that record ``shard`` and
+A run argument (summary input, baseline or candidate) is every CSV given for it, from any
+number of files and directories; files of older runs of the same cases are left out
+(``results.reader.read_run``), and a case in two files of the run read is a duplicate
+(an input error naming both files).  Rows that record ``shard`` and
 ``num_shards`` (a sweep split over processes) must cover every shard index; a
 missing one is an incomplete run, also an input error (exit 2).
 """

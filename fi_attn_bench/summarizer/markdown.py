@@ -113,6 +113,8 @@ def _summary_head(model: SummaryModel) -> list[str]:
             f"- Noisy rows: {len(model.noisy)} (noise above the target when their time "
             "budget ran out; listed under Noisy Rows)"
         )
+    if model.run_note:
+        lines.append(f"- Runs: {cell(model.run_note)}")
     if len(model.artefacts):
         lines.append(
             f"- Measurement artefacts: {plural(len(model.artefacts), 'row')} above "
@@ -327,6 +329,7 @@ def _regression_head(model) -> list[str]:
         f"- Missing candidate cases: {len(model.missing)}",
         f"- New candidate cases: {len(model.new)}",
         f"- Regression gate: {model.gate.text}",
+        *(f"- Runs: {cell(note)}" for note in model.run_notes),
     ]
     if model.gate.energy_threshold_pct is not None:
         lines.append(f"- Energy gate: energy_mJ up more than {model.gate.energy_threshold_pct:g}%")

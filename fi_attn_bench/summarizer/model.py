@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -193,6 +193,7 @@ class SummaryModel:
     head_to_head: list = field(default_factory=list)  # headtohead.ApiComparison per API
     warnings: list[ReportWarning] = field(default_factory=list)
     noisy: list = field(default_factory=list)  # NoisyRow per row the harness marked noisy
+    run_note: str = ""  # the runs left out because a newer run measured their cases
 
     JSON_EXCLUDE = ("cases",)
 
@@ -266,22 +267,31 @@ class CaseList:
         ]
 
 
-def summarize(result) -> SummaryModel:
-    """The summary model of one run: from a LoadResult's row frame (any input; JSON and
-    plots need the frame), or from the pandas-free reader's scan_run.ScannedView."""
-    if not isinstance(result, LoadResult):
-        return summary_model(result, result.paths, [], result.valid_files)
+def summarize(result: LoadResult) -> SummaryModel:
+    """The summary model of one run, from its row frame."""
     frame = side_frame(result)
     valid_files = (
         len({table.source for table in result.tables})
         if result.tables
         else int(frame["_source"].nunique())
     )
-    return summary_model(FrameView(frame), result.paths, result.issues, valid_files, frame)
+    model = summary_model(FrameView(frame), result.paths, result.issues, valid_files, frame)
+    return replace(model, run_note=result.note, files=_left_out(model.files, result))
+
+
+def _left_out(files: list[FileSummary], result: LoadResult) -> list[FileSummary]:
+    """Files of runs a newer run superseded: no rows read, and said so."""
+    if not result.note:
+        return files
+    read = result.valid_sources | {issue.source for issue in result.issues}
+    return [
+        file if file.source in read else replace(file, status="older run, left out")
+        for file in files
+    ]
 
 
 def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryModel:
-    """The summary model from a column view: frames.FrameView or scan_run.ScannedView."""
+    """The summary model from a run's FrameView."""
     read_issues = issues
     ids = case_ids([view], ["api", *view.case_columns])[0] if view.rows else np.zeros(0, int)
     issues = [*issues, *duplicate_cases(view, ids), *missing_shards(view, "input")]

@@ -1,20 +1,17 @@
 """Compare step for baseline vs candidate: match cases, decide states, aggregate.
 
-Two sources feed one comparison: the row frames of loaded runs (any input; JSON and
-plots need them) and the pandas-free reader's views of plain files.  Each gives a
-case id per row; matching, judging and aggregating are numpy on those arrays, so
-both give the same model.
+Each run's row frame gives a case id per row; matching, judging and aggregating are
+numpy on those arrays.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
-from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, NUMERIC_COLUMNS, case_columns
+from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, NUMERIC_COLUMNS
 from fi_attn_bench.summarizer.comparability import (
     FieldDifference,
     environment_warnings,
@@ -93,6 +90,7 @@ class RegressionModel:
     verdict: Verdict
     reason: str
     state_counts: dict[str, int] = field(default_factory=dict)
+    run_notes: list[str] = field(default_factory=list)  # runs left out, per side
     cases: object = field(default=None, repr=False)  # CaseRows: labels by case id
     case_columns: list[str] = field(default_factory=list)
     differences: list[FieldDifference] = field(default_factory=list)
@@ -175,23 +173,14 @@ def compare(
         Run("baseline", baseline.paths, views[0], ids_b, _frame_labels(base, keys[1:])),
         Run("candidate", candidate.paths, views[1], ids_c, _frame_labels(cand, keys[1:])),
     )
-    return judge(runs, gate, [*baseline.issues, *candidate.issues], keys[1:], samples)
-
-
-def compare_scanned(base, cand, gate: Gate, samples=None) -> RegressionModel:
-    """compare() of two runs the pandas-free reader accepted (scan_run.ScannedView)."""
-    keys = ["api", *case_columns({*base.case_columns, *cand.case_columns})]
-    ids_b, ids_c = case_ids((base, cand), keys)
-    runs = (
-        Run("baseline", base.paths, base, ids_b, partial(base.labels, columns=keys[1:])),
-        Run("candidate", cand.paths, cand, ids_c, partial(cand.labels, columns=keys[1:])),
-    )
-    return judge(runs, gate, [], keys[1:], samples)
+    model = judge(runs, gate, [*baseline.issues, *candidate.issues], keys[1:], samples)
+    model.run_notes = [side.note for side in (baseline, candidate) if side.note]
+    return model
 
 
 @dataclass(frozen=True)
 class Run:
-    """One side of a comparison: its rows (a FrameView or ScannedView), the case id
+    """One side of a comparison: its rows (a FrameView), the case id
     of each row, and describe_case of rows (case parameters only)."""
 
     group: str

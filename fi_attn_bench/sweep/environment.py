@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import secrets
 import socket
 import subprocess
 import time
@@ -76,6 +77,11 @@ def code_version(directory: str) -> CodeVersion:
 def timestamp_utc() -> str:
     """Now, UTC, ISO 8601 to the second (``2026-12-04T17:11:50Z``)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def new_run_id() -> str:
+    """A fresh invocation id: when it started (UTC) and random bits, unique across hosts."""
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}"
 
 
 def run_metadata(code_dir: str) -> dict[str, str]:

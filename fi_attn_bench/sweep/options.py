@@ -79,6 +79,7 @@ class RunOptions:
     # that is not the launcher's rank 0 writes what it would print ("" prints).
     shard: ShardSpec | None = None
     log_path: str = ""
+    run_id: str = ""  # the invocation's id (results.schema run_id); "" = the sweep makes one
     # Head to head (--impl, --baseline-impl, --fail-if-slower): the implementations measured
     # per case, which one the paired ratios are taken against, and the CI gate's threshold.
     chosen_impls: tuple[Impl, ...] = ()  # empty: the one --backend names

@@ -4,7 +4,6 @@ file the user already has (a results CSV is finished with --resume or moved asid
 
 from __future__ import annotations
 
-import csv
 import os
 import shutil
 import tempfile
@@ -12,7 +11,8 @@ import time
 
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.errors import UsageError
-from fi_attn_bench.results.schema import SCHEMA_VERSION, read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import SCHEMA_VERSION
 from fi_attn_bench.seed_api import get_csv_path
 
 SAMPLES_SUFFIX = ".samples.jsonl.gz"
@@ -63,8 +63,9 @@ def samples_path(samples_dir: str, csv_path: str) -> str:
 def holds_results_of(path: str, spec: BenchmarkSpec) -> bool:
     """Whether ``path`` is a schema-v1 CSV of ``spec``'s api (a previous output of this script)."""
     try:
-        header, rows = read_result_rows(path)
-    except (OSError, UnicodeDecodeError, csv.Error, ValueError):
+        stored = read_stored_rows(path)
+        header, rows = list(stored.header), list(stored.rows)
+    except (OSError, UnicodeDecodeError, ValueError):
         return False
     needed = ("schema_version", "api", "status", *spec.case_fields)
     if not header or any(name not in header for name in needed):

@@ -38,6 +38,7 @@ from fi_attn_bench.sweep.case import (
 from fi_attn_bench.sweep.environment import (
     environment_columns,
     load_roofline,
+    new_run_id,
     timestamp_utc,
 )
 from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
@@ -98,12 +99,19 @@ class Sweep:
                 if os.path.lexists(path):  # plan allowed it: --force
                     self.log(f"Moved the existing {path} aside to {move_aside(path)}")
         metadata = {
+            "run_id": self._run_id(store),
             **environment_columns(options, code_directory(spec.prepare)),
             **method_columns(self.timer),
             **shard_columns(options.shard),
         }
         roofline = load_roofline(options, str(metadata["device"]))
         return self._loop(todo, store, metadata, roofline)
+
+    def _run_id(self, store: ResultStore) -> str:
+        """A resumed CSV's own id (its rows and the new ones stay one run), else the id the
+        caller gives (bench_all.py, a launcher's shards), else a fresh one."""
+        recorded = [row.get("run_id", "") for row in store.rows.values()]
+        return next((text for text in recorded if text), "") or self.options.run_id or new_run_id()
 
     def _loop(self, todo, store, metadata, roofline) -> int:
         spec, options = self.spec, self.options

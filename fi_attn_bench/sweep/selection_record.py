@@ -3,7 +3,6 @@ so that ``--resume CSV`` alone reruns exactly the interrupted sweep's cases."""
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -11,7 +10,7 @@ from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_key, parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.errors import UsageError
-from fi_attn_bench.results.schema import read_result_rows
+from fi_attn_bench.results.reader import read_stored_rows
 
 
 @dataclass(frozen=True)
@@ -33,8 +32,9 @@ def recorded_selection(path: str, spec: BenchmarkSpec) -> Selection | None:
     """The selection a results CSV records, or None when it records none (written before the
     ``preset`` column existed, or no row yet)."""
     try:
-        header, rows = read_result_rows(path)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        stored = read_stored_rows(path)
+        header, rows = list(stored.header), list(stored.rows)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"--resume {path}: cannot read it ({type(exc).__name__}: {exc})") from None
     rows = [row for row in rows if row.get("preset", "")]
     if "preset" not in header or not rows:
@@ -83,7 +83,7 @@ def check_unrecorded_cases(
     path: str, spec: BenchmarkSpec, selection: Selection, cases: Sequence[Mapping[str, int]]
 ) -> None:
     """A CSV without a recorded selection may only be resumed by a selection holding its cases."""
-    _, rows = read_result_rows(path)
+    rows = list(read_stored_rows(path).rows)
     wanted = {case_key(case, spec.case_fields) for case in cases}
     if any(case_key(row, spec.case_fields) not in wanted for row in rows):
         raise UsageError(

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from fi_attn_bench.cases.selection import case_key
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
-from fi_attn_bench.results.schema import STATUS_OK, read_result_rows
+from fi_attn_bench.results.reader import read_file, result_layout
+from fi_attn_bench.results.schema import STATUS_OK
 from fi_attn_bench.sweep.launch import Launch, detect_launch, process_started, run_tag
 from fi_attn_bench.sweep.options import RunOptions, cost_timing
 from fi_attn_bench.sweep.outputs import default_csv_path, probe_directory
@@ -108,16 +109,30 @@ def _csv_paths(path: str) -> list[str]:
     return [path]
 
 
-def load_measured(path: str) -> list[dict[str, str]]:
-    """The ok rows of a previous sweep's CSV (or of every CSV in a directory)."""
+def load_measured(path: str, specs: Sequence[BenchmarkSpec]) -> list[dict[str, object]]:
+    """The ok rows of a previous sweep's CSV (or of every CSV in a directory); UsageError
+    when there is none, or a file is no valid result CSV of these scripts (the summarizer's
+    rules, with the scripts' case fields as the known layouts)."""
+    layouts = [result_layout(spec.case_fields) for spec in specs]
+    paths = _csv_paths(path)
+    if not paths:
+        raise UsageError(f"--cost-from {path}: no *.csv file in it")
     rows = []
-    for csv_path in _csv_paths(path):
-        try:
-            _, body = read_result_rows(csv_path)
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise UsageError(f"--cost-from {csv_path}: cannot read it ({exc})") from None
-        rows += [row for row in body if row.get("status") == STATUS_OK and row.get("time_ms")]
+    for csv_path in paths:
+        read = read_file(csv_path, layouts=layouts)
+        if read.issues:
+            issue = read.issues[0]
+            more = f" (and {len(read.issues) - 1} more)" if len(read.issues) > 1 else ""
+            raise UsageError(f"--cost-from {csv_path}: {issue.message}{more}")
+        frame = read.file.frame
+        ok = frame[frame["status"] == STATUS_OK]
+        rows += [_measured_row(row) for row in ok.to_dict("records")]
     return rows
+
+
+def _measured_row(row: Mapping[str, object]) -> dict[str, object]:
+    """A validated row with its empty cells as "" (the reader holds them as NaN)."""
+    return {name: "" if value != value else value for name, value in row.items()}
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,7 @@ def measured_costs(
             continue
         try:
             value = float(row["time_ms"])
-            samples = int(row["samples"]) if row.get("samples") else None
+            samples = int(row["samples"]) if row.get("samples", "") != "" else None
         except ValueError:
             continue
         if value > 0 and math.isfinite(value):
@@ -212,7 +227,8 @@ def split_runs(
     runs: Sequence[tuple[BenchmarkSpec, RunOptions]], request: ShardRequest
 ) -> ShardedRuns:
     """The runs cut down to this process's shard, with its CSV names and row columns."""
-    measured = load_measured(request.cost_from) if request.cost_from else []
+    specs = [spec for spec, _ in runs]
+    measured = load_measured(request.cost_from, specs) if request.cost_from else []
     costed = costed_cases(runs, measured, request.timing)
     split = SPLITTERS[request.by]([c.item for c in costed], request.shard.count)
     chosen = {(costed[i].run, costed[i].case) for i in split.of(request.shard)}
@@ -223,11 +239,24 @@ def split_runs(
             empty.append(spec.script)
             continue
         log = "" if request.leader else f"{options.output}.log"
-        options = replace(options, cases=cases, shard=request.shard, log_path=log)
+        run_id = options.run_id or launcher_run_id(request.launch)
+        options = replace(options, cases=cases, shard=request.shard, log_path=log, run_id=run_id)
         if options.resume:
             check_resumed_rows(spec, options, load_resume_rows(options.output, spec, options))
         mine.append((spec, options))
     return ShardedRuns(request, tuple(mine), tuple(empty), split, tuple(costed))
+
+
+def launcher_run_id(launch: Launch) -> str:
+    """The run id every process of a launcher's sweep shares: its run tag (the array's job id,
+    torchrun's start or run id); "" without a launcher, or where the tag is unknown."""
+    if not launch.origin:
+        return ""
+    try:
+        tag = run_tag(os.environ, launch.origin, agent_started=process_started(os.getppid()))
+    except UsageError:
+        return ""
+    return f"shards-{tag}"
 
 
 def shard_arguments(spec: BenchmarkSpec, args, request: ShardRequest) -> argparse.Namespace:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import csv
 import glob
 import os
 from collections.abc import Mapping, Sequence
@@ -13,13 +12,13 @@ from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl, backend
 from fi_attn_bench.cases.selection import case_key
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.errors import UsageError
+from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.schema import (
     HARNESS_VERSION,
     IDENTITY_DEFAULTS,
     IMPL_COLUMN,
     STATUS_OK,
     ResultCsvWriter,
-    read_result_rows,
 )
 from fi_attn_bench.sweep.options import RunOptions
 
@@ -91,8 +90,9 @@ def load_resume_rows(
 ) -> dict[tuple[str, ...], dict]:
     """Rows of a resume CSV by case, one per case (an ok row wins over a failed one)."""
     try:
-        header, rows = read_result_rows(path)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        stored = read_stored_rows(path)
+        header, rows = list(stored.header), list(stored.rows)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"--resume {path}: cannot read it ({type(exc).__name__}: {exc})") from None
     if not header:
         return {}

@@ -1,0 +1,615 @@
+"""The one reader of result CSVs: schema v1 and the seed's legacy layouts, on pandas.
+
+``read_file`` reads and validates one CSV with the seed's rules and messages (header,
+ragged rows, statuses, metrics, registered optional columns); ``runs.read_run`` reads the
+files of a run argument with it; ``read_stored_rows`` gives the cells of a file exactly as
+written, for a sweep that resumes it and the tools that only need its text.
+
+pandas pads a short row with empty cells, so a marker cell is appended to every line as it
+is read: a complete row ends with the marker in the column after the header's, a short one
+has it earlier, a long one later.  The marker is a byte no UTF-8 text holds (0xFF), so it can
+never be mistaken for data; the stream is checked to be UTF-8 as it passes.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import queue
+import re
+import threading
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fi_attn_bench.results.schema import (
+    NUMERIC_COLUMNS,
+    OPTIONAL_COLUMN_BY_NAME,
+    RESULT_COLUMNS,
+    SCHEMA_VERSION,
+    STATUS_FAILED,
+    STATUS_LEGACY_OK,
+    STATUS_OK,
+    Kind,
+)
+
+SUCCESS_STATUSES = frozenset((STATUS_OK, STATUS_LEGACY_OK))
+V1_REQUIRED_COLUMNS = frozenset(RESULT_COLUMNS)
+LEGACY_FILLED = ("schema_version", "status", "error_type", "error")
+# The four per-wrapper layouts the seed's scripts wrote before schema v1 (case
+# parameters of decode, MLA, paged prefill, ragged prefill) plus api and metrics.
+_LEGACY_CASES = (
+    ("batch_size", "seq_len_q", "seq_len_kv", "num_qo_heads", "num_kv_heads", "head_dim"),
+    ("batch_size", "seq_len", "num_heads", "head_dim_ckv", "head_dim_kpe"),
+    ("batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim"),
+    ("batch_size", "seq_len", "num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo"),
+)
+
+
+def result_layout(case_fields: Iterable[str]) -> frozenset[str]:
+    """The columns a file of a script with these case fields has: api, metrics, cases."""
+    return frozenset(("api", *NUMERIC_COLUMNS, *case_fields))
+
+
+LEGACY_SCHEMAS = tuple(result_layout(cases) for cases in _LEGACY_CASES)
+NUMERIC_OPTIONAL_KINDS = frozenset(
+    (Kind.COUNT, Kind.POSITIVE, Kind.NON_NEGATIVE, Kind.FINITE, Kind.NON_NEGATIVE_INT)
+)
+
+MARKER = "\udcff"  # the 0xFF byte as surrogateescape decodes it
+_MARK_BYTES = b"\xff"
+_MARK_COLUMN = "\x00marker"
+_CRLF_STAND_IN = b"\xfe"  # also never in UTF-8: holds a CR LF while lone CRs are marked
+_CHUNK_BYTES = 1 << 20
+_CHUNKS_AHEAD = 4
+_MAX_RETRIES = 8  # longer rows than the parser expected: each retry widens it
+_EXPECTED_FIELDS = re.compile(r"Expected \d+ fields in line \d+, saw (\d+)")
+
+
+@dataclass(frozen=True)
+class InputIssue:
+    """One reason an input cannot be trusted: where, what, and which run it belongs to."""
+
+    source: str
+    message: str
+    group: str = "input"
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """The validated rows of one CSV: text stripped (categorical), numbers float64, ``_line``."""
+
+    source: str
+    columns: tuple[str, ...]  # the record keys in the seed's order (header + filled legacy ones)
+    frame: object  # pandas.DataFrame, one row per CSV row
+    legacy: bool
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """What reading one CSV gave: its file (None when invalid) and why it is invalid."""
+
+    file: ResultFile | None
+    issues: tuple[InputIssue, ...]
+
+
+@dataclass(frozen=True)
+class StoredRows:
+    """A result CSV's header and complete rows, each cell the text written."""
+
+    header: tuple[str, ...]
+    rows: tuple[dict[str, str], ...]
+
+
+# ------------------------------------------------------------------- row rules
+
+
+def parse_float(value) -> float | None:
+    """A finite float from a cell, or None: the seed's metric parser."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def metric_error(column: str, value) -> str | None:
+    """The seed's message for an invalid metric of a successful row, else None."""
+    number = parse_float(value)
+    if number is None:
+        return f"{column} must be a finite number"
+    if column == "time_ms" and number <= 0:
+        return "time_ms must be greater than zero"
+    if column != "time_ms" and number < 0:
+        return f"{column} must not be negative"
+    return None
+
+
+def header_error(
+    fieldnames: Sequence[str] | None, layouts: Sequence[frozenset[str]] = LEGACY_SCHEMAS
+) -> tuple[str | None, str | None]:
+    """(layout "v1" or "legacy", None) for a usable header, else (None, the seed's message).
+    ``layouts``: the column sets a file may have (the seed's four scripts')."""
+    if not fieldnames:
+        return None, "CSV header is missing"
+    if any(not name for name in fieldnames):
+        return None, "CSV contains an empty header name"
+    if any(name != name.strip() for name in fieldnames):
+        return None, "CSV header names must not contain surrounding whitespace"
+    if len(fieldnames) != len(set(fieldnames)):
+        return None, "CSV contains duplicate header names"
+    names = frozenset(fieldnames)
+    known = any(schema.issubset(names) for schema in layouts)
+    if "schema_version" in names or "status" in names:
+        missing = sorted(V1_REQUIRED_COLUMNS - names)
+        if missing:
+            return None, f"schema v1 is missing columns: {', '.join(missing)}"
+        if not known:
+            return None, "CSV does not match a known FlashInfer benchmark schema"
+        return "v1", None
+    if not known:
+        return None, "CSV does not match a known legacy FlashInfer schema"
+    return "legacy", None
+
+
+def row_error(record: dict, layout: str) -> str | None:
+    """The first rule a stripped row breaks (seed order, then optional columns)."""
+    if not record.get("api"):
+        return "api must not be empty"
+    if layout == "v1":
+        error = _v1_status_error(record)
+        if error:
+            return error
+        status = record["status"]
+    else:
+        status = STATUS_LEGACY_OK
+    if status in SUCCESS_STATUSES:
+        for column in NUMERIC_COLUMNS:
+            error = metric_error(column, record.get(column))
+            if error:
+                return error
+    for name, text in record.items():
+        column = OPTIONAL_COLUMN_BY_NAME.get(name)
+        if column is not None and text:
+            error = column.check(text)
+            if error:
+                return error
+    return None
+
+
+def _v1_status_error(record: dict) -> str | None:
+    version = record.get("schema_version")
+    if version != SCHEMA_VERSION:
+        return f"unsupported schema_version {version!r}; expected {SCHEMA_VERSION!r}"
+    status = record.get("status")
+    if status not in (STATUS_OK, STATUS_FAILED):
+        return f"unsupported status {status!r}"
+    has_error = bool(record.get("error_type") or record.get("error"))
+    if status == STATUS_OK and has_error:
+        return "successful rows must not contain error details"
+    if status == STATUS_FAILED and not has_error:
+        return "failed rows must contain error_type or error"
+    return None
+
+
+def is_numeric_column(name: str) -> bool:
+    """Metrics and numeric optional columns: held as float64."""
+    column = OPTIONAL_COLUMN_BY_NAME.get(name)
+    return name in NUMERIC_COLUMNS or (column is not None and column.kind in NUMERIC_OPTIONAL_KINDS)
+
+
+# ------------------------------------------------------------------ the stream
+
+
+class _MarkedStream:
+    """A CSV file's bytes with the marker cell before every line end, checked to be UTF-8.
+
+    ``complete_lines``: stop at the last line end (a row cut off by a kill is not read).
+    ``ahead``: check and mark on a thread of its own, while pandas parses what came before
+    (its tokenizer releases the GIL), so a large file takes both cores.
+    """
+
+    def __init__(self, path, complete_lines: bool = False, ahead: bool = False):
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._complete_lines = complete_lines
+        self._pending = b""  # a CR that may be half of a CR LF, or bytes after the last line
+        self._first = True
+        self._done = False
+        self._queue = None
+        if ahead:
+            self._queue = queue.Queue(maxsize=_CHUNKS_AHEAD)
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._produce, daemon=True)
+            self._thread.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def read(self, size: int = -1) -> bytes:
+        if self._queue is None:
+            return self._next()
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _next(self) -> bytes:
+        while not self._done:
+            marked = self._mark(self._file.read(_CHUNK_BYTES))
+            if marked:
+                return marked
+        return b""
+
+    def _produce(self) -> None:
+        try:
+            while not self._stop.is_set():
+                marked = self._next()
+                self._put(marked)
+                if not marked:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - raised again by read()
+            self._put(exc)
+
+    def _put(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _mark(self, chunk: bytes) -> bytes:
+        if self._first:
+            self._first = False
+            chunk = chunk.removeprefix(codecs.BOM_UTF8)
+        if not chunk.isascii():
+            self._decoder.decode(chunk)  # raises UnicodeDecodeError on a bad byte
+        data = self._pending + chunk
+        if not chunk:
+            self._done = True
+            self._decoder.decode(b"", final=True)
+            self._pending = b""
+            if self._complete_lines or not data:
+                return b""
+            return data + b"," + _MARK_BYTES  # the last line has no line end
+        area = data[:-1] if data.endswith(b"\r") else data  # a CR may be half of a CR LF
+        cut = max(area.rfind(b"\n"), area.rfind(b"\r"))
+        body, self._pending = data[: cut + 1], data[cut + 1 :]
+        return _marked(body)
+
+    def close(self) -> None:
+        if self._queue is not None:
+            self._stop.set()
+            self._thread.join()
+        self._file.close()
+
+
+def _marked(body: bytes) -> bytes:
+    """``,<marker>`` before every line end (LF, CR LF or CR) of whole lines."""
+    if b"\r" not in body:
+        return body.replace(b"\n", b"," + _MARK_BYTES + b"\n")
+    body = body.replace(b"\r\n", _CRLF_STAND_IN)
+    body = body.replace(b"\r", b"," + _MARK_BYTES + b"\r")
+    body = body.replace(b"\n", b"," + _MARK_BYTES + b"\n")
+    return body.replace(_CRLF_STAND_IN, b"," + _MARK_BYTES + b"\r\n")
+
+
+def _read_header(path) -> list[str] | None:
+    """The first row of the file, as csv.reader gives it; None for an empty file or one that
+    starts with a blank line (csv.DictReader's missing header)."""
+    import pandas as pd
+
+    with _MarkedStream(path) as stream:
+        try:
+            first = pd.read_csv(
+                stream,
+                header=None,
+                nrows=1,
+                dtype=object,
+                keep_default_na=False,
+                skip_blank_lines=False,
+                encoding="utf-8",
+                encoding_errors="surrogateescape",
+                engine="c",
+            )
+        except pd.errors.EmptyDataError:
+            return None
+    cells = first.iloc[0].tolist() if len(first) else []
+    if MARKER not in cells:
+        return None
+    header = cells[: cells.index(MARKER)]
+    return header if header != [""] else None
+
+
+def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=False):
+    """The rows after the header as a DataFrame with the marker column (and any cells past
+    it as spare columns); ``text``: every column as text, else numbers as float64 (a cell
+    that is no number raises ValueError).  ``keep``: the header columns to convert."""
+    import pandas as pd
+
+    spares = 0
+    for _ in range(_MAX_RETRIES):
+        names = [*header, _MARK_COLUMN, *(f"\x00spare{i}" for i in range(spares))]
+        wanted = [*(name for name in header if keep is None or name in keep), _MARK_COLUMN]
+        if text:
+            wanted += names[len(header) + 1 :]
+        dtypes = {
+            name: (np.float64 if not text and is_numeric_column(name) else object)
+            for name in wanted
+        }
+        with _MarkedStream(path, complete_lines, ahead=True) as stream:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    frame = pd.read_csv(
+                        stream,
+                        header=None,
+                        skiprows=1,
+                        names=names,
+                        usecols=None if text else wanted,  # usecols needs a full first row
+                        dtype=dtypes,
+                        keep_default_na=False,
+                        na_values={
+                            name: [""] for name, kind in dtypes.items() if kind is not object
+                        },
+                        skip_blank_lines=False,
+                        index_col=False,
+                        encoding="utf-8",
+                        encoding_errors="surrogateescape",
+                        engine="c",
+                    )
+            except pd.errors.EmptyDataError:
+                frame = pd.DataFrame({name: pd.Series([], dtype=dtypes[name]) for name in wanted})
+            except pd.errors.ParserError as exc:
+                found = _EXPECTED_FIELDS.search(str(exc))
+                if found is None:
+                    raise
+                spares = int(found.group(1)) - len(header)
+                continue
+        return frame[[name for name in names if name in frame.columns]]
+    raise ValueError("rows of too many different lengths")
+
+
+# ---------------------------------------------------------------- one file
+
+
+def read_file(
+    path,
+    group: str = "input",
+    *,
+    keep: Iterable[str] | None = None,
+    layouts: Sequence[frozenset[str]] = LEGACY_SCHEMAS,
+) -> FileRead:
+    """Read and validate one CSV: its rows when every row is valid, else the issues.
+
+    ``keep``: the text columns a caller reads (None: all); validation reads every column
+    whose cells have a rule, whatever ``keep`` says.  ``layouts``: see header_error.
+    """
+    source = str(path)
+    try:
+        header = _read_header(path)
+    except (OSError, UnicodeError, ValueError) as exc:
+        return FileRead(None, (InputIssue(source, f"unable to read CSV: {exc}", group),))
+    layout, error = header_error(header, layouts)
+    if error:
+        return FileRead(None, (InputIssue(source, error, group),))
+    wanted = None if keep is None else _validated_columns(header, keep)
+    try:
+        frame, messages = _validated_frame(path, header, layout, wanted)
+    except (OSError, UnicodeError, ValueError) as exc:
+        return FileRead(None, (InputIssue(source, f"unable to read CSV: {exc}", group),))
+    if messages:
+        return FileRead(None, tuple(InputIssue(source, text, group) for text in messages))
+    if len(frame) == 0:
+        return FileRead(None, (InputIssue(source, "CSV contains no benchmark rows", group),))
+    columns = [*header, *(name for name in LEGACY_FILLED if name not in header)]
+    return FileRead(
+        ResultFile(
+            source, tuple(columns if layout == "legacy" else header), frame, layout == "legacy"
+        ),
+        (),
+    )
+
+
+def _validated_columns(header: list[str], keep: Iterable[str]) -> set[str]:
+    """Columns to read: those asked for, the result columns, case parameters and every
+    column whose cells have a rule."""
+    wanted = set(keep) | set(RESULT_COLUMNS)
+    for name in header:
+        column = OPTIONAL_COLUMN_BY_NAME.get(name)
+        if column is None or column.kind is not Kind.TEXT:
+            wanted.add(name)
+    return wanted
+
+
+def _validated_frame(path, header, layout, wanted):
+    """(frame, []) of a valid file, else (None, the seed's messages).  Numbers are parsed by
+    pandas; a file whose cells pandas cannot vouch for is read again as text and judged
+    row by row, so every message quotes the cell as written."""
+    try:
+        frame = _parse(path, header, text=False, keep=wanted)
+    except ValueError:
+        frame = None
+    if frame is not None and _complete(frame):
+        frame = _finished(frame.drop(columns=_MARK_COLUMN), layout)
+        if not _suspect_rows(frame, header, layout).any():
+            return frame, []
+    return _judged(path, header, layout, wanted)
+
+
+def _complete(frame) -> bool:
+    return bool((frame[_MARK_COLUMN].to_numpy() == MARKER).all())
+
+
+def _unmarked(frame):
+    """Text cells with a quoted line break hold the marker before it: take it out."""
+    for name in frame.columns:
+        if name != _MARK_COLUMN and frame[name].dtype == object:
+            values = frame[name].astype(str)
+            if values.str.contains(MARKER, regex=False).any():
+                frame[name] = values.str.replace("," + MARKER, "", regex=False)
+    return frame
+
+
+def _judged(path, header, layout, wanted):
+    """Every row as text, the seed's way: blank lines skipped, ragged rows and broken rules
+    named by line; (frame, []) when nothing is wrong."""
+    frame = _unmarked(_parse(path, header, text=True))
+    cells = frame.to_numpy(dtype=object)
+    width = len(header)
+    marker_at = cells == MARKER
+    complete = marker_at[:, width]
+    short = ~complete & marker_at[:, :width].any(axis=1)
+    blank = short & marker_at[:, 1] & (cells[:, 0] == "") if width > 1 else short & False
+    keep = ~blank
+    cells, complete, short = cells[keep], complete[keep], short[keep]
+    messages = []
+    records = []
+    for index, row in enumerate(cells):
+        line = index + 2
+        if not complete[index]:
+            kind = "fewer" if short[index] else "more"
+            messages.append(f"line {line}: row has {kind} values than the CSV header")
+            continue
+        record = {name: str(value).strip() for name, value in zip(header, row, strict=False)}
+        error = row_error(record, layout)
+        if error:
+            messages.append(f"line {line}: {error}")
+        elif not messages:
+            records.append(record)
+    if messages:
+        return None, messages
+    return _from_records(records, header, layout, wanted), []
+
+
+def _from_records(records, header, layout, wanted):
+    import pandas as pd
+
+    names = [name for name in header if wanted is None or name in wanted]
+    frame = pd.DataFrame.from_records(records, columns=header)[names]
+    for name in names:
+        if is_numeric_column(name):
+            frame[name] = np.array([_float_or_nan(v) for v in frame[name]], dtype=np.float64)
+    return _finished(frame, layout, stripped=True)
+
+
+def _float_or_nan(text) -> float:
+    number = parse_float(text)
+    return math.nan if number is None else number
+
+
+def _finished(frame, layout: str, stripped: bool = False):
+    """Text columns as stripped categoricals, the line numbers, legacy's filled columns."""
+    import pandas as pd
+
+    for name in frame.columns:
+        if frame[name].dtype == object:
+            frame[name] = _stripped_categories(frame[name], already=stripped)
+    frame["_line"] = np.arange(2, len(frame) + 2, dtype=np.int64)
+    if layout == "legacy":
+        for name, value in zip(LEGACY_FILLED, ("", STATUS_LEGACY_OK, "", ""), strict=True):
+            frame[name] = pd.Categorical.from_codes(
+                np.zeros(len(frame), dtype=np.int8), categories=[value]
+            )
+    return frame
+
+
+def _stripped_categories(values, already: bool = False):
+    """A text column as a categorical of its stripped cells (each distinct cell stripped once)."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(values.to_numpy(dtype=object))
+    texts = [str(text).replace("," + MARKER, "") for text in uniques.tolist()]
+    stripped = texts if already else [text.strip() for text in texts]
+    if stripped == texts and len(set(texts)) == len(texts):
+        return pd.Categorical.from_codes(codes, categories=pd.Index(texts, dtype=object))
+    merged, inverse = np.unique(np.array(stripped, dtype=object), return_inverse=True)
+    categories = pd.Index(merged.tolist(), dtype=object)
+    return pd.Categorical.from_codes(inverse.reshape(-1)[codes], categories=categories)
+
+
+def _suspect_rows(frame, header: list[str], layout: str) -> np.ndarray:
+    """Rows that may break a rule (checked on whole columns); any sends the file to _judged."""
+    suspect = _text_mask(frame["api"], lambda text: text == "")
+    if layout == "v1":
+        status = frame["status"]
+        ok = _text_mask(status, lambda text: text == STATUS_OK)
+        failed = _text_mask(status, lambda text: text == STATUS_FAILED)
+        has_error = _text_mask(frame["error_type"], bool) | _text_mask(frame["error"], bool)
+        suspect |= _text_mask(frame["schema_version"], lambda text: text != SCHEMA_VERSION)
+        suspect |= ~(ok | failed) | (ok & has_error) | (failed & ~has_error)
+        success = ok
+    else:
+        success = np.ones(len(frame), dtype=bool)
+    metrics = {name: frame[name].to_numpy(dtype=np.float64) for name in NUMERIC_COLUMNS}
+    suspect |= success & bad_metrics(metrics)
+    for name in header:
+        column = OPTIONAL_COLUMN_BY_NAME.get(name)
+        if column is not None and name in frame.columns:
+            suspect |= bad_optional(column, frame[name])
+    return suspect
+
+
+def _text_mask(values, predicate) -> np.ndarray:
+    """``predicate`` of every cell of a categorical text column, asked once per category."""
+    categories = values.cat.categories.tolist()
+    answers = np.array([bool(predicate(text)) for text in categories] + [False])
+    return answers[values.cat.codes.to_numpy()]
+
+
+def bad_metrics(metrics) -> np.ndarray:
+    """Rows whose metrics (name -> float64 array) may break metric_error; NaN counts."""
+    values = [metrics[name] for name in NUMERIC_COLUMNS]
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values[0]) | (values[0] <= 0)
+        for value in values[1:]:
+            bad |= ~np.isfinite(value) | (value < 0)
+    return bad
+
+
+def bad_optional(column, values) -> np.ndarray:
+    """Cells of an optional column (a pandas Series) that may break its rule (NaN: empty)."""
+    if column.kind is Kind.TEXT:
+        return np.zeros(len(values), dtype=bool)
+    if column.kind is Kind.CHOICE:
+        return _text_mask(values, lambda text: text not in ("", *column.choices))
+    values = values.to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = np.isinf(values)
+        fractional = ~np.isnan(values) & (values != np.floor(values))
+        if column.kind is Kind.COUNT:
+            return bad | (values < 1) | fractional
+        if column.kind is Kind.NON_NEGATIVE_INT:
+            return bad | (values < 0) | fractional
+        if column.kind is Kind.FINITE:
+            return bad
+        if column.kind is Kind.POSITIVE:
+            return bad | (values <= 0)
+        return bad | (values < 0)
+
+
+# ---------------------------------------------------------------- stored rows
+
+
+def read_stored_rows(path) -> StoredRows:
+    """A result CSV's header and complete rows, cells as written (for a sweep that resumes
+    it and rewrites them byte for byte).  A last line without its line end (a write cut off
+    by a kill or a full disk) is left out, as is any row whose cell count differs from the
+    header's.  OSError and UnicodeDecodeError pass to the caller."""
+    header = _read_header(path)
+    if not header:
+        return StoredRows((), ())
+    frame = _unmarked(_parse(path, header, text=True, complete_lines=True))
+    cells = frame.to_numpy(dtype=object)
+    whole = cells[:, len(header)] == MARKER
+    rows = tuple(
+        dict(zip(header, (str(cell) for cell in row[: len(header)]), strict=True))
+        for row in cells[whole]
+    )
+    return StoredRows(tuple(header), rows)

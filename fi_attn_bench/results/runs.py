@@ -1,0 +1,148 @@
+"""Runs, not files: the files of a run argument grouped by the invocation that wrote them.
+
+A run is the files of one ``run_id``; a file without one but with ``timestamp_utc`` (an
+older harness) is a run of its own; files with neither (the seed's CSVs) are one run
+together.  A run is superseded when a newer run (latest ``timestamp_utc``) measured any of
+its cases; runs of other cases (bench_all.py's scripts, a sweep's shards) are all kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fi_attn_bench.results.reader import InputIssue, ResultFile, read_file
+from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, case_columns
+
+
+@dataclass(frozen=True)
+class Run:
+    """Files measured by one invocation: its ``run_id``, else one file with timestamps (an
+    older harness), else every file without either (the seed's CSVs, read as one run)."""
+
+    key: str
+    files: tuple[ResultFile, ...]
+    newest: str  # latest timestamp_utc of its rows ("" when none is recorded)
+
+
+@dataclass(frozen=True)
+class ResultRun:
+    """What a run's arguments hold: the files read as the run, the issues of files that
+    could not be read, and the runs left out because a newer run measured their cases."""
+
+    group: str
+    paths: tuple[str, ...]
+    files: tuple[ResultFile, ...]
+    issues: tuple[InputIssue, ...]
+    superseded: tuple[Run, ...] = ()
+    kept: tuple[Run, ...] = ()
+
+    @property
+    def note(self) -> str:
+        """One line naming the runs left out, "" when none is."""
+        if not self.superseded:
+            return ""
+        newest = ", ".join(_run_name(run) for run in self.kept)
+        older = "; ".join(
+            f"{_run_name(run)}: {', '.join(file.source for file in run.files)}"
+            for run in self.superseded
+        )
+        what = "" if self.group == "input" else f"{self.group}: "
+        return (
+            f"{what}read the newest run ({newest}); older runs of the same cases left out "
+            f"(--all-runs reads them too): {older}"
+        )
+
+
+def read_run(paths, group: str = "input", *, all_runs: bool = False, keep=None) -> ResultRun:
+    """Read the files of one run argument.  Files from several runs of the same cases
+    give the newest run (by ``timestamp_utc``); runs of other cases are kept beside it.
+    ``all_runs``: every file as one run (a case in two files is then a duplicate)."""
+    files, issues = [], []
+    for path in paths:
+        read = read_file(path, group, keep=keep)
+        issues.extend(read.issues)
+        if read.file is not None:
+            files.append(read.file)
+    paths = tuple(str(path) for path in paths)
+    runs = group_runs(files)
+    if all_runs or len(runs) < 2:
+        return ResultRun(group, paths, tuple(files), tuple(issues))
+    kept, superseded = newest_runs(runs)
+    chosen = {id(file) for run in kept for file in run.files}
+    return ResultRun(
+        group,
+        paths,
+        tuple(file for file in files if id(file) in chosen),
+        tuple(issues),
+        superseded,
+        kept,
+    )
+
+
+RUN_ID_COLUMN = "run_id"
+_SEED_RUN = "(files without run_id or timestamp_utc)"
+
+
+def group_runs(files: Sequence[ResultFile]) -> list[Run]:
+    """The runs among these files, in the order their first file came."""
+    members: dict[str, list[ResultFile]] = {}
+    for file in files:
+        members.setdefault(_run_key(file), []).append(file)
+    return [
+        Run(key, tuple(found), max(_newest(file) for file in found))
+        for key, found in members.items()
+    ]
+
+
+def _run_key(file: ResultFile) -> str:
+    ids = _distinct_texts(file.frame, RUN_ID_COLUMN)
+    if ids:
+        return f"run_id {ids[-1]}"
+    if _distinct_texts(file.frame, "timestamp_utc"):
+        return f"file {file.source}"
+    return _SEED_RUN
+
+
+def _distinct_texts(frame, name: str) -> list[str]:
+    if name not in frame.columns:
+        return []
+    return sorted(text for text in frame[name].cat.categories.tolist() if text)
+
+
+def _newest(file: ResultFile) -> str:
+    stamps = _distinct_texts(file.frame, "timestamp_utc")
+    return stamps[-1] if stamps else ""
+
+
+def _run_name(run: Run) -> str:
+    return f"{run.key}, {run.newest}" if run.newest else run.key
+
+
+def newest_runs(runs: Sequence[Run]) -> tuple[tuple[Run, ...], tuple[Run, ...]]:
+    """(kept, superseded): a run is superseded when a newer run shares a case with it."""
+    order = sorted(range(len(runs)), key=lambda index: runs[index].newest, reverse=True)
+    newer: set[str] = set()
+    kept, superseded = [], []
+    for index in order:
+        run = runs[index]
+        cases = set().union(*(case_keys(file) for file in run.files))
+        (superseded if cases & newer else kept).append(run)
+        newer |= cases
+    return tuple(kept), tuple(superseded)
+
+
+def case_keys(file: ResultFile) -> set[str]:
+    """Each row's case as one text: api and every case parameter (identity defaults filled)."""
+    frame = file.frame
+    names = [name for name in case_columns(frame.columns) if name != "api"]
+    names = sorted({*names, *IDENTITY_DEFAULTS})
+    key = frame["api"].astype(str)
+    for name in names:
+        default = IDENTITY_DEFAULTS.get(name, "")
+        if name in frame.columns:
+            values = frame[name].astype(str).replace("", default)
+        else:
+            values = default
+        key = key + f"\x1f{name}=" + values
+    return set(key.tolist())
