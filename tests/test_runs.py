@@ -128,9 +128,7 @@ def test_quick_start_twice_summarizes_the_second_run(tmp_path, capsys):
     assert str(first[0]) in stdout
     text = report.read_text(encoding="utf-8")
     assert "- Runs: read the newest run" in text
-    assert (
-        f"| {escape_markdown(str(first[0]))} | 0 | older run, left out |" in text
-    )
+    assert f"| {escape_markdown(str(first[0]))} | 0 | older run, left out |" in text
     ids = {row["run_id"] for path in (*first, *second) for row in read_stored_rows(path).rows}
     assert len(ids) == 2 and "" not in ids
 
