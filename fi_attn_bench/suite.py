@@ -44,6 +44,7 @@ from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.suite_record import (
     RECORD_NAME,
     SuiteRecord,
+    mark_finished,
     read_record,
     record_name,
     resumed_shard,
@@ -183,6 +184,8 @@ class SuitePlan:
     runs: tuple[tuple[BenchmarkSpec, RunOptions], ...]
     shard: ShardSpec | None = None
     preamble: str = ""  # which shard, its cases and cost; printed before the first sweep
+    record: SuiteRecord | None = None  # marked finished in ``directory`` once every script ends
+    directory: str = ""
 
 
 def _prepare(own, rest, probe, specs) -> SuitePlan | int:
@@ -218,7 +221,7 @@ def _prepare(own, rest, probe, specs) -> SuitePlan | int:
         (spec, replace(options, resume_command=hint, run_id=options.run_id or run_id))
         for spec, options in prepared.runs
     )
-    return replace(prepared, runs=runs)
+    return replace(prepared, runs=runs, record=record, directory=directory)
 
 
 def _face_file() -> str | None:
@@ -286,6 +289,8 @@ def _run_all(prepared: SuitePlan, timer) -> int:
     except UsageError as exc:  # a timer's self-check failed (SelfCheckFailed)
         print(f"{_prog()}: error: {exc}", file=sys.stderr)
         return 2
+    if prepared.record is not None:
+        mark_finished(prepared.directory, prepared.record, prepared.shard)
     return max(codes, default=0)
 
 

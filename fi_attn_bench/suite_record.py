@@ -9,7 +9,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.schema import HARNESS_VERSION
@@ -28,6 +28,7 @@ class SuiteRecord:
     scripts: tuple[str, ...]
     argv: tuple[str, ...]
     csv_names: tuple[str, ...]
+    finished: bool = False  # every script ran to its end (an interrupted run stays False)
 
     def csv_of(self, script: str) -> str:
         return self.csv_names[self.scripts.index(script)]
@@ -60,29 +61,49 @@ def shard_records(directory: str) -> list[ShardSpec]:
 def write_record(
     directory: str, record: SuiteRecord, *, force: bool, shard: ShardSpec | None = None
 ) -> str | None:
-    """Write ``bench_all.json`` (a shard's own name when ``shard``); an earlier run's is moved
-    aside with ``force`` (its path is returned) and refused without it."""
+    """Write ``bench_all.json`` (a shard's own name when ``shard``).  An earlier run's record
+    is moved aside (its new path is returned) when that run finished or with ``force``; an
+    unfinished one is refused, so that a new run never hides what ``--resume`` would finish."""
     path, moved = record_path(directory, shard), None
     if os.path.lexists(path):
-        if not force:
+        if not force and not _finished(directory, shard):
             shard_words = f" --shard {shard}" if shard is not None else ""
             raise UsageError(
-                f"{directory} holds an earlier bench_all.py run ({record_name(shard)}): --resume "
-                f"{directory}{shard_words} finishes it, --force moves its record aside, or "
-                "choose another --output-dir"
+                f"{directory} holds an unfinished bench_all.py run ({record_name(shard)}): "
+                f"--resume {directory}{shard_words} finishes it, --force moves its record "
+                "aside, or choose another --output-dir"
             )
         moved = move_aside(path)
+    _write(path, record)
+    return moved
+
+
+def mark_finished(directory: str, record: SuiteRecord, shard: ShardSpec | None = None) -> None:
+    """Record that every script of the run ran to its end."""
+    _write(record_path(directory, shard), replace(record, finished=True))
+
+
+def _finished(directory: str, shard: ShardSpec | None) -> bool:
+    try:
+        return read_record(directory, shard).finished
+    except UsageError:  # unreadable: treated as unfinished, never moved without --force
+        return False
+
+
+def _write(path: str, record: SuiteRecord) -> None:
     payload = {
         "program": "bench_all.py",
         "harness_version": HARNESS_VERSION,
         "scripts": list(record.scripts),
         "argv": list(record.argv),
         "csv": list(record.csv_names),
+        "finished": record.finished,
     }
-    with open(path, "w", encoding="utf-8") as handle:
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
         json.dump(payload, handle, indent=1)
         handle.write("\n")
-    return moved
+    os.replace(temporary, path)  # a kill mid-write leaves the old record, never half of one
 
 
 def read_record(directory: str, shard: ShardSpec | None = None) -> SuiteRecord:
@@ -100,6 +121,7 @@ def read_record(directory: str, shard: ShardSpec | None = None) -> SuiteRecord:
             tuple(map(str, payload["scripts"])),
             tuple(map(str, payload["argv"])),
             tuple(map(str, payload["csv"])),
+            payload.get("finished") is True,
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"--resume {directory}: unreadable {name} ({exc})") from None

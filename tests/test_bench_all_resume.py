@@ -69,12 +69,28 @@ def test_resume_dir_without_a_record_exits_2(tmp_path, capsys):
     assert "no bench_all.json there" in capsys.readouterr().err
 
 
-def test_a_second_run_into_the_same_directory_is_refused_unless_forced(tmp_path, capsys):
+def test_a_second_run_after_a_finished_one_moves_its_record_aside(tmp_path, capsys):
+    """README's examples run twice in a row: a finished run leaves nothing to resume."""
     argv = ["--output-dir", str(tmp_path), *FAST]
     assert run(argv) == 0
+    assert json.loads((tmp_path / "bench_all.json").read_text())["finished"] is True
+    capsys.readouterr()
+    assert run(argv) == 0
+    (moved,) = tmp_path.glob("bench_all.json.bak-*")
+    assert f"Moved the earlier run's bench_all.json aside to {moved}" in capsys.readouterr().out
+    assert len(list(tmp_path.glob("*.csv"))) == 4  # both runs' CSVs are kept
+
+
+def test_a_second_run_into_an_interrupted_one_is_refused_unless_forced(tmp_path, capsys):
+    argv = ["--output-dir", str(tmp_path), *FAST, "--filter", "batch_size<=2"]
+    assert run(argv, specs=(interrupted_at(FIRST, 2), SECOND)) == 130
+    assert json.loads((tmp_path / "bench_all.json").read_text())["finished"] is False
     capsys.readouterr()
     assert run(argv) == 2
     err = capsys.readouterr().err
-    assert f"--resume {tmp_path} finishes it" in err and len(list(tmp_path.glob("*.csv"))) == 2
+    assert (
+        "holds an unfinished bench_all.py run" in err and f"--resume {tmp_path} finishes it" in err
+    )
+    assert len(list(tmp_path.glob("*.csv"))) == 1 and not list(tmp_path.glob("*.bak-*"))
     assert run([*argv, "--force"]) == 0
     assert len(list(tmp_path.glob("bench_all.json.bak-*"))) == 1

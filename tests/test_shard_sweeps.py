@@ -331,13 +331,16 @@ def test_bench_all_resume_under_torchrun_reads_the_ranks_record(tmp_path, monkey
     assert "no bench_all.shard0of2.json there" in capsys.readouterr().err
 
 
-def test_bench_all_refuses_a_second_run_of_a_shard_into_its_directory(tmp_path, capsys):
+def test_bench_all_second_run_of_a_finished_shard_keeps_the_first(tmp_path, capsys):
     argv = ["--shard", "0/2", "--output-dir", str(tmp_path), *FAST, "--preset", "default"]
     assert _bench(*argv) == 0
     csvs = {p.name: p.read_bytes() for p in tmp_path.glob("*.csv")}
-    assert _bench(*argv) == 2
-    assert f"--resume {tmp_path} --shard 0/2 finishes it" in capsys.readouterr().err
-    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.csv")} == csvs
+    capsys.readouterr()
+    assert _bench(*argv) == 0  # the first run finished: nothing to resume, its record moves aside
+    (moved,) = tmp_path.glob("bench_all.shard0of2.json.bak-*")
+    assert f"aside to {moved}" in capsys.readouterr().out
+    after = {p.name: p.read_bytes() for p in tmp_path.glob("*.csv")}
+    assert {name: after[name] for name in csvs} == csvs and len(after) == 2 * len(csvs)
     assert _bench(*argv[2:], "--shard", "1/2") == 0  # another shard: its own record
 
 

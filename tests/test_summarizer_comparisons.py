@@ -429,3 +429,20 @@ def test_counts_are_pluralized(tmp_path, capsys):
     assert regress(tmp_path, one, one) == sr.EXIT_OK
     out = capsys.readouterr().out
     assert "1 matched case, none failing" in out and "among 1 matched case." in out
+
+
+# ------------------------------------------------ CPU wall-clock rows never fail the gate
+
+
+@pytest.mark.parametrize(
+    ("timer", "code", "state"), [("profiler", 1, "regression"), ("wall", 0, "within noise")]
+)
+def test_a_cpu_timed_change_is_reported_but_never_a_regression(
+    tmp_path, capsys, timer, code, state
+):
+    """Rows without statistics are judged by the gate alone: a 30 % rise fails a GPU-timed
+    case; two CPU wall-clock runs differ that much by themselves, so it is within noise."""
+    base = run_csv(tmp_path / "base.csv", batches=(1,), time_ms="1.0", timer=timer)
+    cand = run_csv(tmp_path / "cand.csv", batches=(1,), time_ms="1.3", timer=timer)
+    assert regress(tmp_path, base, cand, "--fail-on-regression", "5") == code
+    assert f"| {state} |" in (tmp_path / "report.md").read_text(encoding="utf-8")

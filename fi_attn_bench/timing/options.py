@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fi_attn_bench.results.schema import CPU_TIMER  # noqa: F401 - re-exported: the timers' name for it
+
 TIMER_NAMES = ("profiler", "cuda_graph", "events")  # GPU timers a user may pick
-
-
-CPU_TIMER = "wall"
 
 
 ATTRIBUTIONS = ("auto", "sum", "span", "stream")
