@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -206,3 +207,25 @@ def test_counted_words():
 
     assert [counted(n, "case") for n in (0, 1, 2)] == ["0 cases", "1 case", "2 cases"]
     assert counted(1, "GPU") == "1 GPU" and counted(3, "GPU") == "3 GPUs"
+
+
+def console_scripts() -> dict[str, str]:
+    """pyproject.toml's [project.scripts]: name -> "module:function"."""
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    table = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    return dict(re.findall(r'^([\w-]+) = "([\w.]+:\w+)"', table, flags=re.M))
+
+
+def test_every_console_script_answers_version_under_its_own_name():
+    scripts = console_scripts()
+    assert len(scripts) >= 9 and "fi-attn-history" in scripts
+    for name, target in scripts.items():
+        module, function = target.split(":")
+        code = (
+            f"import sys; sys.argv = [{name!r}, '--version']; "
+            f"from {module} import {function} as entry; sys.exit(entry())"
+        )
+        shown = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=False
+        )
+        assert (shown.returncode, shown.stdout.strip()) == (0, VERSION_TEXT), (name, shown.stderr)

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.history.reading import NotARunError, csv_paths, runs_in_file
 from fi_attn_bench.history.store import DEFAULT_STORE_NAME, RunStore, StoreError
 
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fi-attn-history",
         description="Remember every benchmark run; find change points on clock-normalized time.",
     )
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     commands = parser.add_subparsers(dest="command", required=True)
     add = commands.add_parser("add", help="ingest result CSVs (files or directories) as runs")
     add.add_argument("inputs", nargs="+", metavar="CSV_OR_DIR")
