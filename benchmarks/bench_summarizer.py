@@ -35,7 +35,7 @@ TEMPLATES = tuple(sorted((ROOT / "tests" / "fixtures" / "real_csv").glob("*.csv"
 
 @dataclass(frozen=True)
 class Target:
-    """The limits issue 34 sets for a scenario."""
+    """The limits a scenario must stay within (time, memory, speedup over the seed)."""
 
     wall_s: float
     rss_mb: float

@@ -1,4 +1,4 @@
-"""Does ``energy_mJ`` hold? (issue 38) Repeatability over sweeps, and agreement with power
+"""Does ``energy_mJ`` hold? Repeatability over sweeps, and agreement with power
 samples integrated over the same batches; optionally a head-to-head sweep's paired time and
 energy ratios side by side.
 

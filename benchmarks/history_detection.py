@@ -47,7 +47,7 @@ LARGE_CASE_MS = 0.05
 class NoiseModel:
     """Noise of one history, per run and per case (log scale, so 0.005 is 0.5 %)."""
 
-    shared_drift_sd: float = 0.005  # consecutive H100 sweeps differ by 0.5-1.1 % (issue 36)
+    shared_drift_sd: float = 0.005  # consecutive H100 sweeps differ by 0.5-1.1 %
     clock_sd: float = 0.02  # run-to-run SM clock spread of a fully power-capped case
     case_noise_floor: float = 0.003
     case_noise_per_drift: float = 0.25  # share of the row's drift_pct not explained by clock

@@ -1,4 +1,4 @@
-"""The CI example, docs/ci/attention-bench.yml, works as written (issue 34).
+"""The CI example, docs/ci/attention-bench.yml, works as written.
 
 Every project program its ``run:`` steps call (``python X.py``, ``python -m module``, a console
 script) exists, and every ``--option`` they pass is one of that program's argparse options, as

@@ -1,4 +1,4 @@
-"""CPU timing honesty (issue 34, defect 12): a CPU run pins its torch threads and records
+"""CPU timing honesty: a CPU run pins its torch threads and records
 them, a row whose noise is still above the target when its budget ran out says so in
 ``notes``, and one sample's noise is unknown (empty), not 0."""
 

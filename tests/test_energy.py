@@ -1,4 +1,4 @@
-"""Energy per call (issue 38) on the CPU: the column logic with stand-in counters, the
+"""Energy per call on the CPU: the column logic with stand-in counters, the
 loops that read them around each batch, the NVML binding's missing and unsupported paths
 (a stand-in ``pynvml``), a MetaX-shaped ``pymxsml``, the rows and the power sampler."""
 

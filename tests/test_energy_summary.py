@@ -1,4 +1,4 @@
-"""Energy in the summarizer (issue 38): best energy per API, the JSON, the energy-vs-time
+"""Energy in the summarizer: best energy per API, the JSON, the energy-vs-time
 plot, the energy change beside the time change, and --fail-on-energy-regression."""
 
 from __future__ import annotations

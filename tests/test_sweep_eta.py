@@ -1,4 +1,4 @@
-"""The sweep's ETA (issue 34, defect 9): from each case's predicted cost, calibrated by the
+"""The sweep's ETA: from each case's predicted cost, calibrated by the
 cases finished so far; unknown until one finished.  A fake clock drives it."""
 
 from __future__ import annotations

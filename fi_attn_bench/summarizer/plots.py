@@ -325,18 +325,23 @@ def _render_roofline(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pa
     else:
         ax.scatter(ai[keep], tflops[keep], s=18, color="C0", label="cases")
     _draw_roofs(ax, peaks, float(ai[keep].min()), float(ai[keep].max()))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    _plain_log_ticks(ax.xaxis, ax.get_xlim())
-    _plain_log_ticks(ax.yaxis, ax.get_ylim())
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("achieved TFLOP/s")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="x-small", loc="best")
+    _log_log_axes(ax, "arithmetic intensity (FLOP/byte)", "achieved TFLOP/s")
     no_peaks = "" if peaks else " (no device peaks known: roofs not drawn)"
     title = f"{api}: roofline, {plural(int(keep.sum()), 'case')}{no_peaks}{_peaks_label(peaks)}"
     ax.set_title(_wrap(title, ROOFLINE_SIZE[0]))
     return _save(figure, out_dir / (safe_file_stem(api) + ROOFLINE_PNG))
+
+
+def _log_log_axes(ax, xlabel: str, ylabel: str) -> None:
+    """Log scales with plain tick labels, axis labels, a major grid and the legend."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.xaxis, ax.get_xlim())
+    _plain_log_ticks(ax.yaxis, ax.get_ylim())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small", loc="best")
 
 
 def _render_energy(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Path | None:
@@ -354,15 +359,9 @@ def _render_energy(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Path
     ]
     for index, (label, part) in enumerate(groups):
         ax.scatter(time_ms[keep][part], energy[keep][part], s=18, color=f"C{index}", label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    _plain_log_ticks(ax.xaxis, ax.get_xlim())
-    _plain_log_ticks(ax.yaxis, ax.get_ylim())
-    ax.set_xlabel("time per call (ms)")
-    ax.set_ylabel("energy per call (mJ)")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="x-small", loc="best")
-    ax.set_title(_wrap(f"{api}: energy vs time, {int(keep.sum())} cases", ROOFLINE_SIZE[0]))
+    _log_log_axes(ax, "time per call (ms)", "energy per call (mJ)")
+    title = f"{api}: energy vs time, {plural(int(keep.sum()), 'case')}"
+    ax.set_title(_wrap(title, ROOFLINE_SIZE[0]))
     return _save(figure, out_dir / f"{safe_file_stem(api)}_energy.png")
 
 
