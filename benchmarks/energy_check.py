@@ -17,8 +17,10 @@ Usage on a GPU machine (nvidia-ml-py installed):
     python benchmarks/energy_check.py --script ragged --sweeps 5 --out energy.md \\
         --h2h flashinfer:fa2 flashinfer:fa3 -- --preset default
 
-Writes the Markdown report to ``--out`` and each sweep's CSV beside it
-(``<out stem>_sweep<N>.csv``, ``<out stem>_h2h.csv``); refuses to overwrite any of them.
+Writes the Markdown report to ``--out``, each sweep's CSV beside it
+(``<out stem>_sweep<N>.csv``, ``<out stem>_h2h.csv``) and, after each sweep, the raw power
+samples, counter readings and rows' batches (``<out stem>_raw.json``); refuses to overwrite
+any of them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import json
 import math
 import platform
 import statistics
@@ -40,7 +43,11 @@ sys.path.insert(0, str(ROOT))
 
 from fi_attn_bench.device import energy as device_energy  # noqa: E402
 from fi_attn_bench.sweep import run as sweep_run  # noqa: E402
-from fi_attn_bench.timing.energy import ENERGY_WINDOW_UPDATES, energy_windows  # noqa: E402
+from fi_attn_bench.timing.energy import (  # noqa: E402
+    ENERGY_WINDOW_UPDATES,
+    PAIRED_ROUND_UPDATES,
+    energy_windows,
+)
 from fi_attn_bench.timing.options import TimingOptions  # noqa: E402
 
 SCRIPTS = {
@@ -52,7 +59,7 @@ SCRIPTS = {
 CV_LIMIT_PCT = 3.0  # the issue's repeatability target, for cases >= MIN_CASE_MS
 AGREEMENT_LIMIT_PCT = 5.0  # the issue's agreement target with integrated power samples
 MIN_CASE_MS = 1.0
-ROUND_MARGIN = 1.25  # head-to-head rounds this much longer than the counter needs
+ROUND_MARGIN = 1.1  # head-to-head rounds this much longer than the counter needs
 DEFAULT_MIN_TIME_MS = TimingOptions.min_time_ms
 
 
@@ -170,9 +177,10 @@ def sweep_arguments(period_s: float, extra: Sequence[str]) -> list[str]:
 
 
 def h2h_round_ms(period_s: float) -> float:
-    """Head-to-head batch length (--batch-ms) that gives each round's batch the counter's
-    ENERGY_WINDOW_UPDATES updates, at least the harness's default 50 ms."""
-    return max(50.0, math.ceil(ROUND_MARGIN * ENERGY_WINDOW_UPDATES * period_s * 1e3))
+    """Head-to-head batch length (--batch-ms) that gives each round's batch the
+    PAIRED_ROUND_UPDATES counter updates the paired energy ratio needs, at least the
+    harness's default 50 ms."""
+    return max(50.0, math.ceil(round(ROUND_MARGIN * PAIRED_ROUND_UPDATES * period_s * 1e3, 6)))
 
 
 def h2h_arguments(impls: Sequence[str], period_s: float) -> list[str]:
@@ -274,6 +282,33 @@ class Capture:
         sweep_run.Sweep._one = self._one
 
 
+def raw_sweep(captured) -> list[dict]:
+    """Each ok row's time and energy with the batches behind it, for estimators tried later."""
+    found = []
+    for record, result in captured:
+        energy = result.measurement.energy if result.measurement is not None else None
+        if record.get("status") != "ok" or energy is None:
+            continue
+        found.append(
+            {
+                "case": record["repro_case"],
+                "impl": record.get("impl", ""),
+                "time_ms": float(record["time_ms"]),
+                "energy_mj": energy.energy_mj,
+                "window_s": energy.window_s,
+                "batches": [[b.start_s, b.end_s, b.calls, b.energy_mj] for b in energy.batches],
+            }
+        )
+    return found
+
+
+def write_raw(path: Path, period_s: float, logs, sweeps: Sequence[list[dict]]) -> None:
+    """The power samples, the counter's readings and every sweep's rows, as JSON."""
+    power, counter = ([[x.time_s, x.watts] for x in list(log.samples)] for log in logs)
+    data = {"period_s": period_s, "power": power, "counter": counter, "sweeps": list(sweeps)}
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
 def run_sweep(main: Callable[[list[str]], int], argv: list[str]) -> tuple[int, list]:
     with Capture() as capture:
         code = main(argv)
@@ -297,12 +332,15 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--interval-ms", type=float, default=5.0, help="power sampling period")
     parser.add_argument("--h2h", nargs=2, metavar=("BASE", "OTHER"), help="impls to pair")
     args = parser.parse_args(own)
-    if args.sweeps < 2:
-        parser.error("--sweeps must be at least 2 (a CV needs two)")
+    if args.sweeps == 1 or args.sweeps < 0 or (args.sweeps == 0 and not args.h2h):
+        parser.error("--sweeps must be at least 2 (a CV needs two), or 0 with --h2h")
     if args.interval_ms <= 0:
         parser.error("--interval-ms must be positive")
+    raw = args.out.with_name(f"{args.out.stem}_raw.json")
     taken = [
-        p for p in (args.out, *sweep_paths(args.out, args.sweeps, bool(args.h2h))) if p.exists()
+        p
+        for p in (args.out, raw, *sweep_paths(args.out, args.sweeps, bool(args.h2h)))
+        if p.exists()
     ]
     if taken:
         parser.error(f"{taken[0]} exists; choose another --out")
@@ -351,16 +389,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     main_fn = importlib.import_module(SCRIPTS[args.script]).main
     paths = sweep_paths(args.out, args.sweeps, bool(args.h2h))
+    raw_path = args.out.with_name(f"{args.out.stem}_raw.json")
+    # The counter read as often as the power, over every sweep: the raw steps behind the rows
+    counter_log = device_energy.PowerSampler(access.counter.energy_mj, args.interval_ms / 1e3)
+    raw: list[list[dict]] = []
     started = time.monotonic()
     per_sweep, h2h_rows, codes = [], [], []
     longer = sweep_arguments(access.period_s, extra)
-    with sampler:
+    with sampler, counter_log:
         for index in range(args.sweeps):
             sweep_argv = [*extra, *longer, "--output", str(paths[index])]
             code, rows = run_sweep(main_fn, sweep_argv)
             codes.append(code)
             samples, times = sampler.frozen()
             per_sweep.append(case_sweeps(rows, samples, times))
+            raw.append(raw_sweep(rows))
+            write_raw(raw_path, access.period_s, (sampler, counter_log), raw)
             print(f"sweep {index + 1}/{args.sweeps}: exit {code}, {len(rows)} rows", flush=True)
         if args.h2h:
             h2h_argv = [
@@ -372,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             code, rows = run_sweep(main_fn, h2h_argv)
             codes.append(code)
             h2h_rows = [record for record, _ in rows]
+            raw.append(raw_sweep(rows))
+            write_raw(raw_path, access.period_s, (sampler, counter_log), raw)
     checks = combine(per_sweep)
     elapsed = time.monotonic() - started
     source = "instantaneous field" if sampler.read_watts.__name__ == "instant" else "averaged"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,9 +24,13 @@ from fi_attn_bench.timing import paired
 from fi_attn_bench.timing import timers as tt
 from fi_attn_bench.timing.energy import (
     BatchEnergy,
+    CounterStep,
+    CounterTrace,
     EnergyRecorder,
+    counter_at,
     energy_per_call,
     energy_windows,
+    traced_batches,
 )
 from fi_attn_bench.timing.loop import MeasureLoop
 from fi_attn_bench.timing.options import TimingOptions
@@ -76,6 +81,95 @@ def test_what_the_counter_cannot_tell_is_empty_with_a_note(batches, window_s, no
     found = energy_per_call(batches, [True] * len(batches), window_s)
     assert found.energy_mj is None and found.columns() == {}
     assert found.note.startswith(note)
+
+
+# ------------------------------------------------------------------ the traced counter
+
+STEPS = [CounterStep(0.1, 1000.0), CounterStep(0.2, 2000.0), CounterStep(0.3, 4000.0)]
+
+
+def test_the_counter_between_steps_is_linear_and_beyond_them_follows_the_end_period():
+    assert counter_at(STEPS, 0.15) == pytest.approx(1500.0)
+    assert counter_at(STEPS, 0.25) == pytest.approx(3000.0)
+    assert counter_at(STEPS, 0.05) == pytest.approx(500.0)  # the first period's slope
+    assert counter_at(STEPS, 0.35) == pytest.approx(5000.0)  # the last period's slope
+
+
+def test_traced_batches_read_energy_off_the_steps_inside_their_span():
+    batches = [batch(5, 0.08, 0.1, 0.0), batch(5, 0.2, 0.12, 3000.0)]  # raw: quantized reads
+    outside = [CounterStep(0.0, 0.0), *STEPS, CounterStep(0.4, 9e9)]  # 0.0, 0.4: not under load
+    traced = traced_batches(batches, outside)
+    assert [b.energy_mj for b in traced] == pytest.approx([1000.0, 2400.0])
+    assert [(b.calls, b.start_s, b.wall_s) for b in traced] == [
+        (5, 0.08, pytest.approx(0.1)),
+        (5, 0.2, pytest.approx(0.12)),
+    ]
+    assert traced_batches(batches, STEPS[:1]) is None  # one step: no period under load
+
+
+class SlowCounter:
+    """A GPU drawing ``watts`` whose counter moves only every ``period_s`` (as NVML's)."""
+
+    def __init__(self, watts, period_s, fail_after=None):
+        self.watts, self.period_s, self.reads, self.fail_after = watts, period_s, 0, fail_after
+        self.began = time.perf_counter()
+
+    def energy_mj(self):
+        self.reads += 1
+        if self.fail_after is not None and self.reads > self.fail_after:
+            return None
+        elapsed = time.perf_counter() - self.began
+        return (elapsed // self.period_s) * self.period_s * self.watts * 1e3
+
+
+def _traced_recorder(counter, batches=12, wall_s=0.025):
+    trace = CounterTrace(counter, poll_s=0.001)
+    recorder = EnergyRecorder(counter, 0.0, trace=trace)
+    for _ in range(batches):
+        recorder.start()
+        time.sleep(wall_s)
+        recorder.stop(10)
+    return recorder, trace
+
+
+def test_a_traced_recorder_gives_each_batch_its_share_where_raw_reads_are_quantized():
+    counter = SlowCounter(watts=200.0, period_s=0.04)
+    recorder, trace = _traced_recorder(counter)
+    raw = [b.energy_mj for b in recorder.batches]
+    assert {round(mj) for mj in raw} <= {0, 8000, 16000}  # whole steps of 40 ms at 200 W
+    found = recorder.estimate([True] * len(raw))
+    assert trace._thread is None  # the estimate stopped the polling
+    assert found.note == "" and found.avg_power_w == pytest.approx(200.0, rel=0.1)
+    per_batch = [b.energy_mj / b.wall_s / 1e3 for b in found.batches]
+    assert statistics.median(per_batch) == pytest.approx(200.0, rel=0.1)
+
+
+def test_a_trace_that_cannot_read_or_saw_too_few_steps_leaves_a_note():
+    failing = SlowCounter(watts=200.0, period_s=0.01, fail_after=3)
+    recorder, _ = _traced_recorder(failing, batches=1)
+    assert (
+        recorder.estimate([True]).note
+        == "energy: the energy counter could not be read while tracing"
+    )
+    slow = SlowCounter(watts=200.0, period_s=10.0)
+    recorder, _ = _traced_recorder(slow, batches=2, wall_s=0.005)
+    found = recorder.estimate([True, True])
+    assert found.energy_mj is None and "stepped fewer than twice" in found.note
+
+
+def test_recorders_sharing_a_trace_keep_it_polling_until_the_last_one_finishes():
+    counter = SlowCounter(watts=100.0, period_s=0.005)
+    trace = CounterTrace(counter, poll_s=0.001)
+    first, second = (EnergyRecorder(counter, 0.0, trace=trace) for _ in range(2))
+    for recorder in (first, second):
+        recorder.start()
+        time.sleep(0.03)
+        recorder.stop(1)
+    first.finish()
+    assert trace._thread is not None and trace._thread.is_alive()
+    second.finish()
+    first.finish()  # idempotent: no second release
+    assert trace._thread is None and trace._holders == 0
 
 
 class SimulatedGpu:
@@ -169,7 +263,7 @@ def test_head_to_head_gives_a_paired_energy_ratio_that_survives_drift():
 
 def test_rounds_too_short_for_the_counter_give_a_note_not_a_ratio():
     gpu = SimulatedGpu()
-    recorders = [EnergyRecorder(gpu, 10.0, clock=gpu.clock) for _ in range(2)]
+    recorders = [EnergyRecorder(gpu, 10.0, clock=gpu.clock, round_s=10.0) for _ in range(2)]
     contenders = [paired.Contender(lambda: (1.0, 2.0)), paired.Contender(lambda: (1.0, 1.5))]
     outcome = paired.measure_paired(contenders, SimulatedTimer(gpu), OPTIONS, energies=recorders)
     assert outcome.energy_ratios == (None, None)
@@ -223,7 +317,8 @@ def fixed_probe(counter):
 def test_nvml_energy_counter_opens_with_its_period_and_reads_mj(nvml_uuid):
     module = FakePynvml({"nvmlDeviceGetTotalEnergyConsumption": Advancing(25)})
     access = de.open_energy_counter(CUDA, load=loader(module), probe=fixed_probe)
-    assert access.reason == "" and access.window_s == pytest.approx(0.04)
+    assert access.reason == "" and access.window_s == pytest.approx(0.010)  # 5 updates of 2 ms
+    assert access.round_s == pytest.approx(0.006) and access.trace is not None
     first = access.counter.energy_mj()
     assert access.counter.energy_mj() - first == 25.0
 
@@ -441,10 +536,11 @@ def test_energy_check_compares_the_rows_with_integrated_power_over_the_same_batc
 
 
 def test_energy_check_makes_head_to_head_rounds_long_enough_for_the_counter(energy_check):
-    assert energy_check.h2h_round_ms(0.001) == 50.0  # 20 updates of 1 ms fit the default
-    argv = energy_check.h2h_arguments(["flashinfer:fa2", "flashinfer:fa3"], 0.010)
+    assert energy_check.h2h_round_ms(0.001) == 50.0  # 3 updates of 1 ms fit the default
+    argv = energy_check.h2h_arguments(["flashinfer:fa2", "flashinfer:fa3"], 0.100)
     assert argv[:4] == ["--impl", "flashinfer:fa2", "--impl", "flashinfer:fa3"]
-    assert argv[4:] == ["--batch-ms", "250", "--min-time-ms", "5000", "--max-time-per-case", "7.5"]
+    # 3 updates of 100 ms with a 10 % margin, 20 such rounds, a budget 1.5 times that
+    assert argv[4:] == ["--batch-ms", "330", "--min-time-ms", "6600", "--max-time-per-case", "9.9"]
 
 
 @pytest.mark.parametrize(
@@ -491,12 +587,12 @@ def test_the_head_to_head_line_shows_the_energy_ratio_beside_the_time_ratio(
 
 
 def test_energy_check_lengthens_the_sweeps_only_for_a_slow_counter(energy_check):
-    assert energy_check.sweep_arguments(0.001, []) == []  # 3 windows of 20 ms fit 500 ms
-    assert energy_check.sweep_arguments(0.1, []) == [
+    assert energy_check.sweep_arguments(0.001, []) == []  # 3 windows of 5 ms fit 500 ms
+    assert energy_check.sweep_arguments(0.1, []) == [  # 3 windows of 5 updates of 100 ms
         "--min-time-ms",
-        "6000",
+        "1500",
         "--max-time-per-case",
-        "9",
+        "2.25",
     ]
     assert energy_check.sweep_arguments(0.1, ["--min-time-ms", "100"]) == []
 

@@ -27,7 +27,12 @@ from types import ModuleType
 
 from fi_attn_bench.device.nvml import NvmlDevice, open_nvml_device
 from fi_attn_bench.device.power import cuda_device_uuid
-from fi_attn_bench.timing.energy import ENERGY_WINDOW_UPDATES, EnergyCounter
+from fi_attn_bench.timing.energy import (
+    ENERGY_WINDOW_UPDATES,
+    PAIRED_ROUND_UPDATES,
+    CounterTrace,
+    EnergyCounter,
+)
 
 PROBE_BUDGET_S = 0.5  # how long the period probe may watch the counter, once per sweep
 PROBE_INTERVAL_S = 0.0005
@@ -55,11 +60,17 @@ class EnergyAccess:
     counter: EnergyCounter | None
     period_s: float = 0.0
     reason: str = ""
+    trace: CounterTrace | None = None  # the counter's steps while batches run
 
     @property
     def window_s(self) -> float:
         """The shortest window of batches whose counter difference is trusted."""
         return ENERGY_WINDOW_UPDATES * self.period_s
+
+    @property
+    def round_s(self) -> float:
+        """The shortest head-to-head round whose energy is trusted."""
+        return PAIRED_ROUND_UPDATES * self.period_s
 
 
 def counter_period_s(
@@ -99,7 +110,7 @@ def open_nvml_energy(uuid: str, load=importlib.import_module, probe=counter_peri
         return EnergyAccess(
             None, reason=f"NVML's energy counter did not move twice in {PROBE_BUDGET_S:g} s"
         )
-    return EnergyAccess(counter, period)
+    return EnergyAccess(counter, period, trace=CounterTrace(counter))
 
 
 def pymxsml_importable(load: Callable[[str], ModuleType] = importlib.import_module) -> bool:

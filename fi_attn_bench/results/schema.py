@@ -255,7 +255,8 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         _S,
         Kind.POSITIVE,
         "GPU energy per run(), in mJ: median over windows of timed batches of the energy "
-        "counter's difference / calls (cold L2: the flush's energy included)",
+        "counter's increase (read off its traced steps) / calls (cold L2: the flush's energy "
+        "included)",
     ),
     Column(
         "avg_power_W", _S, Kind.POSITIVE, "mean board power over the timed batches (energy / wall)"

@@ -228,7 +228,9 @@ class CaseRunner:
         access = self.energy
         if access is None or access.counter is None:
             return None
-        return EnergyRecorder(access.counter, access.window_s)
+        return EnergyRecorder(
+            access.counter, access.window_s, trace=access.trace, round_s=access.round_s
+        )
 
     def _energy_note(self, measurement: Measurement) -> str:
         """Why the row has no energy, if it has none ("" when it has)."""

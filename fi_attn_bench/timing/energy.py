@@ -1,25 +1,35 @@
-"""Energy per call: the device's energy counter read at the boundaries of the timed batches.
+"""Energy per call: the device's energy counter over the timed batches.
 
 The measuring loops call ``EnergyRecorder.start`` right before a timed batch and ``stop``
-right after its synchronize, so each batch's counter difference covers what the GPU did
-for it: the calls, their L2 flushes when L2 is cold, the queue-ahead spin and the idle
-gap while the host launched and read the batch.  ``energy_per_call`` groups the kept
-batches into windows long enough for the counter's update period and gives the median
-over windows of energy / calls (``energy_mJ``) and the mean power over the batches
-(``avg_power_W``).  Anything it cannot trust leaves the columns empty with a note.
+right after its synchronize, so each batch's energy covers what the GPU did for it: the
+calls, their L2 flushes when L2 is cold, the queue-ahead spin and the idle gap while the
+host launched and read the batch.  The counter moves in steps (every ~100 ms on an H100),
+so a difference of two reads is off by up to one step at each end; with a ``CounterTrace``
+(the counter polled in a background thread while batches run) each step's time is known
+and a batch's energy is read off the steps by linear interpolation instead.
+``energy_per_call`` groups the kept batches into windows of several counter updates and
+gives the median over windows of energy / calls (``energy_mJ``) and the mean power over
+the batches (``avg_power_W``).  Anything it cannot trust leaves the columns empty with a
+note.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-# A window spans at least this many updates of the counter: a counter that moves in steps
-# of one period puts at most one step of error at each end, under 2 % rms at 20 steps.
-ENERGY_WINDOW_UPDATES = 20
+# A window spans at least this many updates of the counter: with the steps traced, what is
+# left is the counter's own noise per update, which a few updates average down.
+ENERGY_WINDOW_UPDATES = 5
+# A head-to-head round's energy mixes its neighbours' power over the counter periods at
+# its two ends; a round of this many updates keeps that under a sixth of their difference.
+PAIRED_ROUND_UPDATES = 3
+TRACE_POLL_S = 0.005  # how often the trace reads the counter: a step's time within 5 ms
 
 
 class EnergyCounter(Protocol):
@@ -68,18 +78,117 @@ def unavailable(reason: str) -> CallEnergy:
     return CallEnergy(note=f"energy: {reason}")
 
 
+@dataclass(frozen=True)
+class CounterStep:
+    """The counter changed to ``energy_mj`` at ``time_s`` (midway between two polls)."""
+
+    time_s: float
+    energy_mj: float
+
+
+class CounterTrace:
+    """The counter's steps, polled every ``poll_s`` in a background thread while at least
+    one recorder holds it (the loops of a head-to-head case share one)."""
+
+    def __init__(
+        self,
+        counter: EnergyCounter,
+        poll_s: float = TRACE_POLL_S,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.counter, self.poll_s, self.clock = counter, poll_s, clock
+        self.failed = False  # a read failed while polling
+        self._steps: list[CounterStep] = []
+        self._holders = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._holders += 1
+            if self._holders == 1:
+                self._steps, self.failed = [], False
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._poll, name="energy-trace", daemon=True)
+                self._thread.start()
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders > 0 or self._thread is None:
+                return
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def steps(self) -> tuple[CounterStep, ...]:
+        return tuple(self._steps)
+
+    def _poll(self) -> None:
+        last, read_at = self.counter.energy_mj(), self.clock()
+        while not self._stop.wait(self.poll_s):
+            value, now = self.counter.energy_mj(), self.clock()
+            if value is None:
+                self.failed = True
+            elif value != last:
+                self._steps.append(CounterStep((read_at + now) / 2.0, value))
+                last = value
+            read_at = now
+
+
+def counter_at(steps: Sequence[CounterStep], at: float) -> float:
+    """The counter at ``at``: linear between the two steps around it, and beyond the first
+    or last step along that end's period (``steps``: two or more, all under load)."""
+    times = [step.time_s for step in steps]
+    right = min(max(bisect.bisect_right(times, at), 1), len(steps) - 1)
+    before, after = steps[right - 1], steps[right]
+    slope = (after.energy_mj - before.energy_mj) / (after.time_s - before.time_s)
+    return before.energy_mj + slope * (at - before.time_s)
+
+
+def traced_batches(
+    batches: Sequence[BatchEnergy], steps: Sequence[CounterStep]
+) -> list[BatchEnergy] | None:
+    """The batches with their energy read off the counter's steps; None with fewer than two
+    steps inside the batches' span (the periods used must all be under load)."""
+    if not batches:
+        return []
+    first, last = batches[0].start_s, batches[-1].end_s
+    inside = [step for step in steps if first <= step.time_s <= last]
+    if len(inside) < 2:
+        return None
+    return [
+        BatchEnergy(
+            b.calls,
+            b.start_s,
+            b.end_s,
+            counter_at(inside, b.end_s) - counter_at(inside, b.start_s),
+        )
+        for b in batches
+    ]
+
+
 @dataclass
 class EnergyRecorder:
-    """Reads ``counter`` around each timed batch of one implementation of a case."""
+    """Reads ``counter`` around each timed batch of one implementation of a case; with a
+    ``trace``, the batches' energy is read off the traced steps when the loop finishes."""
 
     counter: EnergyCounter
     window_s: float  # the shortest window the counter's update period allows
     clock: Callable[[], float] = time.perf_counter
     batches: list[BatchEnergy] = field(default_factory=list)
+    trace: CounterTrace | None = None
+    round_s: float = 0.0  # the shortest head-to-head round whose energy is trusted
+    note: str = ""  # why the traced energy cannot be used (set by finish)
     _start: tuple[float, float | None] = (0.0, None)
+    _tracing: bool = False
 
     def start(self) -> None:
         """Right before a timed batch is queued."""
+        if self.trace is not None and not self._tracing and not self.batches:
+            self.trace.acquire()
+            self._tracing = True
         self._start = (self.clock(), self.counter.energy_mj())
 
     def stop(self, calls: int) -> None:
@@ -89,7 +198,25 @@ class EnergyRecorder:
         difference = None if energy is None or before is None else energy - before
         self.batches.append(BatchEnergy(calls, began, now, difference))
 
+    def finish(self) -> None:
+        """After the last batch (also when the loop failed): stop tracing and put the traced
+        energy into the batches.  Idempotent."""
+        if not self._tracing:
+            return
+        self.trace.release()
+        self._tracing = False
+        traced = traced_batches(self.batches, self.trace.steps())
+        if self.trace.failed:
+            self.note = "the energy counter could not be read while tracing"
+        elif traced is None:
+            self.note = "the counter stepped fewer than twice during the timed batches"
+        else:
+            self.batches = traced
+
     def estimate(self, kept: Sequence[bool]) -> CallEnergy:
+        self.finish()
+        if self.note:
+            return unavailable(self.note)
         return energy_per_call(self.batches, kept, self.window_s)
 
 

@@ -160,7 +160,11 @@ class MeasureLoop:
                     per_call = max(quantile(sorted(samples), 0.5), 1e-6)
 
         with gc_paused():
-            recorded = session.record(loop)
+            try:
+                recorded = session.record(loop)
+            finally:
+                if energy is not None:
+                    energy.finish()
             if recorded is not None:  # a timer that records the whole loop reads it after
                 batches = list(recorded)
         body = looped[1] - looped[0]

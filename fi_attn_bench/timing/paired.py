@@ -241,7 +241,12 @@ class PairedLoop:
 
         with gc_paused():
             began = self.clock()
-            recorded = timer.record_rounds(sessions, loop)
+            try:
+                recorded = timer.record_rounds(sessions, loop)
+            finally:
+                for energy in energies:
+                    if energy is not None:
+                        energy.finish()
             body = self.clock() - began
         if recorded is not None:
             batches = [list(found) for found in recorded]
@@ -453,12 +458,14 @@ def _energy_ratios(energies, measurements, baseline, rounds, options):
 
 def _energy_ratio(recorder, base, rounds, same_within_pct) -> PairedRatio | str:
     """``paired_ratio`` of each round's energy per call, or why there is none."""
+    if recorder.note or base.note:
+        return recorder.note or base.note
     chosen = [_chosen(found.batches, rounds) for found in (recorder, base)]
     walls = [batch.wall_s for batches in chosen for batch in batches]
-    window = max(recorder.window_s, base.window_s)
-    if walls and min(walls) < window:
+    shortest = max(recorder.round_s, base.round_s)
+    if walls and min(walls) < shortest:
         return (
-            f"a round's batch lasted {min(walls) * 1e3:.1f} ms, under the {window * 1e3:.0f} ms "
+            f"a round's batch lasted {min(walls) * 1e3:.1f} ms, under the {shortest * 1e3:.0f} ms "
             "the energy counter needs (a larger --min-time-ms makes longer rounds)"
         )
     values, baseline = (round_energy_per_call(batches) for batches in chosen)
