@@ -303,9 +303,16 @@ def raw_sweep(captured) -> list[dict]:
 
 
 def write_raw(path: Path, period_s: float, logs, sweeps: Sequence[list[dict]]) -> None:
-    """The power samples, the counter's readings and every sweep's rows, as JSON."""
-    power, counter = ([[x.time_s, x.watts] for x in list(log.samples)] for log in logs)
-    data = {"period_s": period_s, "power": power, "counter": counter, "sweeps": list(sweeps)}
+    """The power samples (instantaneous, averaged), the counter's readings and every sweep's
+    rows, as JSON."""
+    power, counter, averaged = ([[x.time_s, x.watts] for x in list(log.samples)] for log in logs)
+    data = {
+        "period_s": period_s,
+        "power": power,
+        "counter": counter,
+        "power_averaged": averaged,
+        "sweeps": list(sweeps),
+    }
     path.write_text(json.dumps(data), encoding="utf-8")
 
 
@@ -392,11 +399,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw_path = args.out.with_name(f"{args.out.stem}_raw.json")
     # The counter read as often as the power, over every sweep: the raw steps behind the rows
     counter_log = device_energy.PowerSampler(access.counter.energy_mj, args.interval_ms / 1e3)
+    averaged_log = device_energy.open_power_sampler(
+        device, interval_s=args.interval_ms / 1e3, averaged=True
+    )
     raw: list[list[dict]] = []
     started = time.monotonic()
     per_sweep, h2h_rows, codes = [], [], []
     longer = sweep_arguments(access.period_s, extra)
-    with sampler, counter_log:
+    with sampler, counter_log, averaged_log:
         for index in range(args.sweeps):
             sweep_argv = [*extra, *longer, "--output", str(paths[index])]
             code, rows = run_sweep(main_fn, sweep_argv)
@@ -404,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             samples, times = sampler.frozen()
             per_sweep.append(case_sweeps(rows, samples, times))
             raw.append(raw_sweep(rows))
-            write_raw(raw_path, access.period_s, (sampler, counter_log), raw)
+            write_raw(raw_path, access.period_s, (sampler, counter_log, averaged_log), raw)
             print(f"sweep {index + 1}/{args.sweeps}: exit {code}, {len(rows)} rows", flush=True)
         if args.h2h:
             h2h_argv = [
@@ -417,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             codes.append(code)
             h2h_rows = [record for record, _ in rows]
             raw.append(raw_sweep(rows))
-            write_raw(raw_path, access.period_s, (sampler, counter_log), raw)
+            write_raw(raw_path, access.period_s, (sampler, counter_log, averaged_log), raw)
     checks = combine(per_sweep)
     elapsed = time.monotonic() - started
     source = "instantaneous field" if sampler.read_watts.__name__ == "instant" else "averaged"

@@ -498,6 +498,7 @@ def test_nvml_power_reader_prefers_the_instant_field():
     )
     device = de.open_nvml_device("GPU-abc", loader(module)).device
     assert de.nvml_power_reader(device)() == pytest.approx(412.0)
+    assert de.nvml_power_reader(device, averaged=True)() == pytest.approx(300.0)
     del module.values["nvmlDeviceGetFieldValues"]  # an older binding: the averaged reading
     assert de.nvml_power_reader(device)() == pytest.approx(300.0)
 
@@ -604,7 +605,9 @@ def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monke
     monkeypatch.setattr(sweep_run, "open_energy_counter", lambda device: access)
     monkeypatch.setattr(de, "open_energy_counter", lambda device: access)
     monkeypatch.setattr(
-        de, "open_power_sampler", lambda device, interval_s: de.PowerSampler(lambda: 300.0, 0.001)
+        de,
+        "open_power_sampler",
+        lambda device, interval_s, averaged=False: de.PowerSampler(lambda: 300.0, 0.001),
     )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(energy_check, "versions", lambda device: ["- GPU: stand-in"])

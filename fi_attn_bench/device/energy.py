@@ -222,9 +222,9 @@ def integrate_power(
     return sum((b.time_s - a.time_s) * (a.watts + b.watts) / 2.0 for a, b in pairwise(points))
 
 
-def nvml_power_reader(device: NvmlDevice) -> Callable[[], float | None]:
-    """Board power in W: NVML's instantaneous field where the driver has it, else
-    ``nvmlDeviceGetPowerUsage`` (averaged over up to 1 s on recent GPUs)."""
+def nvml_power_reader(device: NvmlDevice, averaged: bool = False) -> Callable[[], float | None]:
+    """Board power in W: NVML's instantaneous field where the driver has it, else (or with
+    ``averaged``) ``nvmlDeviceGetPowerUsage`` (averaged over up to 1 s on recent GPUs)."""
 
     def instant() -> float | None:
         try:
@@ -233,18 +233,20 @@ def nvml_power_reader(device: NvmlDevice) -> Callable[[], float | None]:
             return None
         return value.value.uiVal / 1e3 if value.nvmlReturn == 0 else None
 
-    def averaged() -> float | None:
+    def averaged_power() -> float | None:
         milliwatts = device.read("nvmlDeviceGetPowerUsage")
         return None if milliwatts is None else milliwatts / 1e3
 
-    return instant if instant() is not None else averaged
+    return averaged_power if averaged or instant() is None else instant
 
 
-def open_power_sampler(device, load=importlib.import_module, interval_s: float = 0.005):
+def open_power_sampler(
+    device, load=importlib.import_module, interval_s: float = 0.005, averaged: bool = False
+):
     """A ``PowerSampler`` of a CUDA device through NVML, or None (with no NVML device)."""
     uuid = cuda_device_uuid(device)
     opened = open_nvml_device(uuid, load) if uuid else None
     if opened is None or opened.device is None:
         return None
-    read = nvml_power_reader(opened.device)
+    read = nvml_power_reader(opened.device, averaged)
     return PowerSampler(read, interval_s) if read() is not None else None
