@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import json
 import statistics
 import sys
 import time
@@ -540,8 +541,8 @@ def test_energy_check_makes_head_to_head_rounds_long_enough_for_the_counter(ener
     assert energy_check.h2h_round_ms(0.001) == 50.0  # 3 updates of 1 ms fit the default
     argv = energy_check.h2h_arguments(["flashinfer:fa2", "flashinfer:fa3"], 0.100)
     assert argv[:4] == ["--impl", "flashinfer:fa2", "--impl", "flashinfer:fa3"]
-    # 3 updates of 100 ms with a 10 % margin, 20 such rounds, a budget 1.5 times that
-    assert argv[4:] == ["--batch-ms", "330", "--min-time-ms", "6600", "--max-time-per-case", "9.9"]
+    # 3 updates of 100 ms with a 10 % margin, 20 such rounds, a budget 2.5 times that
+    assert argv[4:] == ["--batch-ms", "330", "--min-time-ms", "6600", "--max-time-per-case", "16.5"]
 
 
 @pytest.mark.parametrize(
@@ -621,3 +622,6 @@ def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monke
     assert "energy_check.py --script ragged --sweeps 2" in text
     assert text.count("| batch_size=") == 2
     assert (tmp_path / "e_sweep1.csv").exists() and (tmp_path / "e_sweep2.csv").exists()
+    raw = json.loads((tmp_path / "e_raw.json").read_text())
+    assert len(raw["sweeps"]) == 2 and all(row["batches"] for row in raw["sweeps"][0])
+    assert raw["power"] and raw["power_averaged"] and raw["counter"]
