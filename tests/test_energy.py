@@ -268,8 +268,28 @@ def test_rounds_too_short_for_the_counter_give_a_note_not_a_ratio():
     contenders = [paired.Contender(lambda: (1.0, 2.0)), paired.Contender(lambda: (1.0, 1.5))]
     outcome = paired.measure_paired(contenders, SimulatedTimer(gpu), OPTIONS, energies=recorders)
     assert outcome.energy_ratios == (None, None)
-    assert outcome.energy_notes[1].startswith("paired energy ratio: a round's batch lasted")
-    assert "under the 10000 ms the energy counter needs" in outcome.energy_notes[1]
+    assert outcome.energy_notes[1].startswith("paired energy ratio: 0 of ")
+    assert "pairs of rounds lasted the 10000 ms the energy counter needs" in outcome.energy_notes[1]
+
+
+def _rounds(per_call_mj, short_last_pair):
+    """One contender's round batches (10 calls, 0.5 s each) with ``per_call_mj``; the last
+    pair cut to 10 ms with a wild reading, as a budget cut leaves them."""
+    batches = [batch(10, i, 0.5, 10 * per_call_mj) for i in range(8)]
+    if short_last_pair:
+        batches[-2:] = [batch(10, 6, 0.01, 1000.0), batch(10, 7, 0.01, 1.0)]
+    return SimpleNamespace(batches=batches, round_s=0.3, note="")
+
+
+def test_the_energy_ratio_skips_pairs_of_rounds_too_short_for_the_counter():
+    found = paired._energy_ratio(_rounds(1.5, True), _rounds(2.0, True), [True] * 8, 0.25)
+    assert found.ratio == pytest.approx(0.75) and found.rounds == 6
+    cut = [True] * 4 + [False] * 2 + [True] * 2  # a throttled pair dropped: 2 long pairs left
+    too_few = paired._energy_ratio(_rounds(1.5, True), _rounds(2.0, True), cut, 0.25)
+    assert too_few == (
+        "2 of 3 pairs of rounds lasted the 300 ms the energy counter needs, under 3 "
+        "(a larger --min-time-ms makes longer rounds)"
+    )
 
 
 # ------------------------------------------------------------------ reading the device
@@ -467,7 +487,7 @@ def test_head_to_head_rows_say_when_the_rounds_are_too_short_for_the_counter(tmp
     rows = _paired_rows(tmp_path, monkeypatch, window_s=60.0)
     slow = rows["h2h_plugins:slow"]
     assert slow["paired_energy_ratio"] == "" and slow["energy_mJ"] == ""
-    assert "paired energy ratio: a round's batch lasted" in slow["notes"]
+    assert "pairs of rounds lasted the 9000 ms the energy counter needs" in slow["notes"]
     assert "energy: the timed batches lasted" in slow["notes"]
 
 

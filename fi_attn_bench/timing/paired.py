@@ -35,6 +35,7 @@ from fi_attn_bench.timing.timers import Timer, TimerSession
 
 ROUNDS_TARGET = 20  # rounds the min-time window is cut into (each impl's batch ~ 1/20 of it)
 MIN_ROUNDS = 12  # the stop rule waits for these: 6 pairs, the fewest with a 95 % interval
+MIN_ENERGY_PAIRS = 3  # pairs of rounds long enough for the counter behind an energy ratio
 MIN_ROUND_CALLS = 3  # calls per impl per round at least: a round median needs some
 CONFIDENCE = 0.95
 SLOWER, FASTER, SAME = "slower", "faster", "same"
@@ -457,22 +458,38 @@ def _energy_ratios(energies, measurements, baseline, rounds, options):
 
 
 def _energy_ratio(recorder, base, rounds, same_within_pct) -> PairedRatio | str:
-    """``paired_ratio`` of each round's energy per call, or why there is none."""
+    """``paired_ratio`` of each round's energy per call over the pairs of rounds long enough
+    for the counter (a budget cut shortens the last ones), or why there is none."""
     if recorder.note or base.note:
         return recorder.note or base.note
     chosen = [_chosen(found.batches, rounds) for found in (recorder, base)]
-    walls = [batch.wall_s for batches in chosen for batch in batches]
     shortest = max(recorder.round_s, base.round_s)
-    if walls and min(walls) < shortest:
+    values, baseline = _long_pairs(chosen, shortest)
+    if len(values) < 2 * MIN_ENERGY_PAIRS:
+        pairs = min(len(found) for found in chosen) // 2
         return (
-            f"a round's batch lasted {min(walls) * 1e3:.1f} ms, under the {shortest * 1e3:.0f} ms "
-            "the energy counter needs (a larger --min-time-ms makes longer rounds)"
+            f"{len(values) // 2} of {pairs} pairs of rounds lasted the {shortest * 1e3:.0f} ms "
+            f"the energy counter needs, under {MIN_ENERGY_PAIRS} (a larger --min-time-ms makes "
+            "longer rounds)"
         )
-    values, baseline = (round_energy_per_call(batches) for batches in chosen)
+    values, baseline = round_energy_per_call(values), round_energy_per_call(baseline)
     if values is None or baseline is None:
         return "the energy counter did not advance or could not be read in a round"
     ratio = paired_ratio(values, baseline, same_within_pct)
     return ratio if ratio is not None else "too few rounds"
+
+
+def _long_pairs(chosen, shortest_s: float) -> tuple[list, list]:
+    """Both contenders' batches of the pairs of rounds in which every batch lasted at least
+    ``shortest_s`` (pairs stay whole: the ratio is taken over A B / B A)."""
+    kept: tuple[list, list] = ([], [])
+    mine, theirs = chosen
+    for start in range(0, min(len(mine), len(theirs)) - 1, 2):
+        pair = (mine[start : start + 2], theirs[start : start + 2])
+        if all(batch.wall_s >= shortest_s for batches in pair for batch in batches):
+            kept[0].extend(pair[0])
+            kept[1].extend(pair[1])
+    return kept
 
 
 def _chosen(batches, rounds):
