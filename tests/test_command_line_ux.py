@@ -1,4 +1,4 @@
-"""What a user meets on the command line: program names, --version, bench_all's --list (issue 21)."""
+"""What a user meets on the command line: program names, --version, bench_all's --list."""
 
 from __future__ import annotations
 

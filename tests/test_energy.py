@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import csv
 import importlib
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -30,8 +28,6 @@ from fi_attn_bench.timing.energy import (
 from fi_attn_bench.timing.loop import MeasureLoop
 from fi_attn_bench.timing.options import TimingOptions
 from fi_attn_bench.timing.statistics import Batch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
 def batch(calls, start, wall, energy):
@@ -407,12 +403,12 @@ def test_nvml_power_reader_prefers_the_instant_field():
     assert de.nvml_power_reader(device)() == pytest.approx(300.0)
 
 
-# ------------------------------------------------------------------ benchmarks/energy_check.py
+# ------------------------------------------------------------------ validation/energy_check.py
 
 
 @pytest.fixture
 def energy_check():
-    return importlib.import_module("energy_check")
+    return importlib.import_module("validation.energy_check")
 
 
 def test_energy_check_compares_the_rows_with_integrated_power_over_the_same_batches(

@@ -1,4 +1,4 @@
-"""Head to head (issue 22): --impl parsing and plugins, interleaved rounds, paired ratio,
+"""Head to head: --impl parsing and plugins, interleaved rounds, paired ratio,
 verdicts and the --fail-if-slower gate (CPU; fake timers and the fake script)."""
 
 from __future__ import annotations

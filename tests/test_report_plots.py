@@ -200,7 +200,7 @@ def test_gate_speedup():
 
 
 def test_speedup_plot_layout_keeps_labels_readable():
-    """Issue 21 #13: the y label was cut, the legend covered the gate label, and case
+    """The y label was cut, the legend covered the gate label, and case
     labels took about 60 % of the figure's height."""
     from fi_attn_bench.summarizer.plots import speedup_figure
 

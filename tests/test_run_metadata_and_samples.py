@@ -1,5 +1,5 @@
 """Run metadata in every row (host, git commit/dirty, UTC timestamp) and raw samples in
-``--samples-dir`` (issue 21)."""
+``--samples-dir``."""
 
 from __future__ import annotations
 

@@ -34,8 +34,6 @@ from fi_attn_bench.timing import timers
 from fi_attn_bench.timing.statistics import Batch as SampleBatch
 from fi_attn_bench.wording import counted
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
 SCRIPTS = (decode, paged, ragged, mla)
 by_script = pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
 NO_GPU = backend_selection.Probe(
@@ -418,7 +416,7 @@ def test_workload_file_cases_and_repro(tmp_path):
 
 
 def test_serving_report_lists_varied_rows_with_their_twins(tmp_path, capsys):
-    report = importlib.import_module("serving_report")
+    report = importlib.import_module("validation.imbalance")
 
     out = tmp_path / "r.csv"
     timer = PerCaseTimer([3.0, 2.0])

@@ -10,7 +10,7 @@
   row's notes say why; nothing is estimated in place of the counter.
 
 ``PowerSampler`` integrates sampled board power over wall-time windows: the independent
-check of the counter that ``benchmarks/energy_check.py`` runs on a GPU.
+check of the counter that ``python -m validation energy`` runs on a GPU.
 """
 
 from __future__ import annotations

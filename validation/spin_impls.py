@@ -1,4 +1,4 @@
-"""The --impl plugins that benchmarks/head_to_head.py measures the harness with (issue 22).
+"""The --impl plugins that ``python -m validation head-to-head`` measures the harness with.
 
 A slowdown of known size: the script's own FlashInfer run() followed by a GPU spin sized (in
 the plugin's plan, against run() alone, interleaved) to make a call ``SPIN_FRACTION`` slower:
@@ -7,7 +7,7 @@ Triton), ``spin_sleep`` (torch.cuda._sleep, which idles the GPU at low power) an
 (mma, or sleep for a case too short for mma's fixed cost).  And ``one_instance``: one FlashInfer
 callable per case for every impl that names it, an A/A with nothing but the measurement apart.
 
-The sweeps name them ``benchmarks/head_to_head.py:FACTORY``, which re-exports them.
+The sweeps name them ``validation.spin_impls:FACTORY``.
 """
 
 from __future__ import annotations
