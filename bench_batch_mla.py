@@ -17,6 +17,7 @@ from functools import partial
 
 import torch
 
+from fi_attn_bench.backends.wrapper import planned_wrapper
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import reference as attention_reference
 from fi_attn_bench.cases import serving
@@ -190,7 +191,7 @@ def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
     reference = reference_fn(inputs, sm_scale(case))
     if settings.backend == "torch":
         return bi.reference_as_run(reference, inputs)
-    return bi.planned_wrapper(
+    return planned_wrapper(
         API,
         settings,
         reference,

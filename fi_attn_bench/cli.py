@@ -24,10 +24,15 @@ from fi_attn_bench.backends.selection import (
 )
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
-from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
+from fi_attn_bench.cases.spec import (
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_WORKSPACE_BYTES,
+    DTYPE_ALIASES,
+    DTYPES,
+    BenchmarkSpec,
+)
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.program import program_name
-from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
     COMMAND_LINE_CASES,
     CPU_MAX_TIME_S,
@@ -120,8 +125,8 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     cases.add_argument(
         "--page-size",
         type=_positive(int),
-        default=page_block_size,
-        help=f"tokens per KV page (default {page_block_size})",
+        default=DEFAULT_PAGE_SIZE,
+        help=f"tokens per KV page (default {DEFAULT_PAGE_SIZE})",
     )
     cases.add_argument("--seed", type=int, default=0, help="input RNG seed (default 0)")
     cases.add_argument(

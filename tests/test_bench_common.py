@@ -25,7 +25,7 @@ from fi_attn_bench.sweep import options as sweep_options
 from fi_attn_bench.sweep import progress as sweep_progress
 from fi_attn_bench.sweep import run as sweep_run
 from fi_attn_bench.timing import loop as tloop
-from fi_attn_bench.timing import timers
+from fi_attn_bench.timing import profiled, timers
 from fi_attn_bench.timing import trace as ttrace
 from fi_attn_bench.timing.options import NoKernelCaptured, TimingOptions
 from fi_attn_bench.timing.statistics import Batch
@@ -711,7 +711,7 @@ def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatc
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(
-        seed_api, "ProfilerTimer", lambda o, d, f: timers.ProfilerTimer(o, d, f, profile=profile)
+        profiled, "ProfilerTimer", lambda o, d, f: timers.ProfilerTimer(o, d, f, profile=profile)
     )
     run = lambda: trace.append(1)  # noqa: E731
     assert seed_api.run_with_profiler(run, device="cpu") == pytest.approx(0.1)

@@ -3,7 +3,7 @@
 * NVIDIA: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded, Volta and
   later) through ``nvidia-ml-py`` (``device.nvml``).  The counter moves in steps; its
   update period is measured once when it is opened (``counter_period_s``), and the energy
-  windows of a case span ``ENERGY_WINDOW_UPDATES`` of them (``timing.energy``).
+  windows of a case span ``ENERGY_WINDOW_UPDATES`` of them (used by ``timing.energy``).
 * MetaX: ``pymxsml`` offers board power (``mxSmlGetBoardPowerInfo``) but no energy counter
   known to this harness, so the columns stay empty with that note.
 * Elsewhere (a CPU run, no binding, an unsupported counter) the columns stay empty and the
@@ -24,15 +24,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from types import ModuleType
+from typing import Protocol
 
 from fi_attn_bench.device.nvml import NvmlDevice, open_nvml_device
 from fi_attn_bench.device.power import cuda_device_uuid
-from fi_attn_bench.timing.energy import ENERGY_WINDOW_UPDATES, EnergyCounter
 
 PROBE_BUDGET_S = 0.5  # how long the period probe may watch the counter, once per sweep
 PROBE_INTERVAL_S = 0.0005
 PROBE_STEPS = 5  # counter changes the probe waits for (4 periods)
 NVML_FIELD_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT: mW, not averaged (driver r530+)
+# A window spans at least this many updates of the counter: a counter that moves in steps
+# of one period puts at most one step of error at each end, under 2 % rms at 20 steps.
+ENERGY_WINDOW_UPDATES = 20
+
+
+class EnergyCounter(Protocol):
+    """A device's cumulative energy counter, in mJ; None when a read fails."""
+
+    def energy_mj(self) -> float | None: ...
 
 
 class NvmlEnergy:

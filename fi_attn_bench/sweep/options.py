@@ -16,10 +16,9 @@ from fi_attn_bench.backends.selection import BackendChoice
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
-from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
+from fi_attn_bench.cases.spec import DEFAULT_WORKSPACE_BYTES, DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.program import code_directory, rerun_words
-from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
 from fi_attn_bench.sweep.outputs import (
     check_new_output,
     default_csv_path,

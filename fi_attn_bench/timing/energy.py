@@ -15,17 +15,8 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
-# A window spans at least this many updates of the counter: a counter that moves in steps
-# of one period puts at most one step of error at each end, under 2 % rms at 20 steps.
-ENERGY_WINDOW_UPDATES = 20
-
-
-class EnergyCounter(Protocol):
-    """A device's cumulative energy counter, in mJ; None when a read fails."""
-
-    def energy_mj(self) -> float | None: ...
+from fi_attn_bench.device.energy import ENERGY_WINDOW_UPDATES, EnergyCounter
 
 
 @dataclass(frozen=True)
