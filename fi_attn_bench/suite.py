@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.apis import registry
 from fi_attn_bench.backends.selection import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
@@ -63,17 +64,11 @@ from fi_attn_bench.sweep.shard_plan import (
 from fi_attn_bench.sweep.sharding import ShardSpec, parse_shard
 from fi_attn_bench.timing.timers import make_timer
 
-SCRIPTS = (
-    "bench_batch_decode",
-    "bench_batch_prefill_paged",
-    "bench_batch_prefill_ragged",
-    "bench_batch_mla",
-)
 NOT_HERE = ("--output",)
 
 
-def load_specs(names: Sequence[str] = SCRIPTS) -> list[BenchmarkSpec]:
-    return [importlib.import_module(name).SPEC for name in names]
+def load_specs(names: Sequence[str] | None = None) -> list[BenchmarkSpec]:
+    return registry.specs(names)
 
 
 FACE = "bench_all.py"
@@ -93,9 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scripts",
         nargs="+",
-        choices=SCRIPTS,
+        choices=registry.script_names(),
         metavar="NAME",
-        help=f"which scripts, in this order (default all: {' '.join(SCRIPTS)})",
+        help=f"which scripts, in this order (default all: {' '.join(registry.script_names())})",
     )
     parser.add_argument(
         "--resume",
@@ -194,7 +189,7 @@ def _prepare(own, rest, probe, specs) -> SuitePlan | int:
         record, rest = _resume_record(own, rest)
         specs = scripts_in_order(specs if specs is not None else load_specs(), record)
     else:
-        specs = list(specs) if specs is not None else load_specs(own.scripts or SCRIPTS)
+        specs = list(specs) if specs is not None else load_specs(own.scripts or None)
     chosen = plan_all(specs, rest)
     if isinstance(chosen, int):
         return chosen

@@ -23,6 +23,7 @@ FLOORS = {
     "timing": 2,
     "cases": 2,
     "backends": 3,
+    "apis": 4,  # one module per API, and their registry
     "sweep": 4,
     "summarizer": 4,
     "cli": 5,

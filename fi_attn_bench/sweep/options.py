@@ -18,7 +18,7 @@ from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, se
 from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
 from fi_attn_bench.cases.spec import DEFAULT_WORKSPACE_BYTES, DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
-from fi_attn_bench.program import code_directory, rerun_words
+from fi_attn_bench.program import face_path, rerun_words
 from fi_attn_bench.sweep.outputs import (
     check_new_output,
     default_csv_path,
@@ -397,7 +397,7 @@ def resume_command(spec: BenchmarkSpec, options: RunOptions) -> str:
     """The command that finishes this sweep (its CSV records the case selection)."""
     if options.resume_command:
         return options.resume_command
-    face_file = os.path.join(code_directory(spec.prepare), spec.script)
+    face_file = face_path(spec.script, spec.prepare)
     words = [*rerun_words(spec.script, face_file), "--resume", options.output]
     words += _setting_words(spec, options)
     if options.preset == COMMAND_LINE_CASES:  # the CSV cannot rebuild these cases
