@@ -16,7 +16,7 @@ import torch
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends import impls
-from fi_attn_bench.backends.selection import (
+from fi_attn_bench.backends.choice import (
     BackendChoice,
     Probe,
     concrete_device,

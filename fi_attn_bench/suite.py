@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.apis import registry
-from fi_attn_bench.backends.selection import Probe
+from fi_attn_bench.backends.choice import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.cli import (

@@ -10,11 +10,11 @@ import pytest
 
 from fi_attn_bench import suite as bench_all
 from fi_attn_bench.apis import registry
-from fi_attn_bench.backends import selection as backend_selection
+from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.timing import timers
 
-NO_GPU = backend_selection.Probe(
+NO_GPU = backend_choice.Probe(
     cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
 )
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3", "--preset", "smoke"]

@@ -201,7 +201,7 @@ def test_aa_report_splits_a_case_outside_the_band_by_round_order(tmp_path, h2h):
 
 
 def test_order_split_shows_an_order_effect_the_paired_ratio_hides(h2h):
-    from fi_attn_bench.summarizer.samples import case_key
+    from fi_attn_bench.summarizer.rank_test import case_key
 
     row = {"schema_version": "1", "api": "X", "batch_size": "2", "impl": "b", "status": "ok"}
     a, b = (case_key("X", {"batch_size": "2"}, impl) for impl in ("a", "b"))

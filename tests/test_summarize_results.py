@@ -577,7 +577,7 @@ def test_bad_arguments_exit_two(argv):
 
 
 class FakePlots:
-    """Stands in for report_plots: records what it was given, returns PNG paths."""
+    """Stands in for plots: records what it was given, returns PNG paths."""
 
     PLOT_FILE_SUFFIXES = ("_time.png", "speedup.png")
 
@@ -1470,7 +1470,7 @@ def _samples_file(path: Path, rows) -> Path:
 
 
 def test_mann_whitney_matches_the_normal_approximation():
-    from fi_attn_bench.summarizer.samples import mann_whitney_p
+    from fi_attn_bench.summarizer.rank_test import mann_whitney_p
 
     # scipy.stats.mannwhitneyu(range(1, 6), range(6, 11), method="asymptotic") -> 0.01219
     assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(0.01219, abs=2e-5)

@@ -227,8 +227,8 @@ def _read_round_medians(path: Path) -> dict[tuple, list[float]]:
     """case_key -> the case's round medians, from a sweep's --samples-dir file."""
     if not path.exists():
         return {}
-    from fi_attn_bench.summarizer.samples import case_key
-    from fi_attn_bench.sweep.samples import read_samples
+    from fi_attn_bench.summarizer.rank_test import case_key
+    from fi_attn_bench.sweep.sample_writer import read_samples
 
     return {
         case_key(e["api"], e["case"], e["impl"]): e["round_medians_ms"]
@@ -240,7 +240,7 @@ def _read_round_medians(path: Path) -> dict[tuple, list[float]]:
 def _order_split(rounds: dict[tuple, list[float]], row: dict) -> str:
     """The median A/A round ratio b/a over the rounds run A B and over those run B A: apart,
     they show the order effect that each pair of rounds cancels in the paired ratio."""
-    from fi_attn_bench.summarizer.samples import case_key
+    from fi_attn_bench.summarizer.rank_test import case_key
 
     cells = {f: row[f] for f in _case_fields(row)}
     a, b = (rounds.get(case_key(row["api"], cells, impl)) for impl in ("a", "b"))

@@ -147,7 +147,7 @@ def reference_fn(inputs: DecodeInputs, scale: float) -> Callable[[], torch.Tenso
 def plan_arguments(
     case: Mapping[str, int], settings: Settings, inputs: DecodeInputs
 ) -> dict[str, object]:
-    """plan() arguments under FlashInfer 0.6 names; flashinfer_compat maps older ones."""
+    """plan() arguments under FlashInfer 0.6 names; flashinfer_api maps older ones."""
     t = inputs.table
     return {
         "indptr": t.kv_indptr,

@@ -174,7 +174,7 @@ def reference_fn(inputs: PagedPrefillInputs, scale: float) -> Callable[[], torch
 def plan_arguments(
     case: Mapping[str, int], settings: Settings, inputs: PagedPrefillInputs
 ) -> dict[str, object]:
-    """plan() arguments under FlashInfer 0.6 names; flashinfer_compat maps older ones."""
+    """plan() arguments under FlashInfer 0.6 names; flashinfer_api maps older ones."""
     t = inputs.table
     return {
         "qo_indptr": inputs.qo_indptr,

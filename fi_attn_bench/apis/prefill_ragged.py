@@ -179,7 +179,7 @@ def reference_fn(inputs: RaggedInputs, scale: float) -> Callable[[], torch.Tenso
 def plan_arguments(
     case: Mapping[str, int], settings: Settings, inputs: RaggedInputs
 ) -> dict[str, object]:
-    """plan() arguments under FlashInfer 0.6 names; flashinfer_compat maps older ones."""
+    """plan() arguments under FlashInfer 0.6 names; flashinfer_api maps older ones."""
     return {
         "qo_indptr": inputs.qo_indptr,
         "kv_indptr": inputs.kv_indptr,

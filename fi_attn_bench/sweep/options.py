@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fi_attn_bench.backends import flashinfer_api as flashinfer_compat
+from fi_attn_bench.backends import flashinfer_api
+from fi_attn_bench.backends.choice import BackendChoice
 from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl, default_impl_name
-from fi_attn_bench.backends.selection import BackendChoice
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
@@ -295,7 +295,7 @@ def resolve_options(
         selection, cases = _selection(spec, args, device, "", False)
         output, resume = _output_path(spec, args)
     version = (
-        flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
+        flashinfer_api.flashinfer_version(choice.flashinfer) or ""
         if choice.flashinfer is not None
         else ""
     )

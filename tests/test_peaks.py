@@ -1,4 +1,4 @@
-"""device_peaks: the published table, the cache, precedence and roofline percentages."""
+"""device.peaks: the published table, the cache, precedence and roofline percentages."""
 
 from __future__ import annotations
 
