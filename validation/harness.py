@@ -39,15 +39,10 @@ from pathlib import Path
 
 from benchmark_result import HARNESS_VERSION, case_columns
 from validation.jit import warm_jit
+from validation.running import SCRIPTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SCRIPTS = (
-    "bench_batch_decode.py",
-    "bench_batch_prefill_paged.py",
-    "bench_batch_prefill_ragged.py",
-    "bench_batch_mla.py",
-)
 FIDELITY_MIN_MS = 0.020
 REPEAT_MIN_MS = 0.050
 WITHIN_PCT = 3.0  # fidelity: |harness / independent - 1| at most this

@@ -9,13 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fi_attn_bench.apis import registry
+
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = (
-    "bench_batch_decode.py",
-    "bench_batch_prefill_paged.py",
-    "bench_batch_prefill_ragged.py",
-    "bench_batch_mla.py",
-)
+SCRIPTS = tuple(f"{name}.py" for name in registry.script_names())
 
 
 @dataclass(frozen=True)
