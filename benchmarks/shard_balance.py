@@ -16,7 +16,7 @@ Give it the CSVs of one sweep (files or directories; e.g. ``bench_all.py --prese
 Each split is judged against two truths: ``wall``, the seconds a sweep spends on each case
 (its measured time_ms and samples, plus the per-sample and per-case overheads the harness
 pays: ``sharding.case_wall_s``), which is what a shard's run time is made of; and ``time_ms``,
-the bare call times (issue 25's wording).  The harness's split balances both.  Issue 25's
+the bare call times.  The harness's split balances both.  The
 targets (largest / mean shard total, on both truths): ``predicted`` <= 1.10 and ``cost-from``
 <= 1.05; each of those rows says PASS or FAIL, and the last line gives the verdict.
 
@@ -55,7 +55,7 @@ from fi_attn_bench.sweep.sharding import (  # noqa: E402
 from fi_attn_bench.timing.options import TimingOptions  # noqa: E402
 
 SHARD_COUNTS = (2, 4, 8)
-GATES = {"predicted": 1.10, "cost-from": 1.05}  # issue 25: largest shard / mean shard, both truths
+GATES = {"predicted": 1.10, "cost-from": 1.05}  # largest shard / mean shard, both truths
 ELEMENT_SIZE = 2  # float16 and bfloat16
 
 
@@ -149,7 +149,7 @@ def split_items(
             measured_item(holdout[c.key], timing) if c.key in holdout else predicted[i]
             for i, c in enumerate(cases)
         ]
-    # what balancing the bare call times (issue 25's wording of the truth) alone would do
+    # what balancing the bare call times alone would do
     items["time_ms alone"] = [ShardItem(item.key, item.gpu_us) for item in own]
     return items
 
@@ -189,7 +189,7 @@ def balance_rows(
 
 def render(rows: Sequence[BalanceRow], cases: Sequence[MeasuredCase], note: str) -> str:
     """The report: one table, ratios of the largest shard's total to the mean shard total,
-    then the verdict on issue 25's targets."""
+    then the verdict on the targets."""
     apis = sorted({case.key[0] for case in cases})
     lines = [
         f"# Shard balance: {len(cases)} cases ({', '.join(apis)})",

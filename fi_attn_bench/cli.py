@@ -16,7 +16,7 @@ import torch
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends import impls
-from fi_attn_bench.backends.selection import (
+from fi_attn_bench.backends.choice import (
     BackendChoice,
     Probe,
     concrete_device,
@@ -24,10 +24,15 @@ from fi_attn_bench.backends.selection import (
 )
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
-from fi_attn_bench.cases.spec import DTYPE_ALIASES, DTYPES, BenchmarkSpec
+from fi_attn_bench.cases.spec import (
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_WORKSPACE_BYTES,
+    DTYPE_ALIASES,
+    DTYPES,
+    BenchmarkSpec,
+)
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.program import program_name
-from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES, page_block_size
 from fi_attn_bench.sweep.options import (
     COMMAND_LINE_CASES,
     CPU_MAX_TIME_S,
@@ -39,6 +44,7 @@ from fi_attn_bench.sweep.options import (
     selected_cases,
 )
 from fi_attn_bench.sweep.outputs import STDOUT, writes_stdout
+from fi_attn_bench.sweep.request import SweepRequest
 from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.sweep.shard_plan import (
@@ -120,8 +126,8 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     cases.add_argument(
         "--page-size",
         type=_positive(int),
-        default=page_block_size,
-        help=f"tokens per KV page (default {page_block_size})",
+        default=DEFAULT_PAGE_SIZE,
+        help=f"tokens per KV page (default {DEFAULT_PAGE_SIZE})",
     )
     cases.add_argument("--seed", type=int, default=0, help="input RNG seed (default 0)")
     cases.add_argument(
@@ -400,13 +406,13 @@ def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
-def parse_command_line(
-    spec: BenchmarkSpec, argv, prog: str | None = None
-) -> argparse.Namespace | int:
+def parse_command_line(spec: BenchmarkSpec, argv, prog: str | None = None) -> SweepRequest | int:
+    """The command line parsed once into a SweepRequest, or argparse's exit code."""
     try:
-        return build_parser(spec, prog).parse_args(argv)
+        parsed = build_parser(spec, prog).parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
+    return SweepRequest.from_fields(vars(parsed))
 
 
 def main_for(
@@ -421,11 +427,11 @@ def main_for(
     ``probe`` and ``timer_factory`` are seams for tests (machine probing, fake timers).
     """
     prog = program_name(spec.script)
-    args = parse_command_line(spec, argv, prog)
-    if isinstance(args, int):
-        return args
+    asked = parse_command_line(spec, argv, prog)
+    if isinstance(asked, int):
+        return asked
     try:
-        return _run(spec, args, probe or Probe(), timer_factory)
+        return _run(spec, asked, probe or Probe(), timer_factory)
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -434,17 +440,17 @@ def main_for(
         return 130
 
 
-def _run(spec: BenchmarkSpec, args, probe: Probe, timer_factory: TimerFactory) -> int:
-    for text in args.filter:  # syntax first: no import, no device query for a typo
+def _run(spec: BenchmarkSpec, asked, probe: Probe, timer_factory: TimerFactory) -> int:
+    for text in asked.filter:  # syntax first: no import, no device query for a typo
         parse_filter(text, spec.case_fields)
-    if args.batch or args.workload:  # a bad spec or workload line, before probing the machine
-        selected_cases(spec, args, COMMAND_LINE_CASES)
-    request = shard_request(args, os.environ)
-    if args.list:
+    if asked.batch or asked.workload:  # a bad spec or workload line, before probing the machine
+        selected_cases(spec, asked, COMMAND_LINE_CASES)
+    request = shard_request(asked, os.environ)
+    if asked.list:
         if request.shard is not None:
-            return list_shard([(spec, listing_options(spec, args, probe))], request)
-        return list_cases(spec, args, probe)
-    options = plan(spec, args, probe, request=request)
+            return list_shard([(spec, listing_options(spec, asked, probe))], request)
+        return list_cases(spec, asked, probe)
+    options = plan(spec, asked, probe, request=request)
     if request.shard is None:
         return execute(spec, options, timer_factory)
     sharded = split_runs([(spec, options)], request)
@@ -460,7 +466,7 @@ def _to_stderr(text: str) -> None:
 
 def plan(
     spec: BenchmarkSpec,
-    args,
+    asked,
     probe: Probe,
     announce: Callable[[str], None] = _to_stderr,
     request: ShardRequest | None = None,
@@ -471,25 +477,25 @@ def plan(
     ``request``: a sharded sweep's, whose CSV (``shard_arguments``) is checked like any other."""
     request = request or ShardRequest()
     has_gpu = bool(probe.cuda_available())
-    device_text = request.device_text(args.device, has_gpu)
-    if device_text != args.device and request.launch.local_rank >= torch.cuda.device_count():
+    device_text = request.device_text(asked.device, has_gpu)
+    if device_text != asked.device and request.launch.local_rank >= torch.cuda.device_count():
         raise UsageError(
             f"{request.launch.origin}: LOCAL_RANK {request.launch.local_rank} but "
             f"{counted(torch.cuda.device_count(), 'GPU')} visible; start at most that many processes per node"
         )
     if request.shard is not None:
-        if args.output == STDOUT:
+        if asked.output == STDOUT:
             raise UsageError("--output - writes one CSV to stdout; a shard writes its own file")
-        args = shard_arguments(spec, args, request)
-    asking = [text for text in args.impl if impls.names_flashinfer(text)]
-    backend = "flashinfer" if asking else args.backend
+        asked = shard_arguments(spec, asked, request)
+    asking = [text for text in asked.impl if impls.names_flashinfer(text)]
+    backend = "flashinfer" if asking else asked.backend
     asked_by = f"--impl {asking[0]}" if asking else ""
     choice = resolve_backend(backend, device_text, probe, asked_by)
-    chosen = impls.parse_impls(args.impl, spec.api, choice.flashinfer, default=choice.backend)
-    baseline = impls.baseline_index(chosen, args.baseline_impl)
-    if args.fail_if_slower is not None and len(chosen) < 2:
+    chosen = impls.parse_impls(asked.impl, spec.api, choice.flashinfer, default=choice.backend)
+    baseline = impls.baseline_index(chosen, asked.baseline_impl)
+    if asked.fail_if_slower is not None and len(chosen) < 2:
         raise UsageError("--fail-if-slower compares implementations: give two or more --impl")
-    options = resolve_options(spec, args, choice, chosen, baseline)
+    options = resolve_options(spec, asked, choice, chosen, baseline)
     if choice.note:
         announce(choice.note)
     return options
@@ -569,10 +575,10 @@ def _what_is_measured(options: RunOptions) -> str:
     )
 
 
-def listing_options(spec: BenchmarkSpec, args, probe: Probe) -> RunOptions:
+def listing_options(spec: BenchmarkSpec, asked, probe: Probe) -> RunOptions:
     """The options --list shows cases of: no backend import, no device query."""
-    choice = BackendChoice("torch", _list_device(args, probe))
-    return resolve_options(spec, args, choice, listing=True)
+    choice = BackendChoice("torch", _list_device(asked, probe))
+    return resolve_options(spec, asked, choice, listing=True)
 
 
 def _ends_quietly_when_the_reader_leaves(listing: Callable[..., int]) -> Callable[..., int]:
@@ -610,21 +616,21 @@ def list_shard(runs, request: ShardRequest) -> int:
     return 0
 
 
-def _list_device(args, probe: Probe) -> torch.device:
-    on_cpu = args.device == "cpu" or (args.backend != "flashinfer" and not probe.cuda_available())
+def _list_device(asked, probe: Probe) -> torch.device:
+    on_cpu = asked.device == "cpu" or (asked.backend != "flashinfer" and not probe.cuda_available())
     return torch.device("cpu" if on_cpu else "cuda")
 
 
 @_ends_quietly_when_the_reader_leaves
-def list_cases(spec: BenchmarkSpec, args, probe: Probe) -> int:
+def list_cases(spec: BenchmarkSpec, asked, probe: Probe) -> int:
     """Print the cases a run would measure (the CPU preset where it would fall back)."""
-    preset = preset_for(spec, args, _list_device(args, probe))
-    filters = tuple(args.filter)
-    if args.resume and os.path.isfile(args.resume):  # the selection the resumed sweep would run
-        recorded = recorded_selection(args.resume, spec)
-        selection = resume_selection(spec, args, recorded, args.resume, preset)
+    preset = preset_for(spec, asked, _list_device(asked, probe))
+    filters = tuple(asked.filter)
+    if asked.resume and os.path.isfile(asked.resume):  # the selection the resumed sweep would run
+        recorded = recorded_selection(asked.resume, spec)
+        selection = resume_selection(spec, asked, recorded, asked.resume, preset)
         preset, filters = selection.preset, selection.filters
-    cases = selected_cases(spec, args, preset, filters)
+    cases = selected_cases(spec, asked, preset, filters)
     print(f"{spec.api}: preset {preset}, {counted(len(cases), 'case')}")
     if serving.has_workloads(cases):
         spec = serving.with_workload_field(spec)

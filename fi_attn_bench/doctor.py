@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.apis import registry
 from fi_attn_bench.backends import flashinfer_api
 from fi_attn_bench.device.energy import EnergyAccess, open_energy_counter
 from fi_attn_bench.device.power import cuda_device_uuid, open_power_monitor
@@ -56,12 +57,6 @@ from fi_attn_bench.timing.selfcheck import (
 )
 
 PROG = "fi-attn-bench-doctor"
-WRAPPERS = (
-    "BatchDecodeWithPagedKVCacheWrapper",
-    "BatchPrefillWithPagedKVCacheWrapper",
-    "BatchPrefillWithRaggedKVCacheWrapper",
-    "BatchMLAPagedAttentionWrapper",
-)
 DEVICE_CHECKS = ("profiler_kernels", "l2_flush", "cuda_graph", "spin_kernel")
 DECODE_CASE = {"batch_size": 16, "seq_len_kv": 1024, "head_dim": 128}  # ~25 us on the H200
 
@@ -180,7 +175,7 @@ def real_probe(device: torch.device, flashinfer) -> ProbeCall:
     if flashinfer is None:
         return _fallback(device, "FlashInfer not importable")
     try:
-        import bench_batch_decode as decode
+        from fi_attn_bench.apis import decode
         from fi_attn_bench.cases.spec import Settings
 
         case = decode.decode_case(**DECODE_CASE)
@@ -290,7 +285,8 @@ def check_flashinfer_api(flashinfer, import_error: str = "") -> CheckResult:
         return unavailable(name, f"FlashInfer not importable: {import_error or 'not installed'}")
     evidence = [("version", flashinfer_api.flashinfer_version(flashinfer) or "unknown")]
     present = []
-    for wrapper in WRAPPERS:
+    wrappers = [spec.api for spec in registry.specs()]
+    for wrapper in wrappers:
         try:
             cls = flashinfer_api.wrapper_class(flashinfer, wrapper)
         except flashinfer_api.UnsupportedCase:
@@ -301,7 +297,7 @@ def check_flashinfer_api(flashinfer, import_error: str = "") -> CheckResult:
     testing = "present" if _has_submodule(flashinfer, "testing") else "absent (not needed)"
     evidence.append(("flashinfer.testing", testing))
     status = CheckStatus.PASS if present else CheckStatus.FAIL
-    summary = f"{len(present)} of {len(WRAPPERS)} wrappers: {', '.join(present) or 'none'}"
+    summary = f"{len(present)} of {len(wrappers)} wrappers: {', '.join(present) or 'none'}"
     return CheckResult(name, status, summary, tuple(evidence))
 
 

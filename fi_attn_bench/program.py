@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import sys
@@ -36,6 +37,19 @@ def rerun_words(face: str, face_file: str | None = None, argv0: str | None = Non
     if face_file and os.path.basename(face_file) == face and os.path.isfile(face_file):
         return ["python", os.path.relpath(face_file)]
     return ["python", face]
+
+
+def face_path(face: str, prepare: Callable) -> str:
+    """Where the face file ``face`` is: beside ``prepare``'s code (a user's own script), else
+    where Python imports it from (the harness's faces, whose APIs live in the package)."""
+    beside = os.path.join(code_directory(prepare), face)
+    if os.path.isfile(beside):
+        return beside
+    try:
+        found = importlib.util.find_spec(os.path.splitext(face)[0])
+    except (ImportError, ValueError):
+        found = None
+    return found.origin if found is not None and found.origin else beside
 
 
 def code_directory(prepare: Callable) -> str:

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from fi_attn_bench import VERSION_TEXT
-from fi_attn_bench.backends.selection import Probe
+from fi_attn_bench.apis import registry
+from fi_attn_bench.backends.choice import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.cli import (
@@ -54,6 +55,7 @@ from fi_attn_bench.suite_record import (
 from fi_attn_bench.sweep.environment import new_run_id
 from fi_attn_bench.sweep.launch import detect_launch
 from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.sweep.request import SweepRequest
 from fi_attn_bench.sweep.shard_plan import (
     ShardRequest,
     describe_shard,
@@ -63,17 +65,11 @@ from fi_attn_bench.sweep.shard_plan import (
 from fi_attn_bench.sweep.sharding import ShardSpec, parse_shard
 from fi_attn_bench.timing.timers import make_timer
 
-SCRIPTS = (
-    "bench_batch_decode",
-    "bench_batch_prefill_paged",
-    "bench_batch_prefill_ragged",
-    "bench_batch_mla",
-)
 NOT_HERE = ("--output",)
 
 
-def load_specs(names: Sequence[str] = SCRIPTS) -> list[BenchmarkSpec]:
-    return [importlib.import_module(name).SPEC for name in names]
+def load_specs(names: Sequence[str] | None = None) -> list[BenchmarkSpec]:
+    return registry.specs(names)
 
 
 FACE = "bench_all.py"
@@ -93,9 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scripts",
         nargs="+",
-        choices=SCRIPTS,
+        choices=registry.script_names(),
         metavar="NAME",
-        help=f"which scripts, in this order (default all: {' '.join(SCRIPTS)})",
+        help=f"which scripts, in this order (default all: {' '.join(registry.script_names())})",
     )
     parser.add_argument(
         "--resume",
@@ -126,25 +122,25 @@ def union_fields(specs: Sequence[BenchmarkSpec]) -> list[str]:
 
 
 def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
-    """(spec, parsed args) of the scripts that will run; an exit code when argparse refused
+    """(spec, its SweepRequest) of the scripts that will run; an exit code when argparse refused
     the command line; UsageError on other bad input."""
     chosen = []
     for spec in specs:
-        args = parse_command_line(spec, argv, prog=_prog())
-        if isinstance(args, int):
-            return args
-        given = [flag for flag in NOT_HERE if getattr(args, flag[2:])]
+        asked = parse_command_line(spec, argv, prog=_prog())
+        if isinstance(asked, int):
+            return asked
+        given = [flag for flag in NOT_HERE if getattr(asked, flag[2:])]
         if given:
             raise UsageError(
                 f"not here: {' and '.join(given)}; {_prog()} writes one CSV per script, "
                 "into --output-dir"
             )
-        chosen.append((spec, args))
+        chosen.append((spec, asked))
     filters = chosen[0][1].filter if chosen else []
     known = union_fields(specs)  # a typo or a field no script has: exit 2
     named = {term.name for text in filters for term in parse_filter(text, known)}
     kept = []
-    for spec, args in chosen:
+    for spec, asked in chosen:
         missing = sorted(named - set(spec.case_fields))
         if missing:
             print(
@@ -152,7 +148,7 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
                 file=sys.stderr,
             )
         else:
-            kept.append((spec, args))
+            kept.append((spec, asked))
     return kept
 
 
@@ -194,13 +190,14 @@ def _prepare(own, rest, probe, specs) -> SuitePlan | int:
         record, rest = _resume_record(own, rest)
         specs = scripts_in_order(specs if specs is not None else load_specs(), record)
     else:
-        specs = list(specs) if specs is not None else load_specs(own.scripts or SCRIPTS)
+        specs = list(specs) if specs is not None else load_specs(own.scripts or None)
     chosen = plan_all(specs, rest)
     if isinstance(chosen, int):
         return chosen
     if own.resume:
         chosen = [
-            (spec, _resumed(args, own.resume, record.csv_of(spec.script))) for spec, args in chosen
+            (spec, _resumed(asked, own.resume, record.csv_of(spec.script)))
+            for spec, asked in chosen
         ]
     prepared = _resolve(chosen, probe)
     if prepared is None:
@@ -264,13 +261,11 @@ def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, list[str]]:
     return record, [*record.argv, "--output-dir", own.resume, *tail]
 
 
-def _resumed(args: argparse.Namespace, directory: str, csv_name: str) -> argparse.Namespace:
+def _resumed(asked: SweepRequest, directory: str, csv_name: str) -> SweepRequest:
     """A script's options in a resumed run: its CSV resumed, or written afresh if never started."""
     path = os.path.join(directory, csv_name)
     started = os.path.exists(path)
-    return argparse.Namespace(
-        **{**vars(args), "resume": path if started else None, "output": None if started else path}
-    )
+    return replace(asked, resume=path if started else None, output=None if started else path)
 
 
 def _run_all(prepared: SuitePlan, timer) -> int:
@@ -302,14 +297,14 @@ def _resolve(chosen, probe) -> SuitePlan | None:
     listing = bool(chosen) and chosen[0][1].list
     announce = _once(lambda text: print(text, file=sys.stderr))
     runs, left_out = [], []
-    for spec, args in chosen:
+    for spec, asked in chosen:
         try:
             if listing and request.shard is None:
-                list_cases(spec, args, probe)
+                list_cases(spec, asked, probe)
             elif listing:
-                runs.append((spec, listing_options(spec, args, probe)))
+                runs.append((spec, listing_options(spec, asked, probe)))
             else:
-                runs.append((spec, plan(spec, args, probe, announce, request)))
+                runs.append((spec, plan(spec, asked, probe, announce, request)))
         except NoMatchingCase:
             left_out.append(spec.script)
     if len(left_out) == len(chosen):

@@ -9,11 +9,12 @@ import fake_bench_script
 import pytest
 
 from fi_attn_bench import suite as bench_all
-from fi_attn_bench.backends import selection as backend_selection
+from fi_attn_bench.apis import registry
+from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.timing import timers
 
-NO_GPU = backend_selection.Probe(
+NO_GPU = backend_choice.Probe(
     cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
 )
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3", "--preset", "smoke"]
@@ -108,7 +109,7 @@ def test_list_prints_every_chosen_script_and_runs_nothing(tmp_path, capsys):
 
 def test_the_real_scripts_are_the_default_and_listable(capsys):
     assert [spec.script for spec in bench_all.load_specs()] == [
-        f"{name}.py" for name in bench_all.SCRIPTS
+        f"{name}.py" for name in registry.script_names()
     ]
     assert bench_all.main(["--list", "--scripts", "bench_batch_mla", "--preset", "smoke"]) == 0
     assert capsys.readouterr().out.startswith("BatchMLAPagedAttentionWrapper: preset smoke")

@@ -1,4 +1,4 @@
-"""bench_all.py --resume DIR finishes an interrupted run as a whole (issue 21, defect 3)."""
+"""bench_all.py --resume DIR finishes an interrupted run as a whole."""
 
 from __future__ import annotations
 

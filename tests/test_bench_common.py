@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fi_attn_bench import cli, errors, seed_api
-from fi_attn_bench.backends import selection as backend_selection
+from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cases import selection
 from fi_attn_bench.cases import spec as script_spec
 from fi_attn_bench.results.reader import read_stored_rows
@@ -25,12 +25,12 @@ from fi_attn_bench.sweep import options as sweep_options
 from fi_attn_bench.sweep import progress as sweep_progress
 from fi_attn_bench.sweep import run as sweep_run
 from fi_attn_bench.timing import loop as tloop
-from fi_attn_bench.timing import timers
+from fi_attn_bench.timing import profiled, timers
 from fi_attn_bench.timing import trace as ttrace
 from fi_attn_bench.timing.options import NoKernelCaptured, TimingOptions
 from fi_attn_bench.timing.statistics import Batch
 
-NO_GPU = backend_selection.Probe(
+NO_GPU = backend_choice.Probe(
     cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
 )
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
@@ -236,30 +236,30 @@ def probe(gpu, flashinfer_ok=True):
             raise ModuleNotFoundError("No module named 'flashinfer'")
         return SimpleNamespace(__version__="0.6.1")
 
-    return backend_selection.Probe(cuda_available=lambda: gpu, import_flashinfer=import_flashinfer)
+    return backend_choice.Probe(cuda_available=lambda: gpu, import_flashinfer=import_flashinfer)
 
 
 def test_auto_picks_flashinfer_with_gpu_and_module():
-    choice = backend_selection.resolve_backend("auto", None, probe(True))
+    choice = backend_choice.resolve_backend("auto", None, probe(True))
     assert (choice.backend, choice.device.type, choice.note) == ("flashinfer", "cuda", "")
 
 
 def test_auto_falls_back_with_one_line_reason():
-    no_module = backend_selection.resolve_backend("auto", None, probe(True, flashinfer_ok=False))
+    no_module = backend_choice.resolve_backend("auto", None, probe(True, flashinfer_ok=False))
     assert (no_module.backend, no_module.device.type) == ("torch", "cuda")
     assert "No module named 'flashinfer'" in no_module.note and "\n" not in no_module.note
-    no_gpu = backend_selection.resolve_backend("auto", None, probe(False))
+    no_gpu = backend_choice.resolve_backend("auto", None, probe(False))
     assert (no_gpu.backend, no_gpu.device.type) == ("torch", "cpu")
     assert "no GPU" in no_gpu.note
 
 
 def test_explicit_flashinfer_that_cannot_run_is_an_error():
     with pytest.raises(errors.UsageError, match="No module named 'flashinfer'"):
-        backend_selection.resolve_backend("flashinfer", None, probe(True, flashinfer_ok=False))
+        backend_choice.resolve_backend("flashinfer", None, probe(True, flashinfer_ok=False))
     with pytest.raises(errors.UsageError, match="no GPU"):
-        backend_selection.resolve_backend("flashinfer", None, probe(False))
+        backend_choice.resolve_backend("flashinfer", None, probe(False))
     with pytest.raises(errors.UsageError, match="needs a GPU"):
-        backend_selection.resolve_backend("flashinfer", "cpu", probe(True))
+        backend_choice.resolve_backend("flashinfer", "cpu", probe(True))
 
 
 def test_explicit_flashinfer_exit_code_2(capsys):
@@ -269,9 +269,9 @@ def test_explicit_flashinfer_exit_code_2(capsys):
 
 def test_device_cuda_without_gpu_is_an_error():
     with pytest.raises(errors.UsageError, match="no GPU"):
-        backend_selection.resolve_backend("torch", "cuda:0", probe(False))
+        backend_choice.resolve_backend("torch", "cuda:0", probe(False))
     with pytest.raises(errors.UsageError, match="invalid --device"):
-        backend_selection.resolve_backend("torch", "banana", probe(False))
+        backend_choice.resolve_backend("torch", "banana", probe(False))
 
 
 def test_auto_without_gpu_runs_cpu_preset(tmp_path, capsys):
@@ -496,7 +496,7 @@ def test_custom_tolerances_are_recorded(tmp_path):
 # ---------------------------------------------------------------- roofline and environment
 
 
-def test_roofline_columns_from_device_peaks(tmp_path, monkeypatch):
+def test_roofline_columns_from_the_peaks_table(tmp_path, monkeypatch):
     seen = {}
 
     def resolve_peaks(name, dtype, bandwidth_override=None, tflops_override=None):
@@ -525,7 +525,7 @@ def test_roofline_columns_from_device_peaks(tmp_path, monkeypatch):
     assert seen == {"name": "cpu", "dtype": "float16", "bw": 1000.0}
 
 
-def test_missing_device_peaks_leaves_columns_empty(tmp_path, monkeypatch):
+def test_missing_peaks_leave_columns_empty(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "fi_attn_bench.device.peaks", None)
     out = tmp_path / "r.csv"
     assert run_main(["--output", str(out), "--preset", "smoke"], timer=FakeTimer()) == 0
@@ -576,7 +576,7 @@ def test_filter_typo_is_reported_before_probing_the_machine(capsys):
     def boom():
         raise AssertionError("the machine was probed")
 
-    assert run_main(["--filter", "batch_size<<3"], probe=backend_selection.Probe(boom, boom)) == 2
+    assert run_main(["--filter", "batch_size<<3"], probe=backend_choice.Probe(boom, boom)) == 2
     assert "malformed filter term" in capsys.readouterr().err
 
 
@@ -711,7 +711,7 @@ def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatc
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(
-        seed_api, "ProfilerTimer", lambda o, d, f: timers.ProfilerTimer(o, d, f, profile=profile)
+        profiled, "ProfilerTimer", lambda o, d, f: timers.ProfilerTimer(o, d, f, profile=profile)
     )
     run = lambda: trace.append(1)  # noqa: E731
     assert seed_api.run_with_profiler(run, device="cpu") == pytest.approx(0.1)

@@ -1,5 +1,5 @@
 """Where a sweep writes: unwritable places and existing files are refused before any measuring,
-and finished rows are never destroyed (issue 21, defects 1 and 8)."""
+and finished rows are never destroyed."""
 
 from __future__ import annotations
 

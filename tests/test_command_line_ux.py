@@ -1,4 +1,4 @@
-"""What a user meets on the command line: program names, --version, bench_all's --list (issue 21)."""
+"""What a user meets on the command line: program names, --version, bench_all's --list."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def _decode_options(spec, output: str):
     import torch
 
     from fi_attn_bench import cli
-    from fi_attn_bench.backends.selection import BackendChoice
+    from fi_attn_bench.backends.choice import BackendChoice
     from fi_attn_bench.sweep.options import resolve_options
 
     args = cli.build_parser(spec).parse_args(["--device", "cpu"])

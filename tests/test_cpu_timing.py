@@ -13,7 +13,7 @@ import torch
 from test_bench_common import read_rows, run_main
 
 import bench_batch_decode
-from fi_attn_bench.backends.selection import Probe
+from fi_attn_bench.backends.choice import Probe
 from fi_attn_bench.results.schema import result_record
 from fi_attn_bench.sweep.case import row_notes
 from fi_attn_bench.sweep.options import DEFAULT_CPU_THREADS

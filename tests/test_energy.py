@@ -8,9 +8,7 @@ import csv
 import importlib
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -36,8 +34,6 @@ from fi_attn_bench.timing.energy import (
 from fi_attn_bench.timing.loop import MeasureLoop
 from fi_attn_bench.timing.options import TimingOptions
 from fi_attn_bench.timing.statistics import Batch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
 def batch(calls, start, wall, energy):
@@ -524,12 +520,12 @@ def test_nvml_power_reader_prefers_the_instant_field():
     assert de.nvml_power_reader(device)() == pytest.approx(300.0)
 
 
-# ------------------------------------------------------------------ benchmarks/energy_check.py
+# ------------------------------------------------------------------ validation/energy_check.py
 
 
 @pytest.fixture
 def energy_check():
-    return importlib.import_module("energy_check")
+    return importlib.import_module("validation.energy_check")
 
 
 def test_energy_check_compares_the_rows_with_integrated_power_over_the_same_batches(
@@ -639,7 +635,7 @@ def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monke
     assert energy_check.main([*argv, "--device", "cpu"]) == 0
     text = out.read_text()
     assert "update period 0.50 ms" in text and "exit codes [0, 0]" in text
-    assert "energy_check.py --script ragged --sweeps 2" in text
+    assert "python -m validation energy --script ragged --sweeps 2" in text
     assert text.count("| batch_size=") == 2
     assert (tmp_path / "e_sweep1.csv").exists() and (tmp_path / "e_sweep2.csv").exists()
     raw = json.loads((tmp_path / "e_raw.json").read_text())

@@ -1,4 +1,4 @@
-"""Head to head (issue 22): --impl parsing and plugins, interleaved rounds, paired ratio,
+"""Head to head: --impl parsing and plugins, interleaved rounds, paired ratio,
 verdicts and the --fail-if-slower gate (CPU; fake timers and the fake script)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from test_bench_common import EXPLODING, NO_GPU, read_rows, run_main
 import bench_batch_decode
 from fi_attn_bench.backends import flashinfer_api as fc
 from fi_attn_bench.backends import impls
-from fi_attn_bench.backends.selection import Probe
+from fi_attn_bench.backends.choice import Probe
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.timing import paired, timers
 from fi_attn_bench.timing.options import TimingError, TimingOptions

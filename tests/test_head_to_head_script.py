@@ -1,40 +1,33 @@
-"""benchmarks/head_to_head.py and its plugins (h2h_impls.py): tables, plot and plugin logic
+"""validation.head_to_head and its plugins (validation.spin_impls): tables, plot and plugin logic
 on real harness CSVs and fakes (CPU)."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
+import importlib
 import json
 import re
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 import bench_batch_decode
+from validation import head_to_head, spin_impls
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def h2h(monkeypatch):
-    spec = importlib.util.spec_from_file_location("h2h_script", ROOT / "benchmarks/head_to_head.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # as the plugin loader does
-    spec.loader.exec_module(module)
-    return module
+def h2h():
+    return head_to_head
 
 
 @pytest.fixture
-def impls(monkeypatch):
-    """benchmarks/h2h_impls.py, the plugins head_to_head.py sweeps with (fresh per test)."""
-    spec = importlib.util.spec_from_file_location("h2h_impls", ROOT / "benchmarks/h2h_impls.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+def impls():
+    """validation.spin_impls, the plugins head_to_head sweeps with (fresh per test: it caches
+    one instance per case)."""
+    return importlib.reload(spin_impls)
 
 
 def _sweep(path: Path, *impls: str, extra: tuple[str, ...] = ()) -> None:
@@ -162,7 +155,7 @@ def test_spin_part_sweeps_each_script_against_the_chosen_spin_plugin(
         h2h, "_sweep", lambda out, tag, script, impls, extra: seen.append((tag, impls))
     )
     assert h2h.main([str(tmp_path), "--part", "spin", "--scripts", "paged", *flag]) == 0
-    assert seen == [(factory, ["base=flashinfer", f"spin=benchmarks/head_to_head.py:{factory}"])]
+    assert seen == [(factory, ["base=flashinfer", f"spin=validation.spin_impls:{factory}"])]
 
 
 def _fake_spin(impls, name: str):
@@ -208,7 +201,7 @@ def test_aa_report_splits_a_case_outside_the_band_by_round_order(tmp_path, h2h):
 
 
 def test_order_split_shows_an_order_effect_the_paired_ratio_hides(h2h):
-    from fi_attn_bench.summarizer.samples import case_key
+    from fi_attn_bench.summarizer.rank_test import case_key
 
     row = {"schema_version": "1", "api": "X", "batch_size": "2", "impl": "b", "status": "ok"}
     a, b = (case_key("X", {"batch_size": "2"}, impl) for impl in ("a", "b"))
@@ -236,7 +229,7 @@ def test_aa_one_sweeps_one_instance_as_both_impls_and_reports_it(tmp_path, h2h, 
     seen = []
     monkeypatch.setattr(h2h, "_sweep", lambda out, tag, script, impls, extra: seen.append(impls))
     assert h2h.main([str(tmp_path), "--part", "aa-one", "--scripts", "decode"]) == 0
-    one = "benchmarks/head_to_head.py:one_instance"
+    one = "validation.spin_impls:one_instance"
     assert seen == [[f"a={one}", f"b={one}"]]
     _sweep(tmp_path / "aaone_bench_batch_decode.csv", "a=torch", "b=torch")
     assert h2h.main([str(tmp_path), "--part", "report", "--scripts", "decode"]) == 0

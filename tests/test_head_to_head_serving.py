@@ -1,5 +1,4 @@
-"""Head to head (issue 22) with the serving batches (issue 23) and the throttle policy
-(issue 24): varied-length cases measured by several implementations on shared inputs, the
+"""Head to head with the serving batches and the throttle policy: varied-length cases measured by several implementations on shared inputs, the
 paired rounds judged by the telemetry watch, and the resume key (case, workload, impl)."""
 
 from __future__ import annotations

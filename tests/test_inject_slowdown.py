@@ -1,22 +1,19 @@
-"""benchmarks/inject_slowdown.py on the CPU: the spin injection, the case selection and the
+"""validation.gate_sensitivity on the CPU: the spin injection, the case selection and the
 gate's reading; the sweeps themselves need a GPU."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import fake_bench_script
 import pytest
 import torch
 
+from fi_attn_bench.cases.spec import Settings
+from validation import gate_sensitivity as inj
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import inject_slowdown as inj  # noqa: E402
-
-from fi_attn_bench.cases.spec import Settings  # noqa: E402
 
 SWEEPS = ROOT / "tests/fixtures/validation"  # two H200 sweeps of the same code, 3 rows a script
 
@@ -83,11 +80,11 @@ def test_gate_runs_the_summarizer_and_reads_its_json(tmp_path):
 
 
 def test_throttle_effect_reads_the_verbose_notes_and_tabulates(tmp_path, monkeypatch, capsys):
-    import throttle_effect as te
     from test_bench_common import FakeTimer, run_main
     from test_telemetry import ScriptedTelemetry
 
     from fi_attn_bench.sweep import run as sweep_run
+    from validation import throttle_policy as te
 
     monkeypatch.setattr(
         sweep_run, "open_telemetry", lambda device: ScriptedTelemetry([2000, 2000, 1000] * 50)
@@ -167,10 +164,10 @@ def test_a_missing_summarizer_is_refused_before_any_sweep(tmp_path, capsys):
 
 
 def test_throttle_effect_end_to_end_on_the_cpu(tmp_path, monkeypatch, capsys):
-    import throttle_effect as te
     from test_telemetry import ScriptedTelemetry
 
     from fi_attn_bench.sweep import run as sweep_run
+    from validation import throttle_policy as te
 
     monkeypatch.setattr(
         sweep_run, "open_telemetry", lambda device: ScriptedTelemetry([2000, 1000, 2000] * 500)

@@ -1,5 +1,5 @@
 """README's quick starts (English and Chinese) run as written, on the CPU, in a fresh copy of
-the repository (issue 21, defect 9).
+the repository.
 
 Rules, so that a README edit knows what is run:
 

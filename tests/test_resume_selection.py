@@ -1,5 +1,5 @@
 """--resume CSV reruns the interrupted sweep's own cases: the CSV records its preset and filter,
-and the hint printed after Ctrl-C is a command that works as printed (issue 21, defect 2)."""
+and the hint printed after Ctrl-C is a command that works as printed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Run metadata in every row (host, git commit/dirty, UTC timestamp) and raw samples in
-``--samples-dir`` (issue 21)."""
+``--samples-dir``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from test_bench_resume import FAST, ROOT, rows_of, run_in_process
 import bench_batch_decode
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.sweep import environment
-from fi_attn_bench.sweep.samples import append_samples, read_samples, samples_line
+from fi_attn_bench.sweep.sample_writer import append_samples, read_samples, samples_line
 
 
 def _git_head() -> str:

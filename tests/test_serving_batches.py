@@ -23,7 +23,7 @@ import bench_batch_mla as mla
 import bench_batch_prefill_paged as paged
 import bench_batch_prefill_ragged as ragged
 from fi_attn_bench import cli
-from fi_attn_bench.backends import selection as backend_selection
+from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.spec import Settings
@@ -34,11 +34,9 @@ from fi_attn_bench.timing import timers
 from fi_attn_bench.timing.statistics import Batch as SampleBatch
 from fi_attn_bench.wording import counted
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
 SCRIPTS = (decode, paged, ragged, mla)
 by_script = pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
-NO_GPU = backend_selection.Probe(
+NO_GPU = backend_choice.Probe(
     cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
 )
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
@@ -351,7 +349,7 @@ def test_an_interrupted_batch_sweep_resumes_with_its_batches(tmp_path, capsys):
 
 
 def test_samples_of_a_varied_case_name_its_workload(tmp_path):
-    samples = importlib.import_module("fi_attn_bench.sweep.samples")
+    samples = importlib.import_module("fi_attn_bench.sweep.sample_writer")
     out = tmp_path / "r.csv"
     argv = ["--batch", "3d@40", "--samples-dir", str(tmp_path), "--output", str(out)]
     assert _run(decode, argv) == 0
@@ -392,7 +390,7 @@ def test_bad_specs_exit_2_before_any_gpu_work(argv, words, capsys):
     def boom():
         raise AssertionError("probed the machine")
 
-    code = cli.main_for(decode.SPEC, argv, probe=backend_selection.Probe(boom, boom))
+    code = cli.main_for(decode.SPEC, argv, probe=backend_choice.Probe(boom, boom))
     assert code == 2 and words in capsys.readouterr().err
 
 
@@ -418,7 +416,7 @@ def test_workload_file_cases_and_repro(tmp_path):
 
 
 def test_serving_report_lists_varied_rows_with_their_twins(tmp_path, capsys):
-    report = importlib.import_module("serving_report")
+    report = importlib.import_module("validation.imbalance")
 
     out = tmp_path / "r.csv"
     timer = PerCaseTimer([3.0, 2.0])

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import csv
 import os
-import sys
 
 import pytest
 
 import bench_batch_decode
+from benchmarks import shard_balance
 from fi_attn_bench.sweep.sharding import case_wall_s
 from fi_attn_bench.timing.options import TimingOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-
-import shard_balance  # noqa: E402
 
 SPEC = bench_batch_decode.SPEC
 BIG_MS, SMALL_MS = 100.0, 0.01

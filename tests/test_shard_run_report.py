@@ -1,15 +1,13 @@
-"""benchmarks/shard_run_report.py: shard table, case-set check, per-shard wall times."""
+"""validation.shard_report: shard table, case-set check, per-shard wall times."""
 
 from __future__ import annotations
 
 import csv
 import os
-import sys
+
+from validation import shard_report as shard_run_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-
-import shard_run_report  # noqa: E402
 
 HEADER = ["api", "batch_size", "status", "time_ms", "device", "repro", "shard", "num_shards"]
 

@@ -14,7 +14,7 @@ import fake_bench_script
 import pytest
 
 from fi_attn_bench import suite as bench_all
-from fi_attn_bench.backends import selection as backend_selection
+from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cli import main_for
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.schema import STATUS_FAILED
@@ -22,7 +22,7 @@ from fi_attn_bench.sweep.sharding import case_wall_s
 from fi_attn_bench.timing.options import TimingOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NO_GPU = backend_selection.Probe(
+NO_GPU = backend_choice.Probe(
     cuda_available=lambda: False, import_flashinfer=lambda: SimpleNamespace(__version__="x")
 )
 FAST = ["--max-time-per-case", "0.05", "--min-samples", "3"]
@@ -407,7 +407,7 @@ def test_torchrun_rank_without_its_gpu_is_refused_before_any_work(tmp_path, monk
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "3")
-    gpu = backend_selection.Probe(
+    gpu = backend_choice.Probe(
         cuda_available=lambda: True, import_flashinfer=lambda: SimpleNamespace(__version__="x")
     )
     argv = ["--output", str(tmp_path / "r.csv")]

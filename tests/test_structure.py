@@ -1,4 +1,6 @@
-"""The package's shape: no import cycles, modules and functions short enough to read at once."""
+"""The package's shape: no import cycle between files or between folders, no import that runs back
+up a floor, modules and functions short enough to read at once.  ``importlib.import_module``
+counts as an import: a literal name, or a name the module spells out where it imports by name."""
 
 from __future__ import annotations
 
@@ -9,6 +11,28 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fi_attn_bench"
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
 FLAT_PARSER_BUILDERS = {"build_parser"}  # one add_argument after another, nothing to untangle
+# The rooms (folders and top-level modules of the package) by floor: a module imports from its
+# own room or from a room on its floor or below, never from one above.
+FLOORS = {
+    "errors": 0,
+    "wording": 0,
+    "program": 0,
+    "fi_attn_bench": 1,  # the package's __init__: its version
+    "results": 1,
+    "device": 1,
+    "timing": 2,
+    "cases": 2,
+    "backends": 3,
+    "apis": 4,  # one module per API, and their registry
+    "sweep": 4,
+    "summarizer": 4,
+    "cli": 5,
+    "suite_record": 5,
+    "doctor": 5,
+    "history": 5,
+    "suite": 6,
+    "seed_api": 7,  # the seed's names, re-exported for the faces: nothing imports it
+}
 
 
 def module_name(path: Path) -> str:
@@ -20,10 +44,21 @@ def package_modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def imported_modules(path: Path, known: set[str]) -> set[str]:
-    """Package modules that ``path`` imports anywhere (module level or inside functions)."""
+def calls_import_module(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    function = node.func
+    name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+    return name in {"import_module", "__import__"}
+
+
+def imported_modules_of_source(source: str, known: set[str]) -> set[str]:
+    """Package modules that ``source`` imports anywhere (module level or inside functions),
+    ``importlib.import_module`` included: where the module calls it, every string constant
+    that names a package module counts (a literal argument, or a table of names it looks up)."""
+    tree = ast.parse(source)
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -31,7 +66,49 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
         else:
             continue
         found.update(name for name in names if name in known)
+    if any(calls_import_module(node) for node in ast.walk(tree)):
+        strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+        found.update(name for name in strings if isinstance(name, str) and name in known)
     return found
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    return imported_modules_of_source(path.read_text(), known)
+
+
+def room(module: str) -> str:
+    """The folder (or top-level module) of the package that ``module`` lives in."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (a package's own parents left out)."""
+    modules = package_modules()
+    known = set(modules)
+    return {
+        name: {
+            m for m in imported_modules(path, known) if m != name and not name.startswith(m + ".")
+        }
+        for name, path in modules.items()
+    }
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for name, imported in graph.items():
+        rooms.setdefault(room(name), set()).update(room(m) for m in imported)
+    return {name: targets - {name} for name, targets in rooms.items()}
+
+
+def upward_imports(graph: dict[str, set[str]], floors: dict[str, int]) -> list[str]:
+    """``a -> b`` for each import from a room to a room on a higher floor."""
+    return sorted(
+        f"{name} -> {m}"
+        for name, imported in graph.items()
+        for m in imported
+        if floors[room(m)] > floors[room(name)]
+    )
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -62,16 +139,52 @@ def test_find_cycle_finds_one_and_accepts_a_dag():
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
+def test_import_module_counts_as_an_import_by_literal_or_by_a_table_of_names():
+    known = {"pkg.a", "pkg.b", "pkg.c"}
+    literal = "import importlib\ndef f():\n    return importlib.import_module('pkg.a')\n"
+    table = (
+        "from importlib import import_module\nNAMES = {'x': 'pkg.b'}\nimport_module(NAMES['x'])\n"
+    )
+    plain = "NAME = 'pkg.c'\n"  # a string alone, with no import_module call, is no import
+    assert imported_modules_of_source(literal, known) == {"pkg.a"}
+    assert imported_modules_of_source(table, known) == {"pkg.b"}
+    assert imported_modules_of_source(plain, known) == set()
+
+
+def test_rooms_and_floors_find_a_folder_cycle_and_an_upward_import():
+    graph = {"fi_attn_bench.low.x": {"fi_attn_bench.high.y"}, "fi_attn_bench.high.y": set()}
+    assert upward_imports(graph, {"low": 0, "high": 1}) == [
+        "fi_attn_bench.low.x -> fi_attn_bench.high.y"
+    ]
+    graph["fi_attn_bench.high.z"] = {"fi_attn_bench.low.x"}  # no file cycle, a folder cycle
+    assert find_cycle(graph) is None
+    assert find_cycle(room_graph(graph)) == ["high", "low", "high"]
+
+
 def test_the_package_has_no_import_cycle():
-    modules = package_modules()
-    known = set(modules)
-    graph = {
-        name: {
-            m for m in imported_modules(path, known) if m != name and not name.startswith(m + ".")
-        }
-        for name, path in modules.items()
-    }
+    graph = import_graph()
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_no_import_cycle_between_folders():
+    rooms = room_graph(import_graph())
+    assert find_cycle(rooms) is None, " -> ".join(find_cycle(rooms))
+
+
+def test_every_room_has_a_floor_and_no_import_runs_back_up_one():
+    graph = import_graph()
+    assert {room(name) for name in graph} == set(FLOORS)
+    assert upward_imports(graph, FLOORS) == []
+
+
+def test_no_module_of_the_package_imports_the_seed_names():
+    """``seed_api`` is the door for the faces: it re-exports, nothing inside depends on it."""
+    graph = import_graph()
+    assert sorted(n for n, imported in graph.items() if "fi_attn_bench.seed_api" in imported) == []
+    seed_api = ast.parse((PACKAGE / "seed_api.py").read_text())
+    assert all(
+        isinstance(node, (ast.ImportFrom, ast.Assign, ast.Expr)) for node in seed_api.body
+    ), "seed_api defines nothing: it imports and lists names"
 
 
 def test_every_module_and_function_is_short_enough_to_read_at_once():

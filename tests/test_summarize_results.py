@@ -1,4 +1,4 @@
-"""Behaviour of summarize_results.py: the seed's contract and what issue 3 adds."""
+"""Behaviour of summarize_results.py: the seed's contract and what this harness adds."""
 
 from __future__ import annotations
 
@@ -360,7 +360,7 @@ def test_duplicate_cases_are_input_errors(tmp_path, capsys):
 
 
 def test_duplicate_cases_are_input_errors_in_summary_mode_too(tmp_path, capsys):
-    """Issue 21 #5: the same file twice summarized as "all 10 case(s) ok"."""
+    """The same file twice summarized as "all 10 case(s) ok"."""
     first = write(tmp_path / "a.csv", V1_HEADER, v1_row(1), v1_row(2))
     second = write(tmp_path / "b.csv", V1_HEADER, v1_row(1), v1_row(2))
     for paths in ([first, second], [first, first]):
@@ -406,7 +406,7 @@ STATS_HEADER = V1_HEADER + ",samples,noise_pct,drift_pct,time_q1_ms,time_q3_ms"
 
 
 def test_gate_uses_the_uncertainty_of_the_median_not_the_spread(tmp_path):
-    """Issue 24: a 6.6 % slowdown with 6.8 % per-call spread but a tight median (500
+    """A 6.6 % slowdown with 6.8 % per-call spread but a tight median (500
     samples: 1.57 * 6.8 / sqrt(500) = 0.48 % per side) is a regression; the old
     rule called it within noise (6.6 < 6.8 + 6.8)."""
     base = write(
@@ -577,7 +577,7 @@ def test_bad_arguments_exit_two(argv):
 
 
 class FakePlots:
-    """Stands in for report_plots: records what it was given, returns PNG paths."""
+    """Stands in for plots: records what it was given, returns PNG paths."""
 
     PLOT_FILE_SUFFIXES = ("_time.png", "speedup.png")
 
@@ -1301,7 +1301,7 @@ def test_comparison_of_big_runs_cut_to_the_limit(tmp_path, capsys):
     assert fast[0] == sr.EXIT_INPUT_ERROR and "*Cut:" in fast[3]
 
 
-# ------------------------------------------------ issue 21: what a user meets
+# ------------------------------------------------ what a user meets
 
 
 def test_a_huge_error_cell_is_clipped_and_its_case_named(tmp_path):
@@ -1430,7 +1430,7 @@ def test_environment_shows_run_metadata(tmp_path):
 
 
 def test_old_baseline_without_impl_matches_new_rows(tmp_path, capsys):
-    """Issue 22: a baseline without impl/workload matches impl=flashinfer, workload=""."""
+    """A baseline without impl/workload matches impl=flashinfer, workload=""."""
     old = write(tmp_path / "old.csv", V1_HEADER, v1_row(1), v1_row(2))
     header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,workload,")
     new_rows = [
@@ -1470,7 +1470,7 @@ def _samples_file(path: Path, rows) -> Path:
 
 
 def test_mann_whitney_matches_the_normal_approximation():
-    from fi_attn_bench.summarizer.samples import mann_whitney_p
+    from fi_attn_bench.summarizer.rank_test import mann_whitney_p
 
     # scipy.stats.mannwhitneyu(range(1, 6), range(6, 11), method="asymptotic") -> 0.01219
     assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(0.01219, abs=2e-5)
@@ -1482,7 +1482,7 @@ def test_mann_whitney_matches_the_normal_approximation():
 
 
 def test_rank_test_on_raw_samples_decides_significance(tmp_path, capsys):
-    """Issue 21: with samples of both sides the rank test calls the change, not the
+    """With samples of both sides the rank test calls the change, not the
     medians' interval (these rows state none, so the gate alone would flag both)."""
     base = write(tmp_path / "b.csv", V1_HEADER, v1_row(1, "1.0"), v1_row(2, "1.0"))
     cand = write(tmp_path / "c.csv", V1_HEADER, v1_row(1, "1.1"), v1_row(2, "1.1"))
@@ -1557,7 +1557,7 @@ def test_run_conditions_that_differ_are_named_next_to_the_case(tmp_path):
 
 
 def test_head_to_head_table_for_several_implementations(tmp_path):
-    """Issue 22: one run, two impls: times side by side, speedup (1 / the paired ratio
+    """One run, two impls: times side by side, speedup (1 / the paired ratio
     where there is one) with its paired interval and verdict, winner, geomean per API."""
     header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,") + (
         ",baseline_impl,paired_ratio,paired_ratio_lo,paired_ratio_hi,paired_verdict"
@@ -1612,11 +1612,8 @@ def test_the_winner_is_the_fastest_only_where_the_verdicts_back_it(times, verdic
 def test_grown_real_csvs_summarize_and_compare(tmp_path, capsys):
     """benchmarks/gen_csvs.py grows a real CSV (the benchmark's input): its rows read as
     the template's do, a failed row every 700, the candidate's slower cases regress."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gen_csvs
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks import gen_csvs
+
     template = REAL_CSV / "h100_ragged_fa2_vs_fa3.csv"
     base, cand = tmp_path / "b.csv", tmp_path / "c.csv"
     for path, extra in ((base, []), (cand, ["--candidate"])):

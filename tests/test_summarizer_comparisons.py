@@ -1,4 +1,4 @@
-"""Issue 34: the summarizer never overwrites what a user made, compares only runs that
+"""The summarizer never overwrites what a user made, compares only runs that
 measured the same thing, says its warnings on stdout, and behaves in pipes and CI logs."""
 
 from __future__ import annotations

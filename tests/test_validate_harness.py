@@ -1,4 +1,4 @@
-"""benchmarks/validate_harness.py's report, on the CPU: the GPU parts (JIT warm-up, sweeps,
+"""validation.harness's report, on the CPU: the GPU parts (JIT warm-up, sweeps,
 fidelity readings) are replaced by recorded H200 sweeps and made-up readings, so a report bug
 is found here rather than after minutes of device time."""
 
@@ -12,10 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from validation import harness as vh
 
-import validate_harness as vh  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 # Two H200 default sweeps (commit 9ace158), three rows per script, trimmed from the archive
 # that commits up to 2cb946f hold under benchmarks/results/h200_validation_v6/call4_9ace158.
@@ -187,7 +186,7 @@ def test_repeatability_reads_cv_and_the_largest_spread_and_drift(tmp_path):
 
 def test_the_script_imports_no_private_harness_name():
     """Public API only: the faces, the scripts' SPEC, fi_attn_bench.timing's public names."""
-    tree = ast.parse((ROOT / "benchmarks" / "validate_harness.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "validation" / "harness.py").read_text(encoding="utf-8"))
     allowed = {
         "benchmark_result": None,
         "bench_common": None,

@@ -9,15 +9,15 @@ case grids as data, the causal pair count behind the FLOP formulas, and the host
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from fi_attn_bench.backends import flashinfer_api as fc
-from fi_attn_bench.cases.spec import Prepared, Settings
-from fi_attn_bench.seed_api import setup_workspace, synchronize
+from fi_attn_bench.cases.spec import Prepared
+from fi_attn_bench.device.sync import default_device, synchronize
 
 NUM_QO_HEADS = 32
 """The seed's query head count (Llama-style GQA)."""
@@ -193,37 +193,17 @@ def reference_as_run(reference: Callable[[], torch.Tensor], inputs: object = Non
     return Prepared(run=reference, output=None, reference=reference, plan_ms=0.0, inputs=inputs)
 
 
-def planned_wrapper(
-    api: str,
-    settings: Settings,
-    reference: Callable[[], torch.Tensor],
-    *,
-    wrapper_options: Mapping[str, object],
-    plan_arguments: Mapping[str, object],
-    run_args: tuple,
-    out: torch.Tensor,
-    inputs: object = None,
-) -> Prepared:
-    """The FlashInfer half of every script's prepare(): build the wrapper with the options
-    the installed API accepts (``backend=`` from ``--impl flashinfer:X``), plan() once
-    untimed (JIT) and once timed, bind run(out=)."""
-    options = dict(wrapper_options)
-    if settings.wrapper_backend != "auto":
-        options["backend"] = settings.wrapper_backend
-    wrapper = fc.make_wrapper(
-        fc.load_flashinfer(),
-        api,
-        setup_workspace(settings.device, settings.workspace_bytes),
-        **options,
-    )
-    kwargs = fc.plan_kwargs(wrapper.plan, plan_arguments)
-    plan_ms = timed_ms(lambda: fc.call(wrapper.plan, kwargs), settings.device, warm_first=True)
-    run, output = fc.run_call(wrapper.run, run_args, out)
-    return Prepared(
-        run=run,
-        output=output,
-        reference=reference,
-        plan_ms=plan_ms,
-        inputs=inputs,
-        resolved_backend=fc.resolved_backend(wrapper),
-    )
+def setup_paged_kv_indptr(
+    batch_size: int, seq_len: int, page_size: int, device=None, *, seed: int = 0
+):
+    """Page table of ``batch_size`` sequences of ``seq_len`` tokens: (indptr, indices, last_page_len).
+
+    Pages are a seeded permutation of 0..n-1, not the identity, as in a real serving cache.
+    """
+    pages_per_seq = max(1, math.ceil(seq_len / page_size))
+    device = default_device(device)
+    generator = torch.Generator().manual_seed(seed)
+    indptr = torch.arange(batch_size + 1, dtype=torch.int32) * pages_per_seq
+    indices = torch.randperm(batch_size * pages_per_seq, generator=generator).to(torch.int32)
+    last = torch.full((batch_size,), (seq_len - 1) % page_size + 1, dtype=torch.int32)
+    return indptr.to(device), indices.to(device), last.to(device)

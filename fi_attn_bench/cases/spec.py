@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 import torch
 
 from fi_attn_bench.cases.workloads import Batch
-from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
+
+DEFAULT_DTYPE = torch.float16
+DEFAULT_PAGE_SIZE = 16  # tokens per KV page
+DEFAULT_WORKSPACE_BYTES = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)

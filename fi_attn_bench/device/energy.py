@@ -3,14 +3,14 @@
 * NVIDIA: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded, Volta and
   later) through ``nvidia-ml-py`` (``device.nvml``).  The counter moves in steps; its
   update period is measured once when it is opened (``counter_period_s``), and the energy
-  windows of a case span ``ENERGY_WINDOW_UPDATES`` of them (``timing.energy``).
+  windows of a case span ``ENERGY_WINDOW_UPDATES`` of them (used by ``timing.energy``).
 * MetaX: ``pymxsml`` offers board power (``mxSmlGetBoardPowerInfo``) but no energy counter
   known to this harness, so the columns stay empty with that note.
 * Elsewhere (a CPU run, no binding, an unsupported counter) the columns stay empty and the
   row's notes say why; nothing is estimated in place of the counter.
 
 ``PowerSampler`` integrates sampled board power over wall-time windows: the independent
-check of the counter that ``benchmarks/energy_check.py`` runs on a GPU.
+check of the counter that ``python -m validation energy`` runs on a GPU.
 """
 
 from __future__ import annotations
@@ -24,20 +24,87 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from types import ModuleType
+from typing import Protocol
 
 from fi_attn_bench.device.nvml import NvmlDevice, open_nvml_device
 from fi_attn_bench.device.power import cuda_device_uuid
-from fi_attn_bench.timing.energy import (
-    ENERGY_WINDOW_UPDATES,
-    PAIRED_ROUND_UPDATES,
-    CounterTrace,
-    EnergyCounter,
-)
 
 PROBE_BUDGET_S = 0.5  # how long the period probe may watch the counter, once per sweep
 PROBE_INTERVAL_S = 0.0005
 PROBE_STEPS = 5  # counter changes the probe waits for (4 periods)
 NVML_FIELD_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT: mW, not averaged (driver r530+)
+# A window spans at least this many updates of the counter: with the steps traced, what is
+# left is the counter's own noise per update, which a few updates average down.
+ENERGY_WINDOW_UPDATES = 5
+# A head-to-head round's energy mixes its neighbours' power over the counter periods at
+# its two ends; a round of this many updates keeps that under a sixth of their difference.
+PAIRED_ROUND_UPDATES = 3
+TRACE_POLL_S = 0.005  # how often the trace reads the counter: a step's time within 5 ms
+
+
+class EnergyCounter(Protocol):
+    """A device's cumulative energy counter, in mJ; None when a read fails."""
+
+    def energy_mj(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class CounterStep:
+    """The counter changed to ``energy_mj`` at ``time_s`` (midway between two polls)."""
+
+    time_s: float
+    energy_mj: float
+
+
+class CounterTrace:
+    """The counter's steps, polled every ``poll_s`` in a background thread while at least
+    one recorder holds it (the loops of a head-to-head case share one)."""
+
+    def __init__(
+        self,
+        counter: EnergyCounter,
+        poll_s: float = TRACE_POLL_S,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.counter, self.poll_s, self.clock = counter, poll_s, clock
+        self.failed = False  # a read failed while polling
+        self._steps: list[CounterStep] = []
+        self._holders = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._holders += 1
+            if self._holders == 1:
+                self._steps, self.failed = [], False
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._poll, name="energy-trace", daemon=True)
+                self._thread.start()
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders > 0 or self._thread is None:
+                return
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def steps(self) -> tuple[CounterStep, ...]:
+        return tuple(self._steps)
+
+    def _poll(self) -> None:
+        last, read_at = self.counter.energy_mj(), self.clock()
+        while not self._stop.wait(self.poll_s):
+            value, now = self.counter.energy_mj(), self.clock()
+            if value is None:
+                self.failed = True
+            elif value != last:
+                self._steps.append(CounterStep((read_at + now) / 2.0, value))
+                last = value
+            read_at = now
 
 
 class NvmlEnergy:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fi_attn_bench.results.reader import InputIssue, ResultFile, read_file
+from fi_attn_bench.results.reader import LEGACY_SCHEMAS, InputIssue, ResultFile, read_file
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, case_columns
 
 
@@ -54,13 +54,15 @@ class ResultRun:
         )
 
 
-def read_run(paths, group: str = "input", *, all_runs: bool = False, keep=None) -> ResultRun:
+def read_run(
+    paths, group: str = "input", *, all_runs: bool = False, keep=None, layouts=LEGACY_SCHEMAS
+) -> ResultRun:
     """Read the files of one run argument.  Files from several runs of the same cases
     give the newest run (by ``timestamp_utc``); runs of other cases are kept beside it.
     ``all_runs``: every file as one run (a case in two files is then a duplicate)."""
     files, issues = [], []
     for path in paths:
-        read = read_file(path, group, keep=keep)
+        read = read_file(path, group, keep=keep, layouts=layouts)
         issues.extend(read.issues)
         if read.file is not None:
             files.append(read.file)

@@ -31,15 +31,14 @@ from pathlib import Path
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.program import program_name
 from fi_attn_bench.summarizer.comparability import MUST_MATCH_COLUMNS
-from fi_attn_bench.summarizer.inputs import expand_paths
 from fi_attn_bench.summarizer.loading import load_run
-from fi_attn_bench.summarizer.markdown import regression_markdown, summary_markdown
 from fi_attn_bench.summarizer.markdown_text import DEFAULT_MAX_REPORT_BYTES
 from fi_attn_bench.summarizer.model import (
     EXIT_BENCHMARK_FAILURE,
     EXIT_INPUT_ERROR,
     EXIT_OK,
     Gate,
+    ReportKind,
     Verdict,
     plural,
     summarize,
@@ -48,12 +47,13 @@ from fi_attn_bench.summarizer.model import (
 from fi_attn_bench.summarizer.output import (
     OutputTarget,
     is_stdout,
-    model_json,
     overwrite_error,
     unwritable,
     write_report,
 )
-from fi_attn_bench.summarizer.terminal import regression_console, summary_console, terminal_width
+from fi_attn_bench.summarizer.paths import expand_paths
+from fi_attn_bench.summarizer.renderers import JSON, MARKDOWN, TERMINAL
+from fi_attn_bench.summarizer.terminal import terminal_width
 
 # main's exit codes stay beside it; the seed's record-level API is summarize_results.py's.
 __all__ = [
@@ -308,7 +308,7 @@ def _expand_arguments(args: argparse.Namespace) -> str | None:
 
 def _overwrite_error(args: argparse.Namespace, options: ReportOptions, plots_module):
     """Why an output would replace an input or an existing data file (None: it would not)."""
-    from fi_attn_bench.summarizer.samples import SAMPLES_PATTERN
+    from fi_attn_bench.summarizer.rank_test import SAMPLES_PATTERN
 
     inputs = [*(args.csv or ()), *(args.baseline or ()), *(args.candidate or ())]
     for paths in (args.baseline_samples, args.candidate_samples):
@@ -361,7 +361,7 @@ def _print_note(note: str, options: ReportOptions) -> None:
 
 def _run_samples(baseline, candidate):
     """Both sides' raw samples, or None after printing the one-line reason."""
-    from fi_attn_bench.summarizer.samples import RunSamples, SamplesError, read_samples
+    from fi_attn_bench.summarizer.rank_test import RunSamples, SamplesError, read_samples
 
     try:
         return RunSamples(read_samples(baseline), read_samples(candidate))
@@ -381,17 +381,15 @@ def _report(model, options: ReportOptions, plots_module) -> int:
     except Exception as exc:  # noqa: BLE001 - a broken plot must not hide the verdict
         print(f"error: plotting failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         links, plots_failed = [], True
-    regression = hasattr(model, "matched")
-    render = regression_markdown if regression else summary_markdown
-    markdown = render(model, options.max_bytes, links, only_changed=options.only_changed)
+    only_changed = options.only_changed
+    markdown = MARKDOWN.render(model, options.max_bytes, links, only_changed=only_changed)
     to_stdout = is_stdout(options.output)
     if not to_stdout:
-        console = regression_console if regression else summary_console
-        _say(console(model, terminal_width(), only_changed=options.only_changed))
+        _say(TERMINAL.render(model, terminal_width(), only_changed=only_changed))
     if not _write(options.output, markdown, "Summary"):
         return EXIT_INPUT_ERROR
     if options.json_path is not None and not _write(
-        options.json_path, model_json(model), "JSON", quiet=to_stdout
+        options.json_path, JSON.render(model), "JSON", quiet=to_stdout
     ):
         return EXIT_INPUT_ERROR
     if model.verdict is Verdict.NOT_COMPARABLE:
@@ -444,7 +442,7 @@ def _print_issues(issues) -> None:
 
 
 def _import_plots():
-    """(report_plots module, None) or (None, why plotting is unavailable)."""
+    """(plots module, None) or (None, why plotting is unavailable)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -457,11 +455,9 @@ def _import_plots():
 
 
 def _render_plots(model, options: ReportOptions, plots_module) -> list[str]:
-    """Call report_plots with the model's tables; links relative to the report file."""
-    from fi_attn_bench.summarizer.regression import RegressionModel
-
+    """Call plots with the model's tables; links relative to the report file."""
     options.plot_dir.mkdir(parents=True, exist_ok=True)
-    if isinstance(model, RegressionModel):
+    if model.kind is ReportKind.REGRESSION:
         paths = plots_module.render_regression_plots(
             regression_plot_rows(model), model.gate.threshold_pct, options.plot_dir
         )
@@ -472,7 +468,7 @@ def _render_plots(model, options: ReportOptions, plots_module) -> list[str]:
 
 
 def regression_plot_rows(model):
-    """The rows report_plots.render_regression_plots reads."""
+    """The rows plots.render_regression_plots reads."""
     return model.labelled("matched")[["api", "case_label", "state", "speedup"]]
 
 

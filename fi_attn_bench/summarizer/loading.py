@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from fi_attn_bench.apis import registry
 from fi_attn_bench.results.reader import (
     LEGACY_SCHEMAS,
     NUMERIC_OPTIONAL_KINDS,
@@ -15,6 +16,7 @@ from fi_attn_bench.results.reader import (
     is_numeric_column,
     parse_float,
     read_file,
+    result_layout,
 )
 from fi_attn_bench.results.runs import ResultRun, read_run
 
@@ -113,8 +115,15 @@ def load_inputs(paths, group: str = "input") -> LoadResult:
 
 def load_run(paths, group: str = "input", *, all_runs: bool = False) -> LoadResult:
     """The newest run among ``paths`` (see results.reader.read_run) for a report."""
-    run: ResultRun = read_run(paths, group, all_runs=all_runs, keep=_reported_columns())
+    run: ResultRun = read_run(
+        paths, group, all_runs=all_runs, keep=_reported_columns(), layouts=known_layouts()
+    )
     return LoadResult(group, paths, issues=run.issues, tables=run.files, note=run.note)
+
+
+def known_layouts() -> tuple[frozenset[str], ...]:
+    """The seed's layouts and those of the registered APIs (a new API's CSVs read too)."""
+    return (*LEGACY_SCHEMAS, *map(result_layout, registry.case_field_sets()))
 
 
 def _reported_columns():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -32,8 +33,8 @@ from fi_attn_bench.summarizer.frames import (
 )
 from fi_attn_bench.summarizer.headtohead import head_to_head
 from fi_attn_bench.summarizer.identity import case_ids, unique_cases
-from fi_attn_bench.summarizer.inputs import missing_shards
 from fi_attn_bench.summarizer.loading import SUCCESS_STATUSES, InputIssue, LoadResult
+from fi_attn_bench.summarizer.paths import missing_shards
 from fi_attn_bench.wording import counted as plural
 
 EXIT_OK = 0
@@ -172,9 +173,18 @@ class FileSummary:
     status: str  # "invalid" or the status counts
 
 
+class ReportKind(enum.Enum):
+    """Which report a model is: every renderer has one function per kind."""
+
+    SUMMARY = "summary"
+    REGRESSION = "regression"
+
+
 @dataclass
 class SummaryModel:
     """Everything a summary report says, computed once."""
+
+    kind: ClassVar[ReportKind] = ReportKind.SUMMARY
 
     paths: list[str]
     files: list[FileSummary]
@@ -542,7 +552,7 @@ def mixed_harness_warnings(environments: dict[str, dict[str, list[str]]]) -> lis
 
 
 def summary_plot_rows(model: SummaryModel):
-    """The rows report_plots.render_summary_plots reads (one per valid CSV row)."""
+    """The rows plots.render_summary_plots reads (one per valid CSV row)."""
     frame = model.frame
     columns = frame_case_columns(frame)
     rows = frame[["api", *columns, "status", *NUMERIC_COLUMNS]].copy()

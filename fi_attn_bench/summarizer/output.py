@@ -13,6 +13,7 @@ import math
 import os
 import sys
 from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import fields as dataclass_fields
 from enum import Enum
 from pathlib import Path
 
@@ -189,7 +190,7 @@ def model_json(model) -> str:
 
 def _field_names(model) -> list[str]:
     excluded = getattr(model, "JSON_EXCLUDE", ())
-    return [name for name in model.__dataclass_fields__ if name not in excluded]
+    return [field.name for field in dataclass_fields(model) if field.name not in excluded]
 
 
 def _value_json(value) -> str:

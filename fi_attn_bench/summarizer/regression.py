@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,13 +29,13 @@ from fi_attn_bench.summarizer.frames import (
     success_mask,
 )
 from fi_attn_bench.summarizer.identity import case_ids, unique_cases
-from fi_attn_bench.summarizer.inputs import missing_shards
 from fi_attn_bench.summarizer.loading import InputIssue, LoadResult
 from fi_attn_bench.summarizer.model import (
     FAILING_STATES,
     MISMATCH_COLUMNS,
     CaseState,
     Gate,
+    ReportKind,
     ReportWarning,
     Verdict,
     artefact_mask,
@@ -43,6 +44,7 @@ from fi_attn_bench.summarizer.model import (
     mixed_harness_warnings,
     plural,
 )
+from fi_attn_bench.summarizer.paths import missing_shards
 
 CONDITION_COLUMNS = ("power_capped_pct", "sm_clock_mean_MHz")
 MISSING_CASES_NAMED = 3  # missing candidate cases named in the warning line
@@ -72,6 +74,8 @@ class Aggregate:
 @dataclass
 class RegressionModel:
     """Everything a regression report says, computed once."""
+
+    kind: ClassVar[ReportKind] = ReportKind.REGRESSION
 
     baseline_paths: list[str]
     candidate_paths: list[str]

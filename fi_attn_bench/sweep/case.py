@@ -16,9 +16,9 @@ from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Prepared
 from fi_attn_bench.device.energy import EnergyAccess
 from fi_attn_bench.device.power import PowerMonitor
+from fi_attn_bench.device.sync import synchronize
 from fi_attn_bench.device.telemetry import Telemetry
 from fi_attn_bench.results.schema import NOISY_NOTE, append_note
-from fi_attn_bench.seed_api import synchronize
 from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.energy import EnergyRecorder

@@ -117,7 +117,7 @@ def environment_columns(options: RunOptions, code_dir: str | None = None) -> dic
 
 @dataclass(frozen=True)
 class Roofline:
-    """device_peaks (optional module) bound to this sweep's device and dtype."""
+    """device.peaks (optional module) bound to this sweep's device and dtype."""
 
     module: object = None
     peaks: object = None

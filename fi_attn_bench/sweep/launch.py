@@ -18,7 +18,7 @@ from fi_attn_bench.errors import UsageError
 from fi_attn_bench.sweep.sharding import ShardSpec
 
 TORCHRUN = "torchrun"
-STAMP = "%Y%m%d_%H%M%S"  # seed_api.get_csv_path's
+STAMP = "%Y%m%d_%H%M%S"  # outputs.get_csv_path's
 SLURM_ARRAY = "Slurm array"
 
 

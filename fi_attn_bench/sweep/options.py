@@ -10,16 +10,15 @@ from dataclasses import dataclass
 
 import torch
 
-from fi_attn_bench.backends import flashinfer_api as flashinfer_compat
+from fi_attn_bench.backends import flashinfer_api
+from fi_attn_bench.backends.choice import BackendChoice
 from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl, default_impl_name
-from fi_attn_bench.backends.selection import BackendChoice
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
-from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec, Settings
+from fi_attn_bench.cases.spec import DEFAULT_WORKSPACE_BYTES, DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
-from fi_attn_bench.program import code_directory, rerun_words
-from fi_attn_bench.seed_api import DEFAULT_WORKSPACE_BYTES
+from fi_attn_bench.program import face_path, rerun_words
 from fi_attn_bench.sweep.outputs import (
     check_new_output,
     default_csv_path,
@@ -110,8 +109,8 @@ class RunOptions:
         )
 
 
-def _timing_options(args, device: torch.device) -> TimingOptions:
-    timer, l2 = args.timer or "profiler", args.l2
+def _timing_options(asked, device: torch.device) -> TimingOptions:
+    timer, l2 = asked.timer or "profiler", asked.l2
     if device.type == "cpu":
         timer, l2 = "wall", "warm"
     elif timer == "cuda_graph":
@@ -120,7 +119,7 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
                 "--timer cuda_graph replays back-to-back calls (warm L2 only); use --l2 warm, or --timer events / profiler for cold L2"
             )
         l2 = "warm"
-    pattern = args.kernel_pattern
+    pattern = asked.kernel_pattern
     if pattern:
         try:
             re.compile(pattern)
@@ -130,41 +129,41 @@ def _timing_options(args, device: torch.device) -> TimingOptions:
         timer=timer,
         l2=l2 or "cold",
         kernel_pattern=pattern,
-        attribution=args.attribution,
-        stop_rule=args.stop_rule,
-        noise_target_pct=args.noise_target,
-        same_within_pct=args.same_within,
-        min_samples=args.min_samples,
-        max_time_s=args.max_time_per_case
+        attribution=asked.attribution,
+        stop_rule=asked.stop_rule,
+        noise_target_pct=asked.noise_target,
+        same_within_pct=asked.same_within,
+        min_samples=asked.min_samples,
+        max_time_s=asked.max_time_per_case
         or (CPU_MAX_TIME_S if device.type == "cpu" else TimingOptions.max_time_s),
-        batch_target_ms=args.batch_ms,
-        warmup_min_ms=args.warmup_ms,
-        warmup_max_ms=max(TimingOptions.warmup_max_ms, 5 * args.warmup_ms),
+        batch_target_ms=asked.batch_ms,
+        warmup_min_ms=asked.warmup_ms,
+        warmup_max_ms=max(TimingOptions.warmup_max_ms, 5 * asked.warmup_ms),
         # steady-state clocks are a GPU matter; the CPU reference needs neither
-        sustain_ms=0.0 if device.type == "cpu" else args.sustain_ms,
-        min_time_ms=0.0 if device.type == "cpu" else args.min_time_ms,
-        enough_samples=args.enough_samples,
-        verbose=args.verbose,
-        **_throttle_options(args),
+        sustain_ms=0.0 if device.type == "cpu" else asked.sustain_ms,
+        min_time_ms=0.0 if device.type == "cpu" else asked.min_time_ms,
+        enough_samples=asked.enough_samples,
+        verbose=asked.verbose,
+        **_throttle_options(asked),
     )
 
 
-def cost_timing(args) -> TimingOptions:
+def cost_timing(asked) -> TimingOptions:
     """The timing a GPU sweep of these arguments would use: what a shard split costs cases
     by, the same on every machine (a CPU run samples differently)."""
-    return _timing_options(args, torch.device("cuda"))
+    return _timing_options(asked, torch.device("cuda"))
 
 
-def _throttle_options(args) -> dict[str, object]:
+def _throttle_options(asked) -> dict[str, object]:
     """The throttle policy's fields of TimingOptions (a threshold above 100 % is bad input)."""
-    if args.throttle_threshold > 100:
+    if asked.throttle_threshold > 100:
         raise UsageError(
-            f"--throttle-threshold is a % of the maximum clock (<= 100), got {args.throttle_threshold:g}"
+            f"--throttle-threshold is a % of the maximum clock (<= 100), got {asked.throttle_threshold:g}"
         )
     return {
-        "throttle_policy": args.throttle_policy,
-        "throttle_threshold_pct": args.throttle_threshold,
-        "cooldown_ms": args.cooldown_ms,
+        "throttle_policy": asked.throttle_policy,
+        "throttle_threshold_pct": asked.throttle_threshold,
+        "cooldown_ms": asked.cooldown_ms,
     }
 
 
@@ -186,82 +185,82 @@ def _filtered(spec, cases, filters: Sequence[str], source: str) -> tuple[dict, .
 
 
 def selected_cases(
-    spec: BenchmarkSpec, args, preset: str, filters: Sequence[str] | None = None
+    spec: BenchmarkSpec, asked, preset: str, filters: Sequence[str] | None = None
 ) -> tuple[dict, ...]:
     """The cases of ``--batch`` / ``--workload`` when given, else of the preset; filtered by
     ``filters`` (default: ``--filter``)."""
-    filters = args.filter if filters is None else filters
-    batches, files = getattr(args, "batch", None) or [], getattr(args, "workload", None) or []
+    filters = asked.filter if filters is None else filters
+    batches, files = getattr(asked, "batch", None) or [], getattr(asked, "workload", None) or []
     if not (batches or files):
-        return select_for_preset(spec, preset, filters, args.seed)
-    if args.preset:
+        return select_for_preset(spec, preset, filters, asked.seed)
+    if asked.preset:
         raise UsageError("--batch and --workload replace --preset; give one or the other")
-    cases = serving.command_line_cases(spec, batches, files, args.seed)
+    cases = serving.command_line_cases(spec, batches, files, asked.seed)
     return _filtered(spec, cases, filters, COMMAND_LINE_CASES)
 
 
-def _output_path(spec: BenchmarkSpec, args) -> tuple[str, bool]:
+def _output_path(spec: BenchmarkSpec, asked) -> tuple[str, bool]:
     """The CSV and whether it is resumed; every output checked writable, nothing overwritten."""
-    if args.resume:
-        if args.output and os.path.abspath(args.output) != os.path.abspath(args.resume):
+    if asked.resume:
+        if asked.output and os.path.abspath(asked.output) != os.path.abspath(asked.resume):
             raise UsageError("--resume CSV updates that file; do not give a different --output")
-        if not os.path.lexists(args.resume):
-            raise UsageError(f"--resume: no such file {args.resume!r}")
-        require_regular_file(args.resume, "--resume")
-        probe_directory(os.path.dirname(args.resume), "--resume")
-        return args.resume, True
-    if args.output and writes_stdout(args.output):
-        if args.samples_dir:
+        if not os.path.lexists(asked.resume):
+            raise UsageError(f"--resume: no such file {asked.resume!r}")
+        require_regular_file(asked.resume, "--resume")
+        probe_directory(os.path.dirname(asked.resume), "--resume")
+        return asked.resume, True
+    if asked.output and writes_stdout(asked.output):
+        if asked.samples_dir:
             raise UsageError(
                 "--samples-dir names its file after the CSV: give --output FILE, not -"
             )
-        return args.output, False
-    if args.output:
-        check_new_output(args.output, "--output", force=args.force, results_of=spec)
-        return args.output, False
-    probe_directory(args.output_dir, "--output-dir")
-    return default_csv_path(spec.api, args.output_dir), False
+        return asked.output, False
+    if asked.output:
+        check_new_output(asked.output, "--output", force=asked.force, results_of=spec)
+        return asked.output, False
+    probe_directory(asked.output_dir, "--output-dir")
+    return default_csv_path(spec.api, asked.output_dir), False
 
 
-def _samples_path(args, output: str, resume: bool) -> str:
-    if not args.samples_dir:
+def _samples_path(asked, output: str, resume: bool) -> str:
+    if not asked.samples_dir:
         return ""
-    path = samples_path(args.samples_dir, output)
+    path = samples_path(asked.samples_dir, output)
     if resume:  # a resumed sweep appends to its samples file
-        probe_directory(args.samples_dir, "--samples-dir")
+        probe_directory(asked.samples_dir, "--samples-dir")
     else:
-        check_new_output(path, "--samples-dir", force=args.force)
+        check_new_output(path, "--samples-dir", force=asked.force)
     return path
 
 
-def preset_for(spec: BenchmarkSpec, args, device: torch.device) -> str:
-    if getattr(args, "batch", None) or getattr(args, "workload", None):
+def preset_for(spec: BenchmarkSpec, asked, device: torch.device) -> str:
+    if getattr(asked, "batch", None) or getattr(asked, "workload", None):
         return COMMAND_LINE_CASES
-    if args.preset:
-        return args.preset
+    if asked.preset:
+        return asked.preset
     if device.type == "cpu" and "cpu" in spec.presets:
         return "cpu"
     return "default" if "default" in spec.presets else sorted(spec.presets)[0]
 
 
-def _selection(spec: BenchmarkSpec, args, device, output: str, resume: bool):
+def _selection(spec: BenchmarkSpec, asked, device, output: str, resume: bool):
     """The sweep's preset, filters and cases; a resumed sweep's come from its CSV."""
-    default_preset = preset_for(spec, args, device)
+    default_preset = preset_for(spec, asked, device)
     if not resume:
-        selection = Selection(default_preset, tuple(args.filter))
-        return selection, selected_cases(spec, args, selection.preset)
+        selection = Selection(default_preset, tuple(asked.filter))
+        return selection, selected_cases(spec, asked, selection.preset)
     recorded = recorded_selection(output, spec)
-    _check_resumed_source(args, recorded, output)
-    selection = resume_selection(spec, args, recorded, output, default_preset)
-    cases = selected_cases(spec, args, selection.preset, selection.filters)
+    _check_resumed_source(asked, recorded, output)
+    selection = resume_selection(spec, asked, recorded, output, default_preset)
+    cases = selected_cases(spec, asked, selection.preset, selection.filters)
     if recorded is None:
         check_unrecorded_cases(output, spec, selection, cases)
     return selection, cases
 
 
-def _check_resumed_source(args, recorded: Selection | None, output: str) -> None:
+def _check_resumed_source(asked, recorded: Selection | None, output: str) -> None:
     """A sweep of --batch/--workload cases is resumed with them, a preset's without them."""
-    given = bool(getattr(args, "batch", None) or getattr(args, "workload", None))
+    given = bool(getattr(asked, "batch", None) or getattr(asked, "workload", None))
     if recorded is None or given == (recorded.preset == COMMAND_LINE_CASES):
         return
     if given:
@@ -277,7 +276,7 @@ def _check_resumed_source(args, recorded: Selection | None, output: str) -> None
 
 def resolve_options(
     spec: BenchmarkSpec,
-    args,
+    asked,
     choice: BackendChoice,
     impls: tuple[Impl, ...] = (),
     baseline: int = 0,
@@ -288,15 +287,15 @@ def resolve_options(
     device = choice.device
     if listing:
         output, resume = "", False
-        selection, cases = _selection(spec, args, device, output, resume)
-    elif args.resume:  # the CSV gives the selection
-        output, resume = _output_path(spec, args)
-        selection, cases = _selection(spec, args, device, output, resume)
+        selection, cases = _selection(spec, asked, device, output, resume)
+    elif asked.resume:  # the CSV gives the selection
+        output, resume = _output_path(spec, asked)
+        selection, cases = _selection(spec, asked, device, output, resume)
     else:  # a selection with no case creates no output directory
-        selection, cases = _selection(spec, args, device, "", False)
-        output, resume = _output_path(spec, args)
+        selection, cases = _selection(spec, asked, device, "", False)
+        output, resume = _output_path(spec, asked)
     version = (
-        flashinfer_compat.flashinfer_version(choice.flashinfer) or ""
+        flashinfer_api.flashinfer_version(choice.flashinfer) or ""
         if choice.flashinfer is not None
         else ""
     )
@@ -305,34 +304,34 @@ def resolve_options(
         cases=cases,
         backend=choice.backend,
         device=device,
-        dtype_name=args.dtype,
-        page_size=args.page_size,
-        seed=args.seed,
-        workspace_bytes=args.workspace_mb * 2**20,
-        timing=_timing_options(args, device),
-        check=args.check,
-        rtol=args.rtol,
-        atol=args.atol,
+        dtype_name=asked.dtype,
+        page_size=asked.page_size,
+        seed=asked.seed,
+        workspace_bytes=asked.workspace_mb * 2**20,
+        timing=_timing_options(asked, device),
+        check=asked.check,
+        rtol=asked.rtol,
+        atol=asked.atol,
         output=output,
         resume=resume,
-        verbose=args.verbose,
-        peak_bandwidth=args.peak_bandwidth,
-        peak_tflops=args.peak_tflops,
+        verbose=asked.verbose,
+        peak_bandwidth=asked.peak_bandwidth,
+        peak_tflops=asked.peak_tflops,
         flashinfer_version=str(version),
         chosen_impls=impls,
         baseline=baseline,
-        fail_if_slower_pct=getattr(args, "fail_if_slower", None),
-        force=args.force,
-        samples="" if listing else _samples_path(args, output, resume),
+        fail_if_slower_pct=getattr(asked, "fail_if_slower", None),
+        force=asked.force,
+        samples="" if listing else _samples_path(asked, output, resume),
         filters=selection.filters,
-        imbalance=bool(getattr(args, "imbalance", False)),
-        cpu_threads=_cpu_threads(args, device, listing),
+        imbalance=bool(getattr(asked, "imbalance", False)),
+        cpu_threads=_cpu_threads(asked, device, listing),
     )
 
 
-def _cpu_threads(args, device: torch.device, listing: bool) -> int | None:
+def _cpu_threads(asked, device: torch.device, listing: bool) -> int | None:
     """--threads on a CPU run (default DEFAULT_CPU_THREADS); a GPU run takes none."""
-    given = getattr(args, "threads", None)
+    given = getattr(asked, "threads", None)
     if device.type == "cpu":
         return given or DEFAULT_CPU_THREADS
     if given and not listing:
@@ -398,7 +397,7 @@ def resume_command(spec: BenchmarkSpec, options: RunOptions) -> str:
     """The command that finishes this sweep (its CSV records the case selection)."""
     if options.resume_command:
         return options.resume_command
-    face_file = os.path.join(code_directory(spec.prepare), spec.script)
+    face_file = face_path(spec.script, spec.prepare)
     words = [*rerun_words(spec.script, face_file), "--resume", options.output]
     words += _setting_words(spec, options)
     if options.preset == COMMAND_LINE_CASES:  # the CSV cannot rebuild these cases

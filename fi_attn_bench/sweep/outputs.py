@@ -13,7 +13,6 @@ from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.schema import SCHEMA_VERSION
-from fi_attn_bench.seed_api import get_csv_path
 
 SAMPLES_SUFFIX = ".samples.jsonl.gz"
 STDOUT = "-"  # --output -: the CSV goes to stdout, everything else the sweep prints to stderr
@@ -37,6 +36,11 @@ def probe_directory(directory: str, flag: str, target: str | None = None) -> Non
         raise UsageError(
             f"{flag} {target}: cannot write in {directory} ({exc.strerror or exc})"
         ) from None
+
+
+def get_csv_path(api_name: str, output_dir: str = ".") -> str:
+    """``<output_dir>/<api_name>_<YYYYmmdd_HHMMSS>.csv``."""
+    return os.path.join(output_dir, f"{api_name}_{time.strftime('%Y%m%d_%H%M%S')}.csv")
 
 
 def default_csv_path(api: str, directory: str, suffix: str = "", stamp: str = "") -> str:

@@ -60,16 +60,16 @@ def _same_filters(a: Sequence[str], b: Sequence[str], fields: Sequence[str]) -> 
 
 
 def resume_selection(
-    spec: BenchmarkSpec, args, recorded: Selection | None, path: str, default_preset: str
+    spec: BenchmarkSpec, asked, recorded: Selection | None, path: str, default_preset: str
 ) -> Selection:
     """The selection of ``--resume path``: the recorded one; --preset/--filter given too must
     agree with it (UsageError naming the recorded options otherwise)."""
-    given = Selection(args.preset or default_preset, tuple(args.filter))
+    given = Selection(asked.preset or default_preset, tuple(asked.filter))
     if recorded is None:
         return given
-    preset_differs = args.preset and args.preset != recorded.preset
-    filter_differs = args.filter and not _same_filters(
-        args.filter, recorded.filters, spec.case_fields
+    preset_differs = asked.preset and asked.preset != recorded.preset
+    filter_differs = asked.filter and not _same_filters(
+        asked.filter, recorded.filters, spec.case_fields
     )
     if preset_differs or filter_differs:
         raise UsageError(

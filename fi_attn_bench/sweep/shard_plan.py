@@ -8,7 +8,6 @@ all four scripts' cases.  Costs come from ``sharding`` (prediction) or a previou
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
@@ -24,6 +23,7 @@ from fi_attn_bench.results.schema import STATUS_OK
 from fi_attn_bench.sweep.launch import Launch, detect_launch, process_started, run_tag
 from fi_attn_bench.sweep.options import RunOptions, cost_timing
 from fi_attn_bench.sweep.outputs import default_csv_path, probe_directory
+from fi_attn_bench.sweep.request import SweepRequest
 from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.sweep.sharding import (
     SPLITTERS,
@@ -66,14 +66,14 @@ class ShardRequest:
         return f"cuda:{self.launch.local_rank}"
 
 
-def shard_request(args, environ: Mapping[str, str]) -> ShardRequest:
+def shard_request(asked, environ: Mapping[str, str]) -> ShardRequest:
     """--shard wins over the launcher, which wins over a --resume file's shard tag."""
-    text = getattr(args, "shard", None)
+    text = getattr(asked, "shard", None)
     launch = detect_launch(environ, explicit_shard=text is not None)
-    by, cost_from = getattr(args, "shard_by", "cost"), getattr(args, "cost_from", None)
+    by, cost_from = getattr(asked, "shard_by", "cost"), getattr(asked, "cost_from", None)
     if cost_from and not os.path.exists(cost_from):
         raise UsageError(f"--cost-from: no such file or directory {cost_from!r}")
-    resume = getattr(args, "resume", None)
+    resume = getattr(asked, "resume", None)
     if text is not None:
         shard, origin = parse_shard(text), EXPLICIT
         if launch.shard is not None and launch.shard != shard:
@@ -95,7 +95,7 @@ def shard_request(args, environ: Mapping[str, str]) -> ShardRequest:
         if cost_from or by != "cost":
             raise UsageError("--cost-from and --shard-by apply to sharded sweeps: add --shard I/N")
         return ShardRequest(launch=launch)
-    return ShardRequest(shard, origin, by, cost_from, launch, cost_timing(args))
+    return ShardRequest(shard, origin, by, cost_from, launch, cost_timing(asked))
 
 
 # --------------------------------------------------------------------------- costs
@@ -259,33 +259,29 @@ def launcher_run_id(launch: Launch) -> str:
     return f"shards-{tag}"
 
 
-def shard_arguments(spec: BenchmarkSpec, args, request: ShardRequest) -> argparse.Namespace:
-    """``args`` with this shard's CSV as ``--resume`` or ``--output`` (``plan`` then checks it
+def shard_arguments(
+    spec: BenchmarkSpec, asked: SweepRequest, request: ShardRequest
+) -> SweepRequest:
+    """``asked`` with this shard's CSV as ``--resume`` or ``--output`` (``plan`` then checks it
     like any other): --resume's or --output's name with the shard's tag, or
     ``<output-dir>/<api>_<run tag>.shardIofN.csv``.  A --resume file names one shard's CSV; a
     shard that wrote none yet starts its own, with the selection that file records."""
-    shard, changed = request.shard, argparse.Namespace(**vars(args))
-    if args.resume:
-        given = args.resume
-        differs = args.output and os.path.abspath(args.output) != os.path.abspath(given)
+    shard = request.shard
+    if asked.resume:
+        given = asked.resume
+        differs = asked.output and os.path.abspath(asked.output) != os.path.abspath(given)
         if differs or not os.path.isfile(given):
-            return changed  # plan's own checks refuse it
+            return asked  # plan's own checks refuse it
         _check_split_count(given, shard)
         path = with_shard_tag(given, shard)
         if os.path.isfile(path):
-            changed.resume, changed.output = path, None
-        else:
-            _take_recorded_selection(spec, changed, given)
-            changed.resume, changed.output = None, path
-    elif args.output:
-        changed.output = with_shard_tag(args.output, shard)
-    else:
-        probe_directory(args.output_dir, "--output-dir")
-        tag = run_tag(
-            os.environ, request.launch.origin, agent_started=process_started(os.getppid())
-        )
-        changed.output = default_csv_path(spec.api, args.output_dir, f".{shard.tag}", tag)
-    return changed
+            return replace(asked, resume=path, output=None)
+        return replace(_recorded_selection(spec, asked, given), resume=None, output=path)
+    if asked.output:
+        return replace(asked, output=with_shard_tag(asked.output, shard))
+    probe_directory(asked.output_dir, "--output-dir")
+    tag = run_tag(os.environ, request.launch.origin, agent_started=process_started(os.getppid()))
+    return replace(asked, output=default_csv_path(spec.api, asked.output_dir, f".{shard.tag}", tag))
 
 
 def _check_split_count(path: str, shard: ShardSpec) -> None:
@@ -297,13 +293,14 @@ def _check_split_count(path: str, shard: ShardSpec) -> None:
         )
 
 
-def _take_recorded_selection(spec: BenchmarkSpec, args: argparse.Namespace, path: str) -> None:
+def _recorded_selection(spec: BenchmarkSpec, asked: SweepRequest, path: str) -> SweepRequest:
     """A shard starting its CSV beside another shard's --resume file selects what that file
     records, so that both split the same cases (a differing --preset/--filter: UsageError)."""
     recorded = recorded_selection(path, spec)
-    if recorded is not None:
-        chosen = resume_selection(spec, args, recorded, path, recorded.preset)
-        args.preset, args.filter = chosen.preset, list(chosen.filters)
+    if recorded is None:
+        return asked
+    chosen = resume_selection(spec, asked, recorded, path, recorded.preset)
+    return replace(asked, preset=chosen.preset, filter=tuple(chosen.filters))
 
 
 def check_resumed_rows(

@@ -17,25 +17,16 @@ from __future__ import annotations
 
 import bisect
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
-# A window spans at least this many updates of the counter: with the steps traced, what is
-# left is the counter's own noise per update, which a few updates average down.
-ENERGY_WINDOW_UPDATES = 5
-# A head-to-head round's energy mixes its neighbours' power over the counter periods at
-# its two ends; a round of this many updates keeps that under a sixth of their difference.
-PAIRED_ROUND_UPDATES = 3
-TRACE_POLL_S = 0.005  # how often the trace reads the counter: a step's time within 5 ms
-
-
-class EnergyCounter(Protocol):
-    """A device's cumulative energy counter, in mJ; None when a read fails."""
-
-    def energy_mj(self) -> float | None: ...
+from fi_attn_bench.device.energy import (
+    ENERGY_WINDOW_UPDATES,
+    CounterStep,
+    CounterTrace,
+    EnergyCounter,
+)
 
 
 @dataclass(frozen=True)
@@ -76,65 +67,6 @@ class CallEnergy:
 
 def unavailable(reason: str) -> CallEnergy:
     return CallEnergy(note=f"energy: {reason}")
-
-
-@dataclass(frozen=True)
-class CounterStep:
-    """The counter changed to ``energy_mj`` at ``time_s`` (midway between two polls)."""
-
-    time_s: float
-    energy_mj: float
-
-
-class CounterTrace:
-    """The counter's steps, polled every ``poll_s`` in a background thread while at least
-    one recorder holds it (the loops of a head-to-head case share one)."""
-
-    def __init__(
-        self,
-        counter: EnergyCounter,
-        poll_s: float = TRACE_POLL_S,
-        clock: Callable[[], float] = time.perf_counter,
-    ):
-        self.counter, self.poll_s, self.clock = counter, poll_s, clock
-        self.failed = False  # a read failed while polling
-        self._steps: list[CounterStep] = []
-        self._holders = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def acquire(self) -> None:
-        with self._lock:
-            self._holders += 1
-            if self._holders == 1:
-                self._steps, self.failed = [], False
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._poll, name="energy-trace", daemon=True)
-                self._thread.start()
-
-    def release(self) -> None:
-        with self._lock:
-            self._holders -= 1
-            if self._holders > 0 or self._thread is None:
-                return
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-
-    def steps(self) -> tuple[CounterStep, ...]:
-        return tuple(self._steps)
-
-    def _poll(self) -> None:
-        last, read_at = self.counter.energy_mj(), self.clock()
-        while not self._stop.wait(self.poll_s):
-            value, now = self.counter.energy_mj(), self.clock()
-            if value is None:
-                self.failed = True
-            elif value != last:
-                self._steps.append(CounterStep((read_at + now) / 2.0, value))
-                last = value
-            read_at = now
 
 
 def counter_at(steps: Sequence[CounterStep], at: float) -> float:

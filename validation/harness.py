@@ -16,7 +16,7 @@ It uses public API only: the scripts' ``SPEC``, ``bench_common``, ``benchmark_re
 
 On the GPU machine (FlashInfer installed), JIT warm-up included:
 
-    python benchmarks/validate_harness.py --out validation_out --sweeps 5 --fidelity-rounds 3
+    python -m validation harness --out validation_out --sweeps 5 --fidelity-rounds 3
 
 Exit codes: 0 report written, 2 bad options (before any GPU work).
 """
@@ -37,17 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark_result import HARNESS_VERSION, case_columns
+from validation.jit import warm_jit
+from validation.running import SCRIPTS
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmark_result import HARNESS_VERSION, case_columns  # noqa: E402
-
-SCRIPTS = (
-    "bench_batch_decode.py",
-    "bench_batch_prefill_paged.py",
-    "bench_batch_prefill_ragged.py",
-    "bench_batch_mla.py",
-)
 FIDELITY_MIN_MS = 0.020
 REPEAT_MIN_MS = 0.050
 WITHIN_PCT = 3.0  # fidelity: |harness / independent - 1| at most this
@@ -55,11 +50,6 @@ CV_LIMIT_PCT = 1.0  # repeatability: CV of time_ms at most this
 GATE_PCT = 5.0  # false alarms: summarize_results.py --fail-on-regression
 NOISE_FLAG_PCT = 5.0  # the harness notes a case whose noise_pct is above this
 DRIFT_FLAG_PCT = 3.0  # a drift_pct worth asking whether it singles out the moving cases
-# Cheapest timing, for the JIT warm-up runs whose numbers are thrown away.
-WARM_UP_OPTIONS = (
-    "--preset default --timer events --no-check --warmup-ms 1 --sustain-ms 0 --min-time-ms 0 "
-    "--enough-samples 10 --max-time-per-case 0.05"
-).split()
 
 
 @dataclass(frozen=True)
@@ -75,30 +65,6 @@ class SweepRun:
     phases: str  # and where its wall time went
     busy_s: float  # GPU time of the timed batches, L2 flushes included
     late_cases: int = -1  # cases noted for calls that started late (-1: not known)
-
-
-def warm_jit(out_dir: Path, scripts) -> float:
-    """Compile FlashInfer's kernel variants for the default presets, the four scripts side by
-    side (FlashInfer guards each build with a file lock), so that no timed sweep compiles;
-    returns the seconds it took."""
-    folder = out_dir / "jit_warm_up"
-    folder.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    jobs = []
-    for script in scripts:
-        log = (folder / f"{Path(script).stem}.log").open("w", encoding="utf-8")
-        command = [
-            sys.executable,
-            str(ROOT / script),
-            *WARM_UP_OPTIONS,
-            "--output-dir",
-            str(folder),
-        ]
-        jobs.append((subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log), log))
-    for job, log in jobs:
-        job.wait()
-        log.close()
-    return time.perf_counter() - started
 
 
 def sweep_run(script, index, csv_path, wall, code, stdout: str) -> SweepRun:
@@ -161,7 +127,7 @@ def header_lines(argv: list[str]) -> list[str]:
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- torch {torch.__version__}, CUDA {torch.version.cuda}, FlashInfer {flashinfer.__version__}, "
         f"harness {HARNESS_VERSION}",
-        f"- command: `python benchmarks/validate_harness.py {' '.join(argv)}`",
+        f"- command: `python -m validation harness {' '.join(argv)}`",
         "",
     ]
 
@@ -595,7 +561,10 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     lines = header_lines(argv)
     if not args.skip_jit_warm_up:
-        lines += [f"- JIT warm-up: {warm_jit(args.out, args.scripts):.0f} s (not timed)", ""]
+        lines += [
+            f"- JIT warm-up: {warm_jit(args.out / 'jit_warm_up', args.scripts):.0f} s (not timed)",
+            "",
+        ]
     write_report(report, lines)
     sweeps = run_sweeps(args, started)
     count = len(sweeps[args.scripts[0]])

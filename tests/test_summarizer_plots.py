@@ -1,4 +1,4 @@
-"""Renderers of report_plots: valid, non-trivial, deterministic PNGs from small tables."""
+"""Renderers of plots: valid, non-trivial, deterministic PNGs from small tables."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("matplotlib")
 pd = pytest.importorskip("pandas")
 
-from fi_attn_bench.summarizer import plots as report_plots  # noqa: E402
+from fi_attn_bench.summarizer import plots  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plots"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -70,7 +70,7 @@ def decode_grid(head_configs: int = 2, batches=(1, 8), seqs=(512, 2048, 8192)) -
 
 
 def test_summary_plots_from_csv_fixture(tmp_path):
-    paths = report_plots.render_summary_plots(summary_rows(), tmp_path)
+    paths = plots.render_summary_plots(summary_rows(), tmp_path)
     assert [p.name for p in paths] == [
         f"{DECODE}_scaling.png",
         f"{DECODE}_roofline.png",
@@ -84,7 +84,7 @@ def test_summary_plots_from_csv_fixture(tmp_path):
 
 
 def test_summary_plots_without_peaks_still_render_roofline(tmp_path):
-    paths = report_plots.render_summary_plots(decode_grid(head_configs=1), tmp_path)
+    paths = plots.render_summary_plots(decode_grid(head_configs=1), tmp_path)
     assert [p.name for p in paths] == ["decode_scaling.png", "decode_roofline.png"]
     for path in paths:
         png_size(path)
@@ -93,30 +93,30 @@ def test_summary_plots_without_peaks_still_render_roofline(tmp_path):
 def test_only_ok_rows_are_drawn(tmp_path):
     rows = decode_grid()
     rows["status"] = "failed"
-    assert report_plots.render_summary_plots(rows, tmp_path) == []
+    assert plots.render_summary_plots(rows, tmp_path) == []
     assert list(tmp_path.iterdir()) == []
     rows = decode_grid()
     rows.loc[rows.index[:-1], "status"] = "failed"  # one legacy ok row remains
     rows.loc[rows.index[-1], "status"] = "legacy_inferred_ok"
-    names = [p.name for p in report_plots.render_summary_plots(rows, tmp_path)]
+    names = [p.name for p in plots.render_summary_plots(rows, tmp_path)]
     assert names == ["decode_scaling.png", "decode_roofline.png"]
 
 
 def test_panels_are_capped_and_counted():
     rows = decode_grid(head_configs=9)
-    facets = report_plots._facet_columns(rows, ("seq_len_kv", "batch_size"))
+    facets = plots._facet_columns(rows, ("seq_len_kv", "batch_size"))
     assert facets == ["num_qo_heads"]  # head_dim is constant, case_label is model data
-    panels, omitted = report_plots._panels(rows, facets)
-    assert (len(panels), omitted) == (report_plots.MAX_PANELS, 3)
+    panels, omitted = plots._panels(rows, facets)
+    assert (len(panels), omitted) == (plots.MAX_PANELS, 3)
     assert panels[0][0] == "num_qo_heads=32"
 
 
 def test_panel_titles_leave_out_a_uniform_batchs_empty_workload():
     rows = decode_grid(head_configs=2)
     rows["workload"] = ["3d@40" if i % 2 else "" for i in range(len(rows))]
-    facets = report_plots._facet_columns(rows, ("seq_len_kv", "batch_size"))
+    facets = plots._facet_columns(rows, ("seq_len_kv", "batch_size"))
     assert facets == ["num_qo_heads", "workload"]
-    titles = sorted(title.replace("\n", " ") for title, _ in report_plots._panels(rows, facets)[0])
+    titles = sorted(title.replace("\n", " ") for title, _ in plots._panels(rows, facets)[0])
     assert titles == [
         "num_qo_heads=32",
         "num_qo_heads=32, workload=3d@40",
@@ -127,12 +127,12 @@ def test_panel_titles_leave_out_a_uniform_batchs_empty_workload():
 
 def test_rows_without_sequence_length_get_only_a_roofline(tmp_path):
     rows = decode_grid().drop(columns=["seq_len_kv"])
-    names = [p.name for p in report_plots.render_summary_plots(rows, tmp_path)]
+    names = [p.name for p in plots.render_summary_plots(rows, tmp_path)]
     assert names == ["decode_roofline.png"]
 
 
 def test_regression_plots_from_csv_fixture(tmp_path):
-    paths = report_plots.render_regression_plots(matched_rows(), 5.0, tmp_path)
+    paths = plots.render_regression_plots(matched_rows(), 5.0, tmp_path)
     # the MLA API has no case ok in both runs: nothing to draw
     assert [p.name for p in paths] == [f"{DECODE}_speedup.png", f"{PREFILL}_speedup.png"]
     for path in paths:
@@ -143,7 +143,7 @@ def test_regression_plot_without_gate_leaves_the_global_backend_alone(tmp_path):
     import matplotlib
 
     backend = matplotlib.get_backend()
-    paths = report_plots.render_regression_plots(matched_rows(), None, tmp_path)
+    paths = plots.render_regression_plots(matched_rows(), None, tmp_path)
     assert len(paths) == 2
     png_size(paths[0])
     assert matplotlib.get_backend() == backend
@@ -159,7 +159,7 @@ def test_hundreds_of_cases_use_rank_axis(tmp_path):
         }
     )
     matched["state"] = ["regression" if s < 1 / 1.05 else "compared" for s in matched.speedup]
-    (path,) = report_plots.render_regression_plots(matched, 5.0, tmp_path)
+    (path,) = plots.render_regression_plots(matched, 5.0, tmp_path)
     width, _ = png_size(path)
     assert width <= 1_200  # no per-case tick labels stretching the figure
 
@@ -167,12 +167,12 @@ def test_hundreds_of_cases_use_rank_axis(tmp_path):
 def test_output_is_deterministic(tmp_path):
     rows = decode_grid(head_configs=1)
     rows.attrs["peaks"] = dict(PEAKS)
-    first = report_plots.render_summary_plots(rows, tmp_path / "a")
-    second = report_plots.render_summary_plots(rows, tmp_path / "b")
+    first = plots.render_summary_plots(rows, tmp_path / "a")
+    second = plots.render_summary_plots(rows, tmp_path / "b")
     assert len(first) == 2
     assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
-    first = report_plots.render_regression_plots(matched_rows(), 5.0, tmp_path / "a")
-    second = report_plots.render_regression_plots(matched_rows(), 5.0, tmp_path / "b")
+    first = plots.render_regression_plots(matched_rows(), 5.0, tmp_path / "a")
+    second = plots.render_regression_plots(matched_rows(), 5.0, tmp_path / "b")
     assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
 
 
@@ -184,23 +184,23 @@ def test_output_is_deterministic(tmp_path):
     ],
 )
 def test_safe_file_stem_keeps_safe_names(api, stem):
-    assert report_plots.safe_file_stem(api) == stem
+    assert plots.safe_file_stem(api) == stem
 
 
 def test_safe_file_stem_rewrites_unsafe_names_deterministically():
-    stem = report_plots.safe_file_stem("../decode wrapper/x")
+    stem = plots.safe_file_stem("../decode wrapper/x")
     assert "/" not in stem and " " not in stem and not stem.startswith(".")
-    assert stem == report_plots.safe_file_stem("../decode wrapper/x")
-    assert stem != report_plots.safe_file_stem("../decode wrapper_x")
+    assert stem == plots.safe_file_stem("../decode wrapper/x")
+    assert stem != plots.safe_file_stem("../decode wrapper_x")
 
 
 def test_gate_speedup():
-    assert report_plots.gate_speedup(5.0) == pytest.approx(1 / 1.05)
-    assert report_plots.gate_speedup(0.0) == 1.0
+    assert plots.gate_speedup(5.0) == pytest.approx(1 / 1.05)
+    assert plots.gate_speedup(0.0) == 1.0
 
 
 def test_speedup_plot_layout_keeps_labels_readable():
-    """Issue 21 #13: the y label was cut, the legend covered the gate label, and case
+    """The y label was cut, the legend covered the gate label, and case
     labels took about 60 % of the figure's height."""
     from fi_attn_bench.summarizer.plots import speedup_figure
 

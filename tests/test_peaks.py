@@ -1,4 +1,4 @@
-"""device_peaks: the published table, the cache, precedence and roofline percentages."""
+"""device.peaks: the published table, the cache, precedence and roofline percentages."""
 
 from __future__ import annotations
 
@@ -250,10 +250,7 @@ def test_imports_and_matches_without_torch():
 
 
 def test_measure_peaks_script_defaults():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import measure_peaks
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks import measure_peaks
+
     assert measure_peaks.DEFAULT_ARGS[:3] == ("--dtype", "bf16", "fp16")
     assert "--save" in measure_peaks.DEFAULT_ARGS

@@ -14,7 +14,7 @@ period) and reports ``paired_ratio`` beside ``paired_energy_ratio``.
 
 Usage on a GPU machine (nvidia-ml-py installed):
 
-    python benchmarks/energy_check.py --script ragged --sweeps 5 --out energy.md \\
+    python -m validation energy --script ragged --sweeps 5 --out energy.md \\
         --h2h flashinfer:fa2 flashinfer:fa3 -- --preset default
 
 Writes the Markdown report to ``--out``, each sweep's CSV beside it
@@ -38,17 +38,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from fi_attn_bench.device import energy as device_energy  # noqa: E402
-from fi_attn_bench.sweep import run as sweep_run  # noqa: E402
-from fi_attn_bench.timing.energy import (  # noqa: E402
-    ENERGY_WINDOW_UPDATES,
-    PAIRED_ROUND_UPDATES,
-    energy_windows,
-)
-from fi_attn_bench.timing.options import TimingOptions  # noqa: E402
+from fi_attn_bench.device import energy as device_energy
+from fi_attn_bench.device.energy import ENERGY_WINDOW_UPDATES, PAIRED_ROUND_UPDATES
+from fi_attn_bench.sweep import run as sweep_run
+from fi_attn_bench.timing.energy import energy_windows
+from fi_attn_bench.timing.options import TimingOptions
 
 SCRIPTS = {
     "decode": "bench_batch_decode",
@@ -446,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         f"# Energy check: {SCRIPTS[args.script]}",
         "",
-        f"- Command: `python benchmarks/energy_check.py {' '.join(argv)}`",
+        f"- Command: `python -m validation energy {' '.join(argv)}`",
         *versions(device),
         f"- Energy counter: NVML total energy, update period {access.period_s * 1e3:.2f} ms "
         f"(windows of >= {access.window_s * 1e3:.0f} ms); power samples every "

@@ -1,4 +1,4 @@
-"""The --impl plugins that benchmarks/head_to_head.py measures the harness with (issue 22).
+"""The --impl plugins that ``python -m validation head-to-head`` measures the harness with.
 
 A slowdown of known size: the script's own FlashInfer run() followed by a GPU spin sized (in
 the plugin's plan, against run() alone, interleaved) to make a call ``SPIN_FRACTION`` slower:
@@ -7,26 +7,21 @@ Triton), ``spin_sleep`` (torch.cuda._sleep, which idles the GPU at low power) an
 (mma, or sleep for a case too short for mma's fixed cost).  And ``one_instance``: one FlashInfer
 callable per case for every impl that names it, an A/A with nothing but the measurement apart.
 
-The sweeps name them ``benchmarks/head_to_head.py:FACTORY``, which re-exports them.
+The sweeps name them ``validation.spin_impls:FACTORY``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 import math
 import os
 import statistics
 from collections.abc import Callable, Sequence
 
-SCRIPT_BY_API = {
-    "BatchDecodeWithPagedKVCacheWrapper": "bench_batch_decode",
-    "BatchPrefillWithPagedKVCacheWrapper": "bench_batch_prefill_paged",
-    "BatchPrefillWithRaggedKVCacheWrapper": "bench_batch_prefill_ragged",
-    "BatchMLAPagedAttentionWrapper": "bench_batch_mla",
-}
+from fi_attn_bench.apis import registry
+
 SPIN_FRACTION = 0.02
 # The spin's calibration: proportional steps, bursts of run() about as long as a harness round's
 # batch (~1/20 of --min-time-ms 500), pairs of bursts per measured slowdown.
@@ -251,9 +246,9 @@ def _spin_plugin(context, kind: str, spins: Sequence[Callable[[], Spin]]):
 
 def _flashinfer_prepared(context):
     """The script's own FlashInfer Prepared (wrapper, plan, output) on the plugin's inputs."""
-    script = importlib.import_module(SCRIPT_BY_API[context.api])
+    spec = registry.spec_of_wrapper(context.api)
     settings = dataclasses.replace(context.settings, backend="flashinfer", inputs=context.inputs)
-    return script.prepare(context.case, settings)
+    return spec.prepare(context.case, settings)
 
 
 # The case's one instance, kept beside its inputs so their id cannot be reused meanwhile.

@@ -1,4 +1,4 @@
-"""What --throttle-policy does to compute-bound cases on a power-capped GPU (issue 24, item 3).
+"""What --throttle-policy does to compute-bound cases on a power-capped GPU.
 
 A few compute-bound default cases (the H200 held them at its 700 W limit, SM clock 1260-1965
 MHz), measured with ``--throttle-policy off``, ``discard`` and ``pause`` in turn, three
@@ -10,7 +10,7 @@ and at what cost in time and in what the median means.
 
 Usage on the GPU machine (about 4-5 min on a fresh H200, JIT included):
 
-    python benchmarks/throttle_effect.py OUT_DIR [--rounds 3]
+    python -m validation throttle-policy OUT_DIR [--rounds 3]
 
 Writes OUT_DIR/<policy>_r<round>/<script>.csv, OUT_DIR/<...>.log and OUT_DIR/throttle_effect.md.
 """
@@ -29,10 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import bench_common  # noqa: E402  - the public face: main_for
+import bench_common  # the public face: main_for
 
 POLICIES = ("off", "discard", "pause")
 # Compute-bound default cases that sat at the power limit on the H200 (v10).

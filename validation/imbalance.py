@@ -1,6 +1,6 @@
 """The imbalance table (and plot) of serving sweeps: each varied case against its uniform twin.
 
-    python benchmarks/serving_report.py OUT_DIR results/*.csv
+    python -m validation imbalance OUT_DIR results/*.csv
 
 Prints one line per varied-length row (api, workload, requests, KV mean / max, time, twin time,
 imbalance) and writes ``OUT_DIR/imbalance.md`` and, with matplotlib, ``OUT_DIR/imbalance.png``.
@@ -15,10 +15,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fi_attn_bench.results.reader import read_stored_rows  # noqa: E402
-from fi_attn_bench.results.schema import STATUS_OK  # noqa: E402
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import STATUS_OK
 
 SHORT_API = {
     "BatchDecodeWithPagedKVCacheWrapper": "decode",

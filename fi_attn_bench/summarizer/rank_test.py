@@ -83,7 +83,7 @@ class SideSamples:
 def read_samples(paths) -> SideSamples:
     """Every samples file of one side (files, or directories searched for
     *.samples.jsonl.gz); SamplesError on anything unusable."""
-    from fi_attn_bench.summarizer.inputs import expand_paths
+    from fi_attn_bench.summarizer.paths import expand_paths
 
     files, error = expand_paths(paths, SAMPLES_PATTERN)
     if error:

@@ -1,11 +1,11 @@
-"""Does the regression gate catch a known slowdown?  (issue 24, item 4; public API only)
+"""Does the regression gate catch a known slowdown?  (public API only)
 
 Sweeps a representative subset of the default presets' cases (those >= 50 us in the first
 sweep) five times in one process: A (baseline), three candidates whose run() is followed by
 a spin kernel lasting p = 3, 5, 8 % of the case's baseline time_ms, and A' (the A/A partner).
 Then runs ``summarize_results.py --fail-on-regression GATE`` on (A, C_p) and (A, A') and
 prints, per p, the measured changes and how many cases the gate flagged, and the A/A false
-alarms.  Target (issue 24): at a 5 % gate every case whose measured change exceeds 6 % is
+alarms.  Target: at a 5 % gate every case whose measured change exceeds 6 % is
 flagged, and A/A flags nothing.
 
 The spin is ``torch.cuda._sleep(cycles)`` launched right after run() inside the timed call,
@@ -16,11 +16,11 @@ also lowers power, so compute-bound cases at the power limit may read less than 
 Usage on the GPU machine (about 4-5 min on a fresh H200, ~3 min of it the JIT of four wrappers;
 ``--all-cases`` sweeps every default case instead of the subset: about 7.5 min fresh):
 
-    python benchmarks/inject_slowdown.py OUT_DIR            # sweeps, gates, table
-    python benchmarks/inject_slowdown.py OUT_DIR --gate-only   # gates the CSVs already there
+    python -m validation gate-sensitivity OUT_DIR            # sweeps, gates, table
+    python -m validation gate-sensitivity OUT_DIR --gate-only   # gates the CSVs already there
                                                                # (e.g. after a summarizer change)
     git worktree add /tmp/before 29963bd   # the last main before the interval gate
-    python benchmarks/inject_slowdown.py OUT_DIR --gate-only \
+    python -m validation gate-sensitivity OUT_DIR --gate-only \
         --summarizer /tmp/before/summarize_results.py --tag _before   # the 'before' column
 
 Writes OUT_DIR/{A_all,A,p3,p5,p8,A2}/<script>.csv, OUT_DIR/gate_A_<label><tag>.{md,json},
@@ -41,10 +41,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import bench_common  # the public face: main_for, BenchmarkSpec, Prepared
 
-import bench_common  # noqa: E402  - the public face: main_for, BenchmarkSpec, Prepared
+ROOT = Path(__file__).resolve().parent.parent
 
 MIN_CASE_MS = 0.050
 PERCENTS = (3.0, 5.0, 8.0)

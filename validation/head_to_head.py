@@ -1,21 +1,21 @@
-"""Validate head to head (issue 22) on a GPU: interleaved A/A, sensitivity, cost, fa2 vs fa3.
+"""Head to head on a GPU: interleaved A/A, sensitivity, cost, fa2 vs fa3.
 
 Runs the four bench scripts' command lines (the public CLI, ``--impl``) over a preset and
 reads their CSVs; prints a short table per part and writes CSVs, ``walls.json``, a
 ``<part>.md`` table and (backends) ``backends_<api>.svg`` forest plots into DIR.
 
-    python benchmarks/head_to_head.py DIR --part aa        # (a) A/A + (c) cost, ~4 min
-    python benchmarks/head_to_head.py DIR --part aa-one    # (a) one instance against itself, ~2 min
-    python benchmarks/head_to_head.py DIR --part spin      # (b) 2 % spin against itself
-    python benchmarks/head_to_head.py DIR --part backends  # (d) flashinfer:fa2 vs :fa3
-    python benchmarks/head_to_head.py DIR --part report    # tables again from DIR, no GPU
+    python -m validation head-to-head DIR --part aa        # (a) A/A + (c) cost, ~4 min
+    python -m validation head-to-head DIR --part aa-one    # (a) one instance against itself, ~2 min
+    python -m validation head-to-head DIR --part spin      # (b) 2 % spin against itself
+    python -m validation head-to-head DIR --part backends  # (d) flashinfer:fa2 vs :fa3
+    python -m validation head-to-head DIR --part report    # tables again from DIR, no GPU
 
 ``--sweep-args '--noise-target 0.5'`` passes options on to every script.
 
 (a) ``--impl a=flashinfer --impl b=flashinfer``: the paired ratio b/a of every case whose
     time is >= 20 us, its spread and whether each interval holds 1.00; ``aa-one``: the same
     with one instance (plugin ``one_instance``) as a and b, no second wrapper or buffers.
-(b) ``--impl base=flashinfer --impl spin=benchmarks/head_to_head.py:spin_auto``: the same
+(b) ``--impl base=flashinfer --impl spin=validation.spin_impls:spin_auto``: the same
     FlashInfer run() followed by a GPU spin calibrated (in the plugin's plan, against run()
     alone, interleaved) to make a call ``SPIN_FRACTION`` slower; the share of cases >= 50 us
     called slower, and the cases that were not. ``--spin mma`` keeps every SM doing fp16
@@ -42,20 +42,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))  # h2h_impls, also when loaded as a plugin file
+from validation.spin_impls import SPIN_FRACTION, SPIN_PLUGINS
 
-# The sweeps' --impl targets are benchmarks/head_to_head.py:FACTORY (rows' repro keeps them).
-from h2h_impls import (  # noqa: E402, F401
-    SPIN_FRACTION,
-    SPIN_PLUGINS,
-    one_instance,
-    spin,
-    spin_auto,
-    spin_mma,
-    spin_sleep,
-)
+ROOT = Path(__file__).resolve().parent.parent
+PLUGINS = "validation.spin_impls"  # the sweeps' --impl targets are PLUGINS:FACTORY
 
 SCRIPTS = {
     "decode": "bench_batch_decode.py",
@@ -66,7 +56,7 @@ SCRIPTS = {
 BACKEND_SCRIPTS = "paged,ragged,mla"
 AA_MIN_MS = 0.020
 SPIN_MIN_MS = 0.050
-AA_BAND = 0.005  # the issue's +-0.5 %
+AA_BAND = 0.005  # the A/A target: every ratio within +-0.5 %
 AA_ONE = "aaone"  # the CSV prefix of the one-instance A/A
 MARGINS_PCT = (0.0, 0.1, 0.25, 0.5)  # --same-within values the reports recount verdicts at
 SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
@@ -146,7 +136,7 @@ def part_aa(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
 
 def part_aa_one(out: Path, names: Sequence[str], extra: Sequence[str]) -> None:
     """A/A of one instance against itself: what is left is the measurement's own error."""
-    one = "benchmarks/head_to_head.py:one_instance"
+    one = f"{PLUGINS}:one_instance"
     for name in names:
         _sweep(out, AA_ONE, SCRIPTS[name], [f"a={one}", f"b={one}"], [*extra, *_samples(out)])
 
@@ -160,7 +150,7 @@ def part_spin(out: Path, names: Sequence[str], extra: Sequence[str], kind: str =
     os.environ["H2H_SPIN_LOG"] = str(out / "spin_reached.jsonl")
     factory = SPIN_PLUGINS[kind]
     for name in names:
-        plugin = f"spin=benchmarks/head_to_head.py:{factory}"
+        plugin = f"spin={PLUGINS}:{factory}"
         _sweep(out, factory, SCRIPTS[name], ["base=flashinfer", plugin], [*extra, *_samples(out)])
 
 
@@ -173,7 +163,7 @@ def report_aa(out: Path, names) -> list[str]:
     lines = [
         "## (a) Interleaved A/A, cases >= 20 us",
         "",
-        "Next to the cross-process A/A of issue 22 (H200, harness 0.6.0, cases >= 50 us): two "
+        "Next to the cross-process A/A (H200, harness 0.6.0, cases >= 50 us): two "
         "sweeps on one machine |d time_ms| median 0.11 %, max 1.4 %; on another H200 median "
         "0.8 %, max 3.8 %. Target here: every ratio within +-0.5 %, every interval holding 1. "
         "Two instances: a=flashinfer b=flashinfer (own wrapper, workspace, output each); one "
@@ -237,8 +227,8 @@ def _read_round_medians(path: Path) -> dict[tuple, list[float]]:
     """case_key -> the case's round medians, from a sweep's --samples-dir file."""
     if not path.exists():
         return {}
-    from fi_attn_bench.summarizer.samples import case_key
-    from fi_attn_bench.sweep.samples import read_samples
+    from fi_attn_bench.summarizer.rank_test import case_key
+    from fi_attn_bench.sweep.sample_writer import read_samples
 
     return {
         case_key(e["api"], e["case"], e["impl"]): e["round_medians_ms"]
@@ -250,7 +240,7 @@ def _read_round_medians(path: Path) -> dict[tuple, list[float]]:
 def _order_split(rounds: dict[tuple, list[float]], row: dict) -> str:
     """The median A/A round ratio b/a over the rounds run A B and over those run B A: apart,
     they show the order effect that each pair of rounds cancels in the paired ratio."""
-    from fi_attn_bench.summarizer.samples import case_key
+    from fi_attn_bench.summarizer.rank_test import case_key
 
     cells = {f: row[f] for f in _case_fields(row)}
     a, b = (rounds.get(case_key(row["api"], cells, impl)) for impl in ("a", "b"))

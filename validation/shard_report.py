@@ -6,7 +6,7 @@ wall time" lines: rank 0's in the launcher's output, the others' in ``<csv>.log`
 whether the shards together hold the one-process run's cases, each once, and the two runs'
 wall times and their ratio.
 
-    python benchmarks/shard_run_report.py --sharded A --single B [--rank0-log A.out]
+    python -m validation shard-report --sharded A --single B [--rank0-log A.out]
         [--sharded-wall-s S --single-wall-s S]
 
 Exit 0 when the case sets agree with no case twice, 1 when they do not, 2 on bad input.
@@ -22,11 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from fi_attn_bench.results.reader import read_stored_rows  # noqa: E402
-from fi_attn_bench.results.schema import case_columns  # noqa: E402
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import case_columns
 
 _WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 _DEVICE = re.compile(r"--device (cuda:\d+|cuda|cpu)")

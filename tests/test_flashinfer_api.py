@@ -1,4 +1,4 @@
-"""flashinfer_compat against stand-ins mirroring McFlashInfer 0.2.6 and FlashInfer 0.6.1.
+"""backends.flashinfer_api against stand-ins mirroring McFlashInfer 0.2.6 and FlashInfer 0.6.1.
 
 The stand-ins (``stand_ins/fake_flashinfer.py``) copy the wrappers' parameter lists; their
 ``run`` computes through ``attention_reference`` from what ``plan`` received, so driving a

@@ -1,0 +1,87 @@
+"""``python -m validation PART``: the entry point, and the parts that run on the CPU as dry runs."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from validation import features, sharded
+from validation.__main__ import PARTS
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_SWEEP = "--device cpu --backend torch --preset cpu --scripts bench_batch_decode"
+
+
+def validation(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "validation", *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+def test_help_lists_every_part_and_each_part_has_a_main():
+    done = validation("--help")
+    assert done.returncode == 0
+    for name, part in PARTS.items():
+        assert f"  {name} " in done.stdout
+        assert callable(importlib.import_module(f"validation.{part.module}").main)
+
+
+@pytest.mark.parametrize(("args", "message"), [((), "usage:"), (("bogus",), "error: unknown part")])
+def test_no_part_or_an_unknown_one_exits_2_with_a_message(args, message):
+    done = validation(*args)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_a_part_names_itself_in_its_usage():
+    done = validation("shard-report", "--help")
+    assert done.returncode == 0 and done.stdout.startswith(
+        "usage: python -m validation shard-report"
+    )
+
+
+def test_every_features_step_runs_a_known_part():
+    assert {step.part_args[0] for step in features.STEPS} <= set(PARTS)
+
+
+def test_sharded_part_compares_a_torchrun_sweep_with_one_process_on_the_cpu(tmp_path):
+    done = validation("sharded", str(tmp_path), "--mode", "one", "--sweep-args", CPU_SWEEP)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "same cases" in done.stdout
+    assert "--fail-on-regression 5: exit 0" in done.stdout
+    assert (tmp_path / "one" / "regression.md").exists()
+    assert len(list((tmp_path / "one" / "A").glob("*.shard0of1.csv"))) == 1
+
+
+def test_utilization_keeps_each_gpus_highest_use_and_memory(tmp_path):
+    samples = tmp_path / "gpu_use.csv"
+    samples.write_text("0, 10 %, 500 MiB\n1, 90 %, 100 MiB\n0, 70 %, 300 MiB\nbroken line\n")
+    assert sharded.utilization(samples) == ["  cuda:0  70 %  500 MiB", "  cuda:1  90 %  100 MiB"]
+
+
+def test_serving_report_tables_the_imbalance_and_gates_the_pair(tmp_path):
+    for side in "ab":
+        (tmp_path / side).mkdir()
+        shutil.copy(ROOT / "tests/fixtures/real_csv/h100_paged_serving.csv", tmp_path / side)
+    done = validation("serving", str(tmp_path), "--steps", "report")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "A/A gate (5 %): exit 0" in done.stdout
+    assert (tmp_path / "imbalance.md").read_text().count("\n| paged prefill |") >= 1
+    assert (tmp_path / "aa.json").exists() and (tmp_path / "summary.md").exists()
+
+
+def test_serving_refuses_an_unknown_step(tmp_path):
+    done = validation("serving", str(tmp_path), "--steps", "a,warp")
+    assert done.returncode == 2 and "unknown --steps warp" in done.stderr
+
+
+def test_full_preset_predicts_and_measures_a_cpu_dry_run(tmp_path):
+    sweep = "--device cpu --backend torch --preset cpu"
+    done = validation("full-preset", str(tmp_path), "--sweep-args", sweep)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "predicted: " in done.stdout and "measured:  bench_all.py exit 0" in done.stdout
+    assert len(list(tmp_path.glob("*.csv"))) == 4
