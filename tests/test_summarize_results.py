@@ -1729,6 +1729,32 @@ def test_head_to_head_verdicts_merge_with_a_file_without_them(tmp_path, capsys):
     assert "| 1 | 0.5 | 2.0000x | fa3 |" in table  # fa2 1 ms, fa3 0.5 ms, no verdict
 
 
+def test_natural_codes_give_every_run_one_code_space_in_natural_order():
+    """Two runs' (codes, texts): shared texts get one code, codes follow natural order, -1
+    (absent) stays -1."""
+    import random
+
+    from fi_attn_bench.summarizer.identity import natural_codes, natural_key
+
+    rng = random.Random(5)
+    pool = ["1", "01", "1.0", "2", "10", "abc", "", "-3", "2.5", "inf", "x y"]
+    for _ in range(300):
+        parts = []
+        for _ in range(rng.randint(1, 3)):
+            texts = rng.sample(pool, rng.randint(0, len(pool)))
+            codes = np.array([rng.randint(-1, len(texts) - 1) for _ in range(20)], np.int64)
+            parts.append((codes, texts))
+        joined, texts = natural_codes(parts)
+        union = {text for _, part_texts in parts for text in part_texts}
+        assert texts == sorted(union, key=natural_key)
+        expected = [
+            texts.index(part_texts[code]) if code >= 0 else -1
+            for codes, part_texts in parts
+            for code in codes.tolist()
+        ]
+        assert joined.tolist() == expected
+
+
 def test_natural_sorted_orders_as_the_natural_key_does():
     """The numeric fast path gives sorted(key=natural_key), odd numbers and text included."""
     import random
