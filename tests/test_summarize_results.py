@@ -1769,3 +1769,16 @@ def test_natural_sorted_orders_as_the_natural_key_does():
         assert natural_sorted(texts) == sorted(texts, key=natural_key), texts
     numbers = {str(rng.randint(0, 10**6)) for _ in range(1000)} | {"1.0", "1", "01"}
     assert natural_sorted(numbers) == sorted(numbers, key=natural_key)
+
+
+def test_distinct_values_of_a_categorical_column_are_those_its_rows_use():
+    """FrameView.distinct reads a categorical's used categories: an unused one, an empty
+    text and a missing cell are not values."""
+    import pandas as pd
+
+    from fi_attn_bench.summarizer.frames import FrameView
+
+    column = pd.Categorical(["b", "", None, "a", "b"], categories=["z", "b", "", "a"])
+    view = FrameView(pd.DataFrame({"api": ["x"] * 5, "timer": column}))
+    assert view.distinct("timer") == ["a", "b"]
+    assert view.distinct("l2") is None
