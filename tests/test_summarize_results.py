@@ -1680,6 +1680,31 @@ def test_head_to_head_cases_are_listed_in_json_as_in_the_report(tmp_path):
     assert [r["impl"] for r in second["results"]] == ["fa2"] and second["winner"] == "fa2"
 
 
+def test_head_to_head_labels_made_a_block_at_a_time_name_each_case(tmp_path, monkeypatch):
+    """Case labels are made as cases are read, a block at a time: across block boundaries,
+    read in any order, each case keeps its own label."""
+    from fi_attn_bench.summarizer import headtohead
+    from fi_attn_bench.summarizer.frames import FrameView, side_frame
+    from fi_attn_bench.summarizer.loading import load_run
+
+    monkeypatch.setattr(headtohead, "LABEL_BLOCK", 2)
+    header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,")
+
+    def row(batch, impl):
+        cells = v1_row(batch).split(",")
+        return ",".join([*cells[:8], impl, *cells[8:]])
+
+    batches = [7, 3, 5, 1, 9]
+    rows = [row(batch, impl) for batch in batches for impl in ("fa2", "fa3")]
+    view = FrameView(side_frame(load_run([write(tmp_path / "h.csv", header, *rows)])))
+    (api,) = headtohead.head_to_head(view, None)
+    expected = [f"batch_size={batch}" for batch in sorted(batches)]
+    assert [api.cases[index].case.split(",")[0] for index in (4, 0, 3, 1, 2)] == [
+        expected[index] for index in (4, 0, 3, 1, 2)
+    ]
+    assert [label.split(",")[0] for label in api.cases.labels] == expected
+
+
 def test_grown_real_csvs_summarize_and_compare(tmp_path, capsys):
     """benchmarks/gen_csvs.py grows a real CSV (the benchmark's input): its rows read as
     the template's do, a failed row every 700, the candidate's slower cases regress."""

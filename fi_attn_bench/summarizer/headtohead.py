@@ -24,6 +24,7 @@ import numpy as np
 from fi_attn_bench.summarizer.frames import success_mask
 from fi_attn_bench.summarizer.identity import case_ids, view_codes
 
+LABEL_BLOCK = 4096  # cases labelled at once
 TIE = "tie"  # the winner where the paired intervals cannot tell the implementations apart
 
 
@@ -47,13 +48,13 @@ class CaseComparison:
 
 
 class CaseTable(Sequence):
-    """The cases of one API as columns: ``labels`` and ``winners`` one per case; ``present``,
-    ``time_ms``, ``speedup``, ``speedup_lo``, ``speedup_hi`` and ``verdicts`` one row per
-    case and one column per implementation (``impls`` order; absent cells are NaN / "")."""
+    """The cases of one API as columns: ``winners`` one per case; ``present``, ``time_ms``,
+    ``speedup``, ``speedup_lo``, ``speedup_hi`` and ``verdicts`` one row per case and one
+    column per implementation (``impls`` order; absent cells are NaN / "").  Case labels
+    are made a block at a time as cases are read (a report shows a few thousand)."""
 
-    def __init__(self, impls, labels, present, time_ms, speedup, lo, hi, verdicts, winners):
+    def __init__(self, impls, labeller, present, time_ms, speedup, lo, hi, verdicts, winners):
         self.impls = tuple(impls)
-        self.labels = labels
         self.present = present
         self.time_ms = time_ms
         self.speedup = speedup
@@ -61,9 +62,26 @@ class CaseTable(Sequence):
         self.speedup_hi = hi
         self.verdicts = verdicts
         self.winners = winners
+        self._labeller = labeller  # case positions -> labels
+        self._label_blocks: dict[int, list[str]] = {}
+
+    def __deepcopy__(self, memo):
+        return self  # read-only; a copy (dataclasses.asdict makes one) would copy the run
+
+    def label(self, index: int) -> str:
+        block = index // LABEL_BLOCK
+        if block not in self._label_blocks:
+            start = block * LABEL_BLOCK
+            positions = np.arange(start, min(start + LABEL_BLOCK, len(self)))
+            self._label_blocks[block] = [str(text) for text in self._labeller(positions)]
+        return self._label_blocks[block][index % LABEL_BLOCK]
+
+    @property
+    def labels(self) -> list[str]:
+        return [self.label(index) for index in range(len(self))]
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.winners)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -91,7 +109,7 @@ class CaseTable(Sequence):
             for column, impl in enumerate(self.impls)
             if self.present[index, column]
         )
-        return CaseComparison(str(self.labels[index]), results, str(self.winners[index]))
+        return CaseComparison(self.label(index), results, str(self.winners[index]))
 
     def verdicts_of(self, impl: str) -> list[str]:
         """The paired verdicts of one implementation, over the cases where it ran."""
@@ -181,8 +199,11 @@ def _case_table(view, order, rows, cell, parameters, starts) -> CaseTable:
     else:
         verdicts = np.where(present, verdicts[picked], "").astype(object)
     winners = case_winners(order, time_ms, verdicts, present)
-    labels = view.labels(rows[starts], parameters)
-    return CaseTable(order, labels, present, time_ms, speedup, lo, hi, verdicts, winners)
+
+    def labeller(positions: np.ndarray) -> np.ndarray:
+        return view.labels(rows[starts[positions]], parameters)
+
+    return CaseTable(order, labeller, present, time_ms, speedup, lo, hi, verdicts, winners)
 
 
 def _last_row_per_cell(case_of_row, column_of_row, cases: int, columns: int) -> np.ndarray:
