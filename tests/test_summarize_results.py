@@ -187,6 +187,20 @@ def test_row_errors_exit_two_with_line_numbers(tmp_path, capsys, row, message):
     assert message in out.err
 
 
+def test_row_errors_are_named_where_pandas_keeps_text_in_pyarrow(tmp_path):
+    """With pyarrow installed, pandas 3 holds str columns in pyarrow, which cannot hold the
+    reader's line-end marker: the row-by-row reading keeps its cells as Python objects."""
+    pytest.importorskip("pyarrow")
+    from fi_attn_bench.results.reader import read_file
+
+    path = write(tmp_path / "bad.csv", V1_HEADER, v1_row(1), "2" + v1_row(2)[1:])
+    read = read_file(path)
+    assert read.file is None
+    assert [issue.message for issue in read.issues] == [
+        "line 3: unsupported schema_version '2'; expected '1'"
+    ]
+
+
 def test_one_bad_row_invalidates_the_whole_file(tmp_path):
     path = write(tmp_path / "a.csv", V1_HEADER, v1_row(1), v1_row(2, "nan"), v1_row(3))
     records, issues = face.load_csv(path)
@@ -1609,6 +1623,88 @@ def test_the_winner_is_the_fastest_only_where_the_verdicts_back_it(times, verdic
     assert case_winner(results, "a") == winner
 
 
+def test_the_winners_of_all_cases_at_once_are_case_winner_of_each():
+    """case_winners (the columnar model's) agrees with case_winner on every mix of present
+    implementations, tied times and verdicts."""
+    import random
+
+    from fi_attn_bench.summarizer.headtohead import ImplResult, case_winner, case_winners
+
+    rng = random.Random(7)
+    impls = ["a", "b", "c", "d"]
+    present = np.zeros((3000, 4), dtype=bool)
+    times = np.full((3000, 4), np.nan)
+    verdicts = np.full((3000, 4), "", dtype=object)
+    expected = []
+    for case in range(3000):
+        results = []
+        for column, impl in enumerate(impls):
+            if column and rng.random() < 0.3:
+                continue
+            time_ms = rng.choice([0.5, 1.0, 1.0, 2.0])  # ties: the first of the lowest wins
+            verdict = "" if column == 0 else rng.choice(["", "faster", "same", "slower"])
+            present[case, column], times[case, column] = True, time_ms
+            verdicts[case, column] = verdict
+            results.append(ImplResult(impl, time_ms, 1.0, math.nan, math.nan, verdict))
+        expected.append(case_winner(results, "a"))
+    assert case_winners(impls, times, verdicts, present).tolist() == expected
+
+
+def test_head_to_head_cases_are_listed_in_json_as_in_the_report(tmp_path):
+    """The columnar case table gives the JSON report one object per case, its results
+    in implementation order and the absent implementation left out."""
+    header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,")
+
+    def row(batch, impl, time_ms):
+        cells = v1_row(batch, time_ms).split(",")
+        return ",".join([*cells[:8], impl, *cells[8:]])
+
+    path = write(
+        tmp_path / "h.csv",
+        header,
+        row(1, "fa2", "1.0"),
+        row(1, "fa3", "0.5"),
+        row(2, "fa2", "2.0"),
+        row(3, "fa3", "1.0"),  # no baseline: not compared
+    )
+    code = sr.main(
+        [str(path), "--output", str(tmp_path / "s.md"), "--json", str(tmp_path / "s.json")]
+    )
+    assert code == sr.EXIT_OK
+    (api,) = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))["head_to_head"]
+    assert api["impls"] == ["fa2", "fa3"] and api["geomean_speedup"]["fa3"] == 2.0
+    assert [case["case"].split(",")[0] for case in api["cases"]] == ["batch_size=1", "batch_size=2"]
+    first, second = api["cases"]
+    assert [r["impl"] for r in first["results"]] == ["fa2", "fa3"] and first["winner"] == "fa3"
+    assert first["results"][1]["speedup"] == 2.0 and first["results"][1]["speedup_lo"] is None
+    assert [r["impl"] for r in second["results"]] == ["fa2"] and second["winner"] == "fa2"
+
+
+def test_head_to_head_labels_made_a_block_at_a_time_name_each_case(tmp_path, monkeypatch):
+    """Case labels are made as cases are read, a block at a time: across block boundaries,
+    read in any order, each case keeps its own label."""
+    from fi_attn_bench.summarizer import headtohead
+    from fi_attn_bench.summarizer.frames import FrameView, side_frame
+    from fi_attn_bench.summarizer.loading import load_run
+
+    monkeypatch.setattr(headtohead, "LABEL_BLOCK", 2)
+    header = V1_HEADER.replace(",head_dim,", ",head_dim,impl,")
+
+    def row(batch, impl):
+        cells = v1_row(batch).split(",")
+        return ",".join([*cells[:8], impl, *cells[8:]])
+
+    batches = [7, 3, 5, 1, 9]
+    rows = [row(batch, impl) for batch in batches for impl in ("fa2", "fa3")]
+    view = FrameView(side_frame(load_run([write(tmp_path / "h.csv", header, *rows)])))
+    (api,) = headtohead.head_to_head(view, None)
+    expected = [f"batch_size={batch}" for batch in sorted(batches)]
+    assert [api.cases[index].case.split(",")[0] for index in (4, 0, 3, 1, 2)] == [
+        expected[index] for index in (4, 0, 3, 1, 2)
+    ]
+    assert [label.split(",")[0] for label in api.cases.labels] == expected
+
+
 def test_grown_real_csvs_summarize_and_compare(tmp_path, capsys):
     """benchmarks/gen_csvs.py grows a real CSV (the benchmark's input): its rows read as
     the template's do, a failed row every 700, the candidate's slower cases regress."""
@@ -1655,6 +1751,32 @@ def test_head_to_head_verdicts_merge_with_a_file_without_them(tmp_path, capsys):
     assert "| 1 | 0.5 | 2.0000x | fa3 |" in table  # fa2 1 ms, fa3 0.5 ms, no verdict
 
 
+def test_natural_codes_give_every_run_one_code_space_in_natural_order():
+    """Two runs' (codes, texts): shared texts get one code, codes follow natural order, -1
+    (absent) stays -1."""
+    import random
+
+    from fi_attn_bench.summarizer.identity import natural_codes, natural_key
+
+    rng = random.Random(5)
+    pool = ["1", "01", "1.0", "2", "10", "abc", "", "-3", "2.5", "inf", "x y"]
+    for _ in range(300):
+        parts = []
+        for _ in range(rng.randint(1, 3)):
+            texts = rng.sample(pool, rng.randint(0, len(pool)))
+            codes = np.array([rng.randint(-1, len(texts) - 1) for _ in range(20)], np.int64)
+            parts.append((codes, texts))
+        joined, texts = natural_codes(parts)
+        union = {text for _, part_texts in parts for text in part_texts}
+        assert texts == sorted(union, key=natural_key)
+        expected = [
+            texts.index(part_texts[code]) if code >= 0 else -1
+            for codes, part_texts in parts
+            for code in codes.tolist()
+        ]
+        assert joined.tolist() == expected
+
+
 def test_natural_sorted_orders_as_the_natural_key_does():
     """The numeric fast path gives sorted(key=natural_key), odd numbers and text included."""
     import random
@@ -1669,3 +1791,16 @@ def test_natural_sorted_orders_as_the_natural_key_does():
         assert natural_sorted(texts) == sorted(texts, key=natural_key), texts
     numbers = {str(rng.randint(0, 10**6)) for _ in range(1000)} | {"1.0", "1", "01"}
     assert natural_sorted(numbers) == sorted(numbers, key=natural_key)
+
+
+def test_distinct_values_of_a_categorical_column_are_those_its_rows_use():
+    """FrameView.distinct reads a categorical's used categories: an unused one, an empty
+    text and a missing cell are not values."""
+    import pandas as pd
+
+    from fi_attn_bench.summarizer.frames import FrameView
+
+    column = pd.Categorical(["b", "", None, "a", "b"], categories=["z", "b", "", "a"])
+    view = FrameView(pd.DataFrame({"api": ["x"] * 5, "timer": column}))
+    assert view.distinct("timer") == ["a", "b"]
+    assert view.distinct("l2") is None

@@ -451,7 +451,7 @@ def _unmarked(frame):
     """Text cells with a quoted line break hold the marker before it: take it out."""
     for name in frame.columns:
         if name != _MARK_COLUMN and frame[name].dtype == object:
-            values = frame[name].astype(str)
+            values = frame[name].astype(object)  # a pyarrow-backed str cannot hold the marker
             if values.str.contains(MARKER, regex=False).any():
                 frame[name] = values.str.replace("," + MARKER, "", regex=False)
     return frame

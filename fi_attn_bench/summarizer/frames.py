@@ -174,7 +174,13 @@ class FrameView:
 
         if name not in self.frame.columns:
             return None
-        values = pd.unique(self.frame[name].to_numpy(dtype=object))
+        column = self.frame[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):  # the used categories, no cell objects
+            codes = column.cat.codes.to_numpy()
+            used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=0))
+            values = column.cat.categories.to_numpy(dtype=object)[used]
+        else:
+            values = pd.unique(column.to_numpy(dtype=object))
         return sorted({str(value) for value in values if value == value and value != ""})
 
     @staticmethod

@@ -6,11 +6,17 @@ implementation, the speedup of each against the baseline implementation (the row
 interval from ``paired_ratio_lo``/``paired_ratio_hi`` where the bench measured them
 interleaved, else the ratio of the times; the paired verdict; and the winner (``winner``);
 per API, the geometric mean of each implementation's speedup.
+
+Each API's cases are held as columns (a :class:`CaseTable`: one array per quantity, a
+row per case, a column per implementation); indexing or iterating it gives one
+:class:`CaseComparison` at a time, so a report that shows a few thousand of 100k cases
+builds only those.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +24,7 @@ import numpy as np
 from fi_attn_bench.summarizer.frames import success_mask
 from fi_attn_bench.summarizer.identity import case_ids, view_codes
 
+LABEL_BLOCK = 4096  # cases labelled at once
 TIE = "tie"  # the winner where the paired intervals cannot tell the implementations apart
 
 
@@ -40,12 +47,82 @@ class CaseComparison:
     winner: str  # an impl, or TIE
 
 
+class CaseTable(Sequence):
+    """The cases of one API as columns: ``winners`` one per case; ``present``, ``time_ms``,
+    ``speedup``, ``speedup_lo``, ``speedup_hi`` and ``verdicts`` one row per case and one
+    column per implementation (``impls`` order; absent cells are NaN / "").  Case labels
+    are made a block at a time as cases are read (a report shows a few thousand)."""
+
+    def __init__(self, impls, labeller, present, time_ms, speedup, lo, hi, verdicts, winners):
+        self.impls = tuple(impls)
+        self.present = present
+        self.time_ms = time_ms
+        self.speedup = speedup
+        self.speedup_lo = lo
+        self.speedup_hi = hi
+        self.verdicts = verdicts
+        self.winners = winners
+        self._labeller = labeller  # case positions -> labels
+        self._label_blocks: dict[int, list[str]] = {}
+
+    def __deepcopy__(self, memo):
+        return self  # read-only; a copy (dataclasses.asdict makes one) would copy the run
+
+    def label(self, index: int) -> str:
+        block = index // LABEL_BLOCK
+        if block not in self._label_blocks:
+            start = block * LABEL_BLOCK
+            positions = np.arange(start, min(start + LABEL_BLOCK, len(self)))
+            self._label_blocks[block] = [str(text) for text in self._labeller(positions)]
+        return self._label_blocks[block][index % LABEL_BLOCK]
+
+    @property
+    def labels(self) -> list[str]:
+        return [self.label(index) for index in range(len(self))]
+
+    def __len__(self) -> int:
+        return len(self.winners)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._case(index)
+
+    def __iter__(self) -> Iterator[CaseComparison]:
+        for index in range(len(self)):
+            yield self._case(index)
+
+    def _case(self, index: int) -> CaseComparison:
+        results = tuple(
+            ImplResult(
+                impl,
+                float(self.time_ms[index, column]),
+                float(self.speedup[index, column]),
+                float(self.speedup_lo[index, column]),
+                float(self.speedup_hi[index, column]),
+                str(self.verdicts[index, column]),
+            )
+            for column, impl in enumerate(self.impls)
+            if self.present[index, column]
+        )
+        return CaseComparison(self.label(index), results, str(self.winners[index]))
+
+    def verdicts_of(self, impl: str) -> list[str]:
+        """The paired verdicts of one implementation, over the cases where it ran."""
+        column = self.impls.index(impl)
+        return self.verdicts[self.present[:, column], column].tolist()
+
+
 @dataclass(frozen=True)
 class ApiComparison:
     api: str
     baseline_impl: str
     impls: tuple[str, ...]
-    cases: tuple[CaseComparison, ...]
+    cases: CaseTable  # a sequence of CaseComparison
     geomean_speedup: dict  # impl -> geometric mean over cases where both ran ok
 
 
@@ -64,55 +141,93 @@ def head_to_head(view, ids) -> list[ApiComparison]:
     for api in sorted(set(apis.tolist())):
         rows = np.flatnonzero((apis == api) & ok)
         rows = rows[np.argsort(groups[rows], kind="stable")]
-        labels = view.labels(rows, parameters)
-        comparison = _api_comparison(view, str(api), rows, groups, (impl_codes, impls), labels)
+        comparison = _api_comparison(view, str(api), rows, groups, (impl_codes, impls), parameters)
         if comparison is not None:
             found.append(comparison)
     return found
 
 
-def _api_comparison(view, api, rows, groups, impl, labels) -> ApiComparison | None:
-    """``impl``: (code per row, texts) of the impl column; ``labels``: of ``rows``."""
+def _api_comparison(view, api, rows, groups, impl, parameters) -> ApiComparison | None:
+    """``rows``: the API's successful rows, sorted by case; ``impl``: (code per row, texts)
+    of the impl column."""
     impl_codes, impls = impl
-    order = list(dict.fromkeys(impls[code] for code in impl_codes[rows].tolist()))
+    codes = impl_codes[rows]
+    order = _impl_order(view, [impls[code] for code in dict.fromkeys(codes.tolist())])
+    if order is None:
+        return None
+    column_of_code = np.array([order.index(t) if t in order else -1 for t in impls], np.int64)
+    new_case = np.r_[True, np.diff(groups[rows]) != 0]
+    starts, case_of_row = np.flatnonzero(new_case), np.cumsum(new_case) - 1
+    cell = _last_row_per_cell(case_of_row, column_of_code[codes], len(starts), len(order))
+    has_baseline = cell[:, 0] >= 0  # a case the baseline did not run is not compared
+    table = _case_table(view, order, rows, cell[has_baseline], parameters, starts[has_baseline])
+    geomean = {}
+    for column, name in enumerate(order):
+        values = table.speedup[table.present[:, column], column]
+        geomean[name] = math.exp(float(np.log(values).mean())) if len(values) else math.nan
+    return ApiComparison(api, order[0], tuple(order), table, geomean)
+
+
+def _impl_order(view, seen: list[str]) -> list[str] | None:
+    """The implementations (as first seen), the baseline first; None for fewer than two."""
+    order = list(dict.fromkeys(seen))
     if len(order) < 2:
         return None
     stated = [text for text in view.distinct("baseline_impl") or [] if text in order]
     baseline = stated[0] if stated else order[0]
     order.remove(baseline)
-    order.insert(0, baseline)
-    # Python lists, not numpy scalars: the loop below runs once per case.
-    time_ms = view.floats("time_ms")[rows].tolist()
+    return [baseline, *order]
+
+
+def _case_table(view, order, rows, cell, parameters, starts) -> CaseTable:
+    """The columns of the cases; ``cell``: per case and implementation, the position of its
+    row in ``rows`` (-1: absent); ``starts``: each case's first position."""
+    present = cell >= 0
+    picked = rows[np.where(present, cell, 0)]
+
+    def column(name: str) -> np.ndarray:
+        return np.where(present, view.floats(name)[picked], np.nan)
+
+    time_ms, paired = column("time_ms"), column("paired_ratio")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # 1 / the paired ratio where the bench measured one, else the ratio of the times.
+        speedup = np.where(paired > 0, 1.0 / paired, time_ms[:, :1] / time_ms)
+        lo, hi = 1.0 / column("paired_ratio_hi"), 1.0 / column("paired_ratio_lo")
     verdicts = _texts(view, "paired_verdict")
-    verdicts = verdicts[rows].tolist() if verdicts is not None else [""] * len(rows)
-    paired = view.floats("paired_ratio")[rows].tolist()
-    lo = view.floats("paired_ratio_lo")[rows].tolist()
-    hi = view.floats("paired_ratio_hi")[rows].tolist()
-    names = [impls[code] for code in impl_codes[rows].tolist()]
-    labels = labels.tolist()
-    cases, ratios = [], {impl: [] for impl in order}
-    bounds = [0, *(np.flatnonzero(np.diff(groups[rows])) + 1).tolist(), len(rows)]
-    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
-        by_impl = {names[i]: i for i in range(start, stop)}
-        if baseline not in by_impl:
-            continue
-        base_ms = time_ms[by_impl[baseline]]
-        results = []
-        for impl in order:
-            if impl not in by_impl:
-                continue
-            i = by_impl[impl]
-            speedup = _speedup(base_ms, time_ms[i], paired[i])
-            ratios[impl].append(speedup)
-            interval = (1 / hi[i], 1 / lo[i])
-            results.append(ImplResult(impl, time_ms[i], speedup, *interval, str(verdicts[i])))
-        winner = case_winner(results, baseline)
-        cases.append(CaseComparison(str(labels[start]), tuple(results), winner))
-    geomean = {
-        impl: (math.exp(float(np.log(values).mean())) if values else math.nan)
-        for impl, values in ratios.items()
-    }
-    return ApiComparison(api, baseline, tuple(order), tuple(cases), geomean)
+    if verdicts is None:
+        verdicts = np.full(present.shape, "", dtype=object)
+    else:
+        verdicts = np.where(present, verdicts[picked], "").astype(object)
+    winners = case_winners(order, time_ms, verdicts, present)
+
+    def labeller(positions: np.ndarray) -> np.ndarray:
+        return view.labels(rows[starts[positions]], parameters)
+
+    return CaseTable(order, labeller, present, time_ms, speedup, lo, hi, verdicts, winners)
+
+
+def _last_row_per_cell(case_of_row, column_of_row, cases: int, columns: int) -> np.ndarray:
+    """(cases, columns) of positions into the sorted rows, -1 where no row; a case repeated
+    for one implementation (an input error reported elsewhere) keeps its last row."""
+    cell = np.full((cases, columns), -1, dtype=np.int64)
+    flat = case_of_row * columns + column_of_row
+    reversed_first = np.unique(flat[::-1], return_index=True)[1]
+    last = len(flat) - 1 - reversed_first
+    cell.reshape(-1)[flat[last]] = last
+    return cell
+
+
+def case_winners(impls, time_ms, verdicts, present) -> np.ndarray:
+    """case_winner of every case at once (``impls[0]`` the baseline; one row per case)."""
+    best = np.argmin(np.where(present, time_ms, np.inf), axis=1)
+    cases = np.arange(len(best))
+    names = np.array(list(impls), dtype=object)
+    other = present[:, 1:]
+    judged = (other & (verdicts[:, 1:] != "")).any(axis=1)
+    all_slower = (~other | (verdicts[:, 1:] == "slower")).all(axis=1)
+    best_faster = verdicts[cases, best] == "faster"
+    backed = np.where(best == 0, all_slower, best_faster)
+    return np.where(~judged | backed, names[best], TIE).astype(object)
 
 
 def case_winner(results, baseline: str) -> str:
@@ -136,11 +251,3 @@ def _texts(view, name: str):
     if view.distinct(name) is None:
         return None
     return np.array(["" if v != v or v is None else str(v) for v in view.objects(name)], object)
-
-
-def _speedup(base_ms: float, time_ms: float, paired_ratio: float) -> float:
-    """1 / the paired ratio where the bench measured one (the estimate its interval is
-    about), else the ratio of the two times."""
-    if paired_ratio == paired_ratio and paired_ratio > 0:
-        return 1.0 / paired_ratio
-    return base_ms / time_ms

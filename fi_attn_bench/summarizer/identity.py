@@ -28,27 +28,48 @@ def natural_key(text: str) -> tuple:
 
 
 def natural_sorted(texts) -> list[str]:
-    """``sorted(texts, key=natural_key)``; when every text is a finite number (case columns
-    mostly are), by a stable numeric sort of the text-sorted list instead of 200k key tuples."""
-    ordered = sorted(texts)
+    """``sorted(texts, key=natural_key)`` of distinct texts."""
+    texts = list(texts)
+    return [texts[index] for index in natural_order(texts).tolist()]
+
+
+def natural_order(texts: list[str]) -> np.ndarray:
+    """The indices that sort distinct texts by natural_key.  Case columns are mostly finite
+    numbers: then by a numpy sort of their values (by text first only where values tie)."""
     try:
-        numbers = np.array(ordered, dtype=object).astype(np.float64)  # float() of each
+        numbers = np.array(texts, dtype=object).astype(np.float64)  # float() of each
     except (TypeError, ValueError):
-        return sorted(ordered, key=natural_key)
-    if not np.isfinite(numbers).all():
-        return sorted(ordered, key=natural_key)
-    return [ordered[index] for index in np.argsort(numbers, kind="stable").tolist()]
+        numbers = None
+    if numbers is None or not np.isfinite(numbers).all():
+        return np.array(
+            sorted(range(len(texts)), key=lambda index: natural_key(texts[index])), dtype=np.int64
+        )
+    order = np.argsort(numbers, kind="stable")
+    ranked = numbers[order]
+    if (ranked[1:] == ranked[:-1]).any():  # "1" and "1.0": the text decides
+        by_text = np.array(sorted(range(len(texts)), key=texts.__getitem__), dtype=np.int64)
+        order = by_text[np.argsort(numbers[by_text], kind="stable")]
+    return order
 
 
 def natural_codes(parts) -> tuple[np.ndarray, list[str]]:
     """One code space, in natural order, for several (codes, texts) pairs; -1 (absent)
     stays -1.  ``parts``: per run, codes into that run's distinct texts."""
-    texts = natural_sorted({text for _, part_texts in parts for text in part_texts})
-    index = {text: code for code, text in enumerate(texts)}
-    joined = []
+    import pandas as pd
+
+    pooled = np.array([text for _, part_texts in parts for text in part_texts], dtype=object)
+    pooled_codes, distinct = pd.factorize(pooled)  # the same text in two runs: one code
+    distinct = distinct.tolist()
+    order = natural_order(distinct)
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct))
+    joined, start = [], 0
     for codes, part_texts in parts:
-        mapping = np.array([*(index[text] for text in part_texts), -1], dtype=np.int64)
+        stop = start + len(part_texts)
+        mapping = np.append(rank[pooled_codes[start:stop]], -1)
         joined.append(mapping[np.asarray(codes, dtype=np.int64)])  # -1 picks the trailing -1
+        start = stop
+    texts = [distinct[index] for index in order.tolist()]
     return np.concatenate(joined) if joined else np.zeros(0, np.int64), texts
 
 

@@ -239,7 +239,7 @@ def _verdict_counts(api) -> str:
     """Per non-baseline implementation, its cases by paired verdict ('' without any)."""
     parts = []
     for impl in api.impls[1:]:
-        verdicts = [r.verdict for case in api.cases for r in case.results if r.impl == impl]
+        verdicts = api.cases.verdicts_of(impl)
         found = [f"{verdicts.count(v)} {v}" for v in ("faster", "same", "slower") if v in verdicts]
         if found:
             parts.append(f"{cell(impl)} " + ", ".join(found))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from dataclasses import fields as dataclass_fields
 from enum import Enum
@@ -212,7 +213,7 @@ def _plain(value):
         return plain
     if isinstance(value, dict):
         return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):  # CaseTable too
         return [_plain(item) for item in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
