@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fi_attn_bench.history.reading import ParsedRun
+from fi_attn_bench.results.schema import STATUS_OK
 
 STORE_VERSION = 1
 DEFAULT_STORE_NAME = "fi-attn-history.sqlite"
@@ -276,6 +277,19 @@ class RunStore:
         """The CSV rows of one run as they were added."""
         rows = self._query(
             "SELECT row FROM result_rows WHERE run_seq=? ORDER BY case_id", (run_seq,)
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    def newest_ok_rows(self) -> list[dict]:
+        """Per case, the CSV row of its newest run (by start time) where it was ok."""
+        rows = self._query(
+            "SELECT row FROM (SELECT rr.row, ROW_NUMBER() OVER (PARTITION BY rr.case_id"
+            " ORDER BY runs.started_utc DESC, runs.run_seq DESC) AS newest"
+            " FROM result_rows rr"
+            " JOIN results r ON r.run_seq = rr.run_seq AND r.case_id = rr.case_id"
+            " JOIN runs ON runs.run_seq = r.run_seq WHERE r.status = ?)"
+            " WHERE newest = 1",
+            (STATUS_OK,),
         )
         return [json.loads(row[0]) for row in rows]
 
