@@ -83,6 +83,34 @@ def test_default_store_sits_beside_the_results(tmp_path):
     assert (tmp_path / "results" / "fi-attn-history.sqlite").exists()
 
 
+def test_add_creates_the_stores_folder(tmp_path):
+    """A CI job's first run: the folder the store is kept in does not exist yet."""
+    store = tmp_path / "history" / "fi-attn-history.sqlite"
+    assert main(["add", str(DECODE), "--store", str(store), "--branch", "main"]) == 0
+    assert [count for _, count, _ in stored_runs(store)] == [27]
+
+
+def test_two_writers_at_once_both_store_their_runs_whole(tmp_path):
+    paths = write_runs(tmp_path / "in", noisy_factors(6, 27))
+    store = tmp_path / "h.sqlite"
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "fi_attn_bench.history", "add", *map(str, half)]
+            + ["--store", str(store)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for half in (paths[:3], paths[3:])
+    ]
+    outcomes = [(writer.wait(timeout=120), writer.stderr.read()) for writer in writers]
+    assert outcomes == [(0, ""), (0, "")]
+    with sqlite3.connect(store) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert [(cases, results) for _, cases, results in stored_runs(store)] == [(27, 27)] * 6
+
+
 def test_run_id_column_splits_and_identifies_runs(tmp_path, capsys):
     paths = write_runs(tmp_path / "in", noisy_factors(2, 27), run_ids=True)
     merged = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths])

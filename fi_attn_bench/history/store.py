@@ -118,6 +118,8 @@ class RunStore:
         if not path.exists() and not create:
             raise StoreError(f"no history store at {path} (create one with 'add')")
         try:
+            if create:
+                path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
             store = cls(connection, path)
             store._check_or_create()
