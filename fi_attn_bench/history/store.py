@@ -136,13 +136,9 @@ class RunStore:
         self.connection.close()
 
     def _check_or_create(self) -> None:
-        tables = {
-            row[0]
-            for row in self.connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
-        if not tables:
+        if not self._tables():
             self._create()
-            return
+        tables = self._tables()
         if "meta" not in tables:
             raise StoreError(f"{self.path} is an SQLite file but not a history store")
         row = self.connection.execute("SELECT value FROM meta WHERE key='store_version'").fetchone()
@@ -155,8 +151,14 @@ class RunStore:
                 f"up to {STORE_VERSION} (upgrade fi-attn-bench)"
             )
 
+    def _tables(self) -> set[str]:
+        rows = self.connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        return {row[0] for row in rows}
+
     def _create(self) -> None:
         with self.transaction():
+            if self._tables():  # another writer created it since we looked
+                return
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self.connection.execute(statement)
