@@ -269,6 +269,9 @@ def methods(engine_name: str = "kernelcpd") -> dict[str, Callable]:
         }
     return {
         "series, clock-normalized": online_series_detector(DetectionSettings()),
+        "series, drift from whole-series medians": online_series_detector(
+            DetectionSettings(drift_passes=0)
+        ),
         "series, raw": online_series_detector(
             DetectionSettings(normalize_clock=False, remove_shared_drift=False)
         ),
