@@ -4,20 +4,20 @@ Per device, results form a matrix (runs x cases) of log time.  Three steps remov
 machine noise before a change-point search (ruptures' ``KernelCPD``, linear kernel:
 least-squares segmentation with a penalty) looks at each case:
 
-1. clock: where a case's time follows the SM clock (the slope of its run-to-run log
-   time on log clock), time is scaled to the case's median clock by that exponent;
+1. clock: where a case's time follows the SM clock (the least-squares slope of its
+   run-to-run log time on log clock, 2 standard errors above 0), time is scaled to the
+   case's median clock by that exponent;
 2. shared drift: the median over cases of each run's deviation from the case's own level
-   is a run-wide factor (a slower machine that day); the levels are found by a first search
-   on each case, so the cases that stepped do not bias the factor.  It is removed from every
-   case and searched on its own;
-3. one-run blips: a running median of three (the newest run included) is what the search
-   sees, and a point further than a few noise levels from it is pulled back to that distance.
+   is a run-wide factor (a slower machine that day); the levels come from a first search
+   on each case, so the cases that stepped do not pull the factor.  It is removed from
+   every case and searched on its own;
+3. one-run blips: the search sees a running median of three (the newest run included).
 
-Each level change the search proposes is then tested: the shift of the means on either side,
-in units of the series' noise, must pass a one-sided Student t test at ``false_alarm_p``
-(degrees of freedom from the series' length, since the noise is estimated from it).  A change
-point is the first run at a new level, its size that shift, its confidence one minus the
-test's p-value.
+A change point is the first run at a new level, its size the ratio of the medians around
+it, its confidence one minus Welch's t-test p-value between the two segments.  It is
+reported when it is large (in % and in noise levels), confident, and its shift passes a
+one-sided t test whose noise is estimated from the series itself (so a short series, with
+an uncertain noise, needs a larger shift).
 """
 
 from __future__ import annotations
