@@ -269,6 +269,9 @@ def methods(engine_name: str = "kernelcpd") -> dict[str, Callable]:
         }
     return {
         "series, clock-normalized": online_series_detector(DetectionSettings()),
+        "series, drift from whole-series medians": online_series_detector(
+            DetectionSettings(drift_passes=0)
+        ),
         "series, raw": online_series_detector(
             DetectionSettings(normalize_clock=False, remove_shared_drift=False)
         ),
@@ -391,7 +394,7 @@ def speed(workdir: Path) -> str:
     import shutil
 
     from fi_attn_bench.history.reading import runs_in_file
-    from fi_attn_bench.history.store import RunStore
+    from fi_attn_bench.results.run_store import RunStore
 
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)

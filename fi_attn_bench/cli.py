@@ -370,9 +370,11 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     )
     shards.add_argument(
         "--cost-from",
-        metavar="CSV",
-        help="a previous sweep's CSV (or a directory of CSVs): its time_ms replaces the "
-        "predicted call time of the cases it holds",
+        metavar="CSV_OR_STORE",
+        help="a previous sweep's CSV (or a directory of CSVs), or a fi-attn-history store "
+        "(each case's newest ok run): its time_ms replaces the predicted call time of the "
+        "cases it holds (default: the store fi-attn-history.sqlite beside the results, "
+        "where there is one)",
     )
     return parser
 

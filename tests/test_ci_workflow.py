@@ -113,6 +113,11 @@ def problems_of(command: Command) -> list[str]:
         return [f"{command.program}: cannot import {command.module}: {error}"]
     if not parsers:
         return [f"{command.program}: no build_parser found in {command.module}"]
+    words = list(command.words)
+    chosen = [subcommand_parser(parser, words) for parser in parsers]
+    if words and all(parser is None for parser in chosen):
+        return [f"{command.program}: unknown subcommand {words[0]}"]
+    parsers = [parser for parser in chosen if parser is not None]
     known = {option for parser in parsers for option in parser._option_string_actions}
     options = [word.split("=")[0] for word in command.words if word.startswith("--")]
     return [
@@ -120,15 +125,29 @@ def problems_of(command: Command) -> list[str]:
     ]
 
 
-def workflow_commands(workflow: dict) -> list[Command]:
+def subcommand_parser(
+    parser: argparse.ArgumentParser, words: list[str]
+) -> argparse.ArgumentParser | None:
+    """The parser that reads ``words``: a subcommand's (fi-attn-history add), the parser itself
+    where it has no subcommands, None where words[0] is no subcommand of it."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        return parser
+    return subparsers[0].choices.get(words[0]) if words else None
+
+
+def step_commands(step: dict) -> list[Command]:
     scripts = console_scripts()
     found = []
-    for step in steps(workflow):
-        for words in shell_commands(step.get("run", "")):
-            command = project_command(words, scripts)
-            if command is not None:
-                found.append(command)
+    for words in shell_commands(step.get("run", "")):
+        command = project_command(words, scripts)
+        if command is not None:
+            found.append(command)
     return found
+
+
+def workflow_commands(workflow: dict) -> list[Command]:
+    return [command for step in steps(workflow) for command in step_commands(step)]
 
 
 def option_value(command: Command, option: str) -> str:
@@ -152,6 +171,12 @@ def test_every_program_and_option_the_workflow_runs_exists():
         "bench_all.py",
         "summarize_results.py",
         "fi-attn-bench-doctor",
+        "fi-attn-history",
+    }
+    assert {c.words[0] for c in commands if c.program == "fi-attn-history"} == {
+        "add",
+        "report",
+        "baseline",
     }
     problems = [problem for command in commands for problem in problems_of(command)]
     assert problems == []
@@ -164,6 +189,8 @@ def test_the_check_finds_a_missing_option_script_or_console_script():
         "python bench_all.py --output-dir out --no-such-flag",
         "python no_such_script.py --help",
         "fi-attn-no-such-tool --output-dir doctor",
+        "fi-attn-history baseline --branch main --outdir b",
+        "fi-attn-history compare --branch main",
     ]
     found = [project_command(shell_commands(line)[0], scripts) for line in bad]
     assert [problems_of(command) for command in found] == [
@@ -171,6 +198,8 @@ def test_the_check_finds_a_missing_option_script_or_console_script():
         ["bench_all.py: unknown option --no-such-flag"],
         ["no_such_script.py: no such file"],
         ["fi-attn-no-such-tool: not a console script of fi-attn-bench"],
+        ["fi-attn-history: unknown option --outdir"],
+        ["fi-attn-history: unknown subcommand compare"],
     ]
     # bench_all.py takes the scripts' options too; a console script maps to its module
     good = "fi-attn-bench-all --output-dir o --samples-dir o --preset smoke || [ $? -eq 1 ]"
@@ -188,7 +217,7 @@ def test_shell_commands_split_continuations_and_operators():
     ]
 
 
-def test_main_keeps_its_results_as_an_artifact_and_pull_requests_compare_against_it():
+def test_main_keeps_its_history_as_an_artifact_and_pull_requests_compare_against_it():
     workflow = load_workflow()
     assert "main" in workflow["on"]["push"]["branches"]
     assert "pull_request" in workflow["on"]
@@ -198,28 +227,50 @@ def test_main_keeps_its_results_as_an_artifact_and_pull_requests_compare_against
 
     commands = workflow_commands(workflow)
     results = option_value(only(commands, "bench_all.py"), "--output-dir")
-    compare = next(c for c in commands if "--baseline" in c.words)
-
-    (upload,) = [s for s in uses(workflow, "actions/upload-artifact") if "push" in s["if"]]
+    history = {c.words[0]: c for c in commands if c.program == "fi-attn-history"}
     (download,) = uses(workflow, "dawidd6/action-download-artifact")
-    assert "pull_request" in download["if"] and "pull_request" in compare_step(workflow)["if"]
-    assert upload["with"]["path"].rstrip("/") == results
+    (upload,) = [s for s in uses(workflow, "actions/upload-artifact") if "push" in s["if"]]
+    kept = download["with"]["path"]
+    assert "if" not in download  # both events need the store; the first main run starts it
+    assert download["with"]["if_no_artifact_found"] == "warn"
     assert download["with"]["name"] == upload["with"]["name"]
     assert download["with"]["branch"] == "main"
     assert download["with"]["workflow"] == os.path.basename(INSTALLED_AS)
+    assert upload["with"]["path"].rstrip("/") == kept
 
-    assert option_value(compare, "--baseline") == download["with"]["path"]
+    # main: its run goes into the store, and the dashboard is kept beside it
+    add = history["add"]
+    assert "push" in step_of(workflow, add)["if"]
+    assert add.words[1] == results and option_value(add, "--branch") == "main"
+    store = option_value(add, "--store")
+    assert os.path.dirname(store) == kept
+    report = history["report"]
+    assert option_value(report, "--store") == store
+    assert os.path.dirname(option_value(report, "--html")) == kept
+
+    # pull request: main's baseline from the store, compared against this run
+    baseline = history["baseline"]
+    compare = next(c for c in commands if "--baseline" in c.words)
+    assert step_of(workflow, baseline) is step_of(workflow, compare)
+    assert "pull_request" in step_of(workflow, compare)["if"]
+    assert option_value(baseline, "--store") == store
+    assert option_value(baseline, "--branch") == "main"
+    assert option_value(compare, "--baseline") == option_value(baseline, "--out")
     assert option_value(compare, "--candidate") == results
+    samples = option_value(compare, "--baseline-samples")
+    assert os.path.dirname(samples) == kept and samples in step_of(workflow, add)["run"]
     assert float(option_value(compare, "--fail-on-regression")) > 0
-    report = option_value(compare, "--output")
-    assert any(
-        report in step.get("run", "") and "GITHUB_STEP_SUMMARY" in step["run"]
-        for step in steps(workflow)
-    )
+
+    # both Markdown reports reach the job's step summary
+    for written in (option_value(compare, "--output"), option_value(report, "--md")):
+        assert any(
+            written in step.get("run", "") and "GITHUB_STEP_SUMMARY" in step["run"]
+            for step in steps(workflow)
+        ), written
 
 
-def compare_step(workflow: dict) -> dict:
-    (step,) = [s for s in steps(workflow) if "--baseline" in s.get("run", "")]
+def step_of(workflow: dict, command: Command) -> dict:
+    (step,) = [s for s in steps(workflow) if command in step_commands(s)]
     return step
 
 

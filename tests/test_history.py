@@ -14,10 +14,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fi_attn_bench.history import store as store_module
 from fi_attn_bench.history.cli import main
-from fi_attn_bench.history.detect import DetectionSettings, detect
-from fi_attn_bench.history.store import STORE_VERSION, RunStore
+from fi_attn_bench.history.detect import (
+    DetectionSettings,
+    clock_normalization,
+    detect,
+    shared_drift,
+    shift_p_value,
+)
+from fi_attn_bench.results import run_store as store_module
+from fi_attn_bench.results.run_store import STORE_VERSION, RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "real_csv"
@@ -81,6 +87,34 @@ def test_default_store_sits_beside_the_results(tmp_path):
     paths = write_runs(tmp_path / "results", noisy_factors(2, 27))
     assert main(["add", str(paths[0].parent)]) == 0
     assert (tmp_path / "results" / "fi-attn-history.sqlite").exists()
+
+
+def test_add_creates_the_stores_folder(tmp_path):
+    """A CI job's first run: the folder the store is kept in does not exist yet."""
+    store = tmp_path / "history" / "fi-attn-history.sqlite"
+    assert main(["add", str(DECODE), "--store", str(store), "--branch", "main"]) == 0
+    assert [count for _, count, _ in stored_runs(store)] == [27]
+
+
+def test_two_writers_at_once_both_store_their_runs_whole(tmp_path):
+    paths = write_runs(tmp_path / "in", noisy_factors(6, 27))
+    store = tmp_path / "h.sqlite"
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "fi_attn_bench.history", "add", *map(str, half)]
+            + ["--store", str(store)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for half in (paths[:3], paths[3:])
+    ]
+    outcomes = [(writer.wait(timeout=120), writer.stderr.read()) for writer in writers]
+    assert outcomes == [(0, ""), (0, "")]
+    with sqlite3.connect(store) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert [(cases, results) for _, cases, results in stored_runs(store)] == [(27, 27)] * 6
 
 
 def test_run_id_column_splits_and_identifies_runs(tmp_path, capsys):
@@ -148,7 +182,7 @@ def test_a_locked_store_gives_one_line_and_exit_2(tmp_path, capsys, monkeypatch)
 
 KILLED_ADD = """
 import sys, time
-from fi_attn_bench.history import store
+from fi_attn_bench.results import run_store as store
 original = store.RunStore._case_ids
 def slow(self, run):
     ids = original(self, run)
@@ -235,6 +269,47 @@ def test_clock_bound_series_are_scaled_and_their_step_is_found():
     raw = detect(time_ms, clock, DetectionSettings(normalize_clock=False))
     assert not any(n.scaled for n in raw.normalization)
     assert len(raw.change_points) > 1  # without the clock the wandering clock reads as changes
+
+
+@pytest.mark.parametrize(("exponent", "least", "most"), [(0.4, 0.98, 1.0), (0.0, 0.0, 0.08)])
+def test_twelve_runs_tell_a_case_that_follows_the_clock(exponent, least, most):
+    """With 12 runs, a case whose time follows a 2 % clock by exponent 0.4 is scaled in
+    nearly every draw, and one that ignores the clock rarely is."""
+    scaled = []
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        log_clock = np.log(1700) + rng.normal(0, 0.02, 12)
+        log_time = -exponent * (log_clock - np.log(1700)) + rng.normal(0, 0.004, 12)
+        scaled.append(clock_normalization(log_time, log_clock, DetectionSettings()).scaled)
+    assert least <= np.mean(scaled) <= most
+
+
+def test_run_wide_drift_is_measured_against_the_cases_own_levels():
+    """A third of the cases step up 5 % at staggered runs: measured against each case's
+    median, the run-wide factor would be pulled by them; against their levels it is not."""
+    errors = {2: [], 0: []}
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        factor = rng.normal(0, 0.004, 40)
+        log_time = rng.normal(0, 0.003, (40, 30)) + factor[:, None]
+        for case, run in enumerate(range(12, 32, 2)):
+            log_time[run:, case] += np.log(1.05)
+        for passes in errors:
+            drift = shared_drift(log_time, DetectionSettings(drift_passes=passes))
+            error = drift - factor
+            errors[passes].append(np.mean(np.abs(error - np.median(error))))
+    assert np.mean(errors[2]) < 0.0008
+    assert np.mean(errors[2]) < 0.6 * np.mean(errors[0])
+
+
+def test_the_shift_test_asks_more_of_a_short_series():
+    """1 % over 4 runs in 0.5 % noise passes the default p-value with the noise estimated
+    on 48 degrees of freedom, not on 8; 2 % passes on either."""
+    limit = DetectionSettings().false_alarm_p
+    before = np.zeros(20)
+    assert shift_p_value(before, np.full(4, 0.01), 0.005, 48) < limit
+    assert shift_p_value(before, np.full(4, 0.01), 0.005, 8) > limit
+    assert shift_p_value(before, np.full(4, 0.02), 0.005, 8) < limit
 
 
 def test_series_that_ignore_the_clock_are_not_scaled():

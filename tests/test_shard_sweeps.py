@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import sqlite3
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -16,7 +17,9 @@ import pytest
 from fi_attn_bench import suite as bench_all
 from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cli import main_for
+from fi_attn_bench.history.reading import case_result, parsed_run
 from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore
 from fi_attn_bench.results.schema import STATUS_FAILED
 from fi_attn_bench.sweep.sharding import case_wall_s
 from fi_attn_bench.timing.options import TimingOptions
@@ -233,8 +236,71 @@ def test_cost_from_a_previous_csv_moves_an_expensive_case_alone(tmp_path, capsys
     others, _ = _listed(["--shard", "1/2", "--cost-from", str(previous)], capsys)
     heavy = "batch_size=1,seq_len=8"
     assert heavy in lines and len(lines) < len(others)
-    assert "2 of 8 costs from --cost-from" in out
+    assert f"2 of 8 costs from {previous}" in out
     assert f"{heavy}  ~{case_wall_s(1000.0, TimingOptions()):.2f} s (measured)" in out
+
+
+def write_store_run(store_path, run_id, stamp, cases) -> None:
+    """One run of SPEC's (batch_size, time_ms) cases, seq_len 8, in a history store."""
+    header = ["schema_version", "api", "batch_size", "seq_len", "status", "time_ms"]
+    header += ["timestamp_utc", "run_id"]
+    rows = [
+        dict(zip(header, ["1", SPEC.api, str(b), "8", "ok", str(t), stamp, run_id], strict=True))
+        for b, t in cases
+    ]
+    results = tuple(case_result(row, ["batch_size", "seq_len"], header) for row in rows)
+    with RunStore.open(store_path, create=True) as store:
+        store.add_run(parsed_run(run_id, store_path, header, rows, results), "main")
+
+
+def test_cost_from_a_history_store_takes_each_cases_newest_run(tmp_path, capsys):
+    store = tmp_path / "history.sqlite"
+    write_store_run(store, "new", "2026-02-01T00:00:00Z", [(1, 1000.0), (2, 0.01)])
+    write_store_run(store, "old", "2026-01-01T00:00:00Z", [(2, 1000.0), (3, 0.01)])
+    lines, out = _listed(["--shard", "0/2", "--cost-from", str(store)], capsys)
+    others, other_out = _listed(["--shard", "1/2", "--cost-from", str(store)], capsys)
+    assert "batch_size=1,seq_len=8" in lines and len(lines) < len(others)
+    assert f"3 of 8 costs from {store}" in out
+    assert (
+        f"batch_size=2,seq_len=8  ~{case_wall_s(0.01, TimingOptions()):.2f} s (measured)"
+        in other_out
+    )
+
+
+def test_the_history_store_beside_the_results_is_used_by_default(tmp_path, capsys):
+    write_store_run(
+        tmp_path / DEFAULT_STORE_NAME, "r", "2026-02-01T00:00:00Z", [(1, 1000.0), (2, 0.01)]
+    )
+    _, out = _listed(["--shard", "0/2", "--output-dir", str(tmp_path)], capsys)
+    assert f"2 of 8 costs from {tmp_path / DEFAULT_STORE_NAME}" in out
+    _, elsewhere = _listed(["--shard", "0/2", "--output-dir", str(tmp_path / "new")], capsys)
+    assert "predicted costs" in elsewhere
+    _, by_count = _listed(
+        ["--shard", "0/2", "--output-dir", str(tmp_path), "--shard-by", "count"], capsys
+    )
+    assert "costs from" not in by_count
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"SQLite format 3\x00" + b"\xff" * 200, "not a usable history store"),
+        (None, "is an SQLite file but not a history store"),
+    ],
+    ids=["corrupt", "another SQLite file"],
+)
+def test_cost_from_an_unusable_store_is_one_line_exit_two(tmp_path, capsys, content, message):
+    store = tmp_path / "history.sqlite"
+    if content is None:
+        sqlite3.connect(store).execute("CREATE TABLE t (x)").connection.commit()
+    else:
+        store.write_bytes(content)
+    argv = ["--shard", "0/2", "--output", str(tmp_path / "r.csv"), "--cost-from", str(store)]
+    assert run(argv) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"error: --cost-from: {store}" in errors[0], errors
+    assert message in errors[0]
+    assert not (tmp_path / "r.shard0of2.csv").exists()
 
 
 FIRST = SPEC

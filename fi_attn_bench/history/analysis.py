@@ -13,7 +13,7 @@ from fi_attn_bench.history.detect import (
     SeriesNormalization,
     detect,
 )
-from fi_attn_bench.history.store import CaseInfo, History, RunInfo
+from fi_attn_bench.results.run_store import CaseInfo, History, RunInfo
 
 SHARED_SERIES_LABEL = "all cases (run-wide level)"
 

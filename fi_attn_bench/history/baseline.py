@@ -7,7 +7,7 @@ import re
 import statistics
 from pathlib import Path
 
-from fi_attn_bench.history.store import RunInfo, RunStore
+from fi_attn_bench.results.run_store import RunInfo, RunStore
 from fi_attn_bench.results.schema import STATUS_OK, ResultCsvWriter
 
 SCALED_WITH_TIME = ("bandwidth_GB_s", "tflops")  # rates: divided by the time ratio

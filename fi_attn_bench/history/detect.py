@@ -4,15 +4,20 @@ Per device, results form a matrix (runs x cases) of log time.  Three steps remov
 machine noise before a change-point search (ruptures' ``KernelCPD``, linear kernel:
 least-squares segmentation with a penalty) looks at each case:
 
-1. clock: where a case's time follows the SM clock (the slope of its run-to-run log
-   time on log clock), time is scaled to the case's median clock by that exponent;
-2. shared drift: the median over cases of each run's deviation is a run-wide factor
-   (a slower machine that day); it is removed from every case and searched on its own;
-3. one-run blips: a running median of three removes a single slow run (the newest
-   run included), while a level held for two runs passes.
+1. clock: where a case's time follows the SM clock (the least-squares slope of its
+   run-to-run log time on log clock, 2 standard errors above 0), time is scaled to the
+   case's median clock by that exponent;
+2. shared drift: the median over cases of each run's deviation from the case's own level
+   is a run-wide factor (a slower machine that day); the levels come from a first search
+   on each case, so the cases that stepped do not pull the factor.  It is removed from
+   every case and searched on its own;
+3. one-run blips: the search sees a running median of three (the newest run included).
 
-A change point is the first run at a new level, its size the ratio of the medians
-around it, its confidence one minus Welch's t-test p-value between the two segments.
+A change point is the first run at a new level, its size the ratio of the medians around
+it, its confidence one minus Welch's t-test p-value between the two segments.  It is
+reported when it is large (in % and in noise levels), confident, and its shift passes a
+one-sided t test whose noise is estimated from the series itself (so a short series, with
+an uncertain noise, needs a larger shift).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 SHARED_DRIFT_MIN_CASES = 8  # fewer cases cannot tell a run-wide factor from a case's change
 MIN_CLOCK_SPREAD = 1e-4  # log-clock spread below this: the clock did not move, nothing to fit
 MAX_CLOCK_EXPONENT = 1.5
+MIN_CLOCK_T = 2.0  # a case is scaled where its exponent is this many standard errors above 0
 SIGMA_FLOOR = 5e-4  # 0.05 %: below this, noise is rounding and a penalty would explode
 MIN_SERIES_RUNS = 10  # fewer runs give no trustworthy noise estimate
 
@@ -38,11 +44,16 @@ class DetectionSettings:
     min_change_pct: float = 1.5  # smaller level changes are not reported
     normalize_clock: bool = True
     remove_shared_drift: bool = True
+    drift_passes: int = 2  # re-estimates of the run-wide factor against each case's levels
     median_filter: bool = True
     min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
     min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
     min_change_sigmas: float = 2.5  # a reported change is also this many noise levels large
-    min_baseline_runs: int = 8  # the first change needs this many runs before it to compare with
+    false_alarm_p: float = 1e-3  # one-sided p of the shift test (noise from the series itself)
+    outlier_sigmas: float = (
+        2.5  # in the shift test, a run this far from its neighbours is pulled in
+    )
+    min_baseline_runs: int = 8  # a change needs this many runs before it to compare with
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ class ChangePoint:
     series: int  # column of the matrix; -1 for the shared run-wide series
     run: int  # row of the matrix
     size_pct: float  # new level / old level - 1, in %
-    confidence: float  # 1 - p of Welch's t-test between the segments
+    confidence: float  # 1 - p of the shift test between the segments
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,9 @@ def detect(
     )
     exponents = np.array([n.clock_exponent for n in normalization])
     scaled = log_time + exponents * centered(log_clock)
-    drift = shared_drift(scaled) if settings.remove_shared_drift else np.zeros(len(scaled))
+    drift = np.zeros(len(scaled))
+    if settings.remove_shared_drift:
+        drift = shared_drift(scaled, settings, engine)
     residual = scaled - drift[:, None]
     points = [
         ChangePoint(column, run, size, confidence)
@@ -118,7 +131,8 @@ def detect(
 def clock_normalization(
     log_time: np.ndarray, log_clock: np.ndarray, settings: DetectionSettings
 ) -> SeriesNormalization:
-    """The clock exponent of one case, fitted on run-to-run differences (steps cancel)."""
+    """The clock exponent of one case, fitted by least squares on run-to-run differences
+    (steps cancel), used where it is significantly above 0."""
     unscaled = SeriesNormalization(0.0, False)
     if not settings.normalize_clock:
         return unscaled
@@ -129,15 +143,16 @@ def clock_normalization(
     if np.std(d_clock) < MIN_CLOCK_SPREAD:
         return unscaled
     keep = np.abs(d_time - np.median(d_time)) <= 5 * max(mad(d_time), SIGMA_FLOOR)
-    denominator = float(np.sum(d_clock[keep] ** 2))
-    if denominator <= 0:
+    d_time, d_clock = d_time[keep], d_clock[keep]
+    denominator = float(np.sum(d_clock**2))
+    if denominator <= 0 or len(d_time) < 3:
         return unscaled
-    exponent = float(
-        np.clip(-np.sum(d_clock[keep] * d_time[keep]) / denominator, 0, MAX_CLOCK_EXPONENT)
-    )
-    if exponent < 0.05 or mad(d_time + exponent * d_clock) >= 0.95 * mad(d_time):
+    slope = -float(np.sum(d_clock * d_time)) / denominator
+    residual = d_time + slope * d_clock
+    standard_error = np.sqrt(np.sum(residual**2) / (len(d_time) - 1) / denominator)
+    if not slope >= MIN_CLOCK_T * standard_error:
         return unscaled
-    return SeriesNormalization(exponent, True)
+    return SeriesNormalization(float(min(slope, MAX_CLOCK_EXPONENT)), True)
 
 
 def centered(log_clock: np.ndarray) -> np.ndarray:
@@ -147,20 +162,54 @@ def centered(log_clock: np.ndarray) -> np.ndarray:
         return np.nan_to_num(log_clock - np.nanmedian(log_clock, axis=0))
 
 
-def shared_drift(log_time: np.ndarray) -> np.ndarray:
-    """Per run, the median over cases of their deviation from their own median."""
-    finite = np.isfinite(log_time)
-    drift = np.zeros(log_time.shape[0])
-    if log_time.shape[1] < SHARED_DRIFT_MIN_CASES:
-        return drift
+def shared_drift(
+    log_time: np.ndarray,
+    settings: DetectionSettings = DEFAULT_SETTINGS,
+    engine: Engine = kernel_cpd_breakpoints,
+) -> np.ndarray:
+    """Per run, the median over cases of their deviation from their own level: first their
+    median, then (``drift_passes`` times) the piecewise level a search finds in each case."""
+    drift = run_medians(log_time - nanmedian(log_time, axis=0))
+    for _ in range(settings.drift_passes if np.any(drift) else 0):
+        levels = np.column_stack(
+            [piecewise_levels(column, settings, engine) for column in (log_time - drift[:, None]).T]
+        )
+        drift = run_medians(log_time - levels)
+    return drift
+
+
+def nanmedian(values: np.ndarray, axis: int) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # runs or cases without results
-        deviation = log_time - np.nanmedian(log_time, axis=0)
-        medians = np.nanmedian(deviation, axis=1)
-    counts = finite.sum(axis=1)
-    enough = counts >= SHARED_DRIFT_MIN_CASES
-    drift[enough] = medians[enough]
+        return np.nanmedian(values, axis=axis)
+
+
+def run_medians(deviation: np.ndarray) -> np.ndarray:
+    """Each run's median deviation, where enough cases have a result (else 0)."""
+    drift = np.zeros(deviation.shape[0])
+    if deviation.shape[1] < SHARED_DRIFT_MIN_CASES:
+        return drift
+    enough = np.isfinite(deviation).sum(axis=1) >= SHARED_DRIFT_MIN_CASES
+    drift[enough] = nanmedian(deviation[enough], axis=1)
     return drift
+
+
+def piecewise_levels(series: np.ndarray, settings: DetectionSettings, engine: Engine) -> np.ndarray:
+    """The series replaced by the median of each segment the search finds (NaN stays NaN)."""
+    levels = np.full_like(series, np.nan)
+    positions = np.flatnonzero(np.isfinite(series))
+    values = series[positions]
+    if len(values) < 2 * settings.min_segment_runs:
+        levels[positions] = np.median(values) if len(values) else np.nan
+        return levels
+    cleaned = running_median3(values) if settings.median_filter else values
+    starts = engine(
+        (cleaned / noise_level(values)).reshape(-1, 1), settings.penalty, settings.min_segment_runs
+    )
+    bounds = [0, *starts, len(values)]
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        levels[positions[start:end]] = np.median(values[start:end])
+    return levels
 
 
 def mad(values: np.ndarray) -> float:
@@ -176,26 +225,42 @@ def series_change_points(
     """(run, size %, confidence) of each change in one series (NaN: run without a result)."""
     positions = np.flatnonzero(np.isfinite(values))
     series = values[positions]
-    if len(series) < MIN_SERIES_RUNS:
+    if len(series) < max(MIN_SERIES_RUNS, 2 * settings.min_segment_runs):
         return []
     cleaned = running_median3(series) if settings.median_filter else series
     sigma = noise_level(series)
-    if len(cleaned) < 2 * settings.min_segment_runs:
-        return []
+    tamed = cleaned + np.clip(
+        series - cleaned, -settings.outlier_sigmas * sigma, settings.outlier_sigmas * sigma
+    )
     starts = engine((cleaned / sigma).reshape(-1, 1), settings.penalty, settings.min_segment_runs)
     bounds = [0, *starts, len(series)]
     found = []
     for before, start, after in zip(bounds, bounds[1:], bounds[2:], strict=False):
+        if start < settings.min_baseline_runs:
+            continue
         size = float(
             np.expm1(np.median(series[start:after]) - np.median(series[before:start])) * 100
         )
         confidence = welch_confidence(series[before:start], series[start:after])
-        if before == 0 and start < settings.min_baseline_runs:
-            continue
+        p_value = shift_p_value(tamed[before:start], tamed[start:after], sigma, len(series) - 2)
         floor = max(settings.min_change_pct, settings.min_change_sigmas * sigma * 100)
-        if abs(size) >= floor and not confidence < settings.min_confidence:
+        if (
+            abs(size) >= floor
+            and not confidence < settings.min_confidence
+            and p_value <= settings.false_alarm_p
+        ):
             found.append((int(positions[start]), size, confidence))
     return found
+
+
+def shift_p_value(before: np.ndarray, after: np.ndarray, sigma: float, degrees: int) -> float:
+    """One-sided p-value of the shift of the means under Student's t, with the series' noise
+    ``sigma`` estimated on ``degrees`` degrees of freedom (few runs: a wider tail)."""
+    from scipy import stats
+
+    shift = abs(float(np.mean(after) - np.mean(before)))
+    z = shift / (sigma * np.sqrt(1 / len(before) + 1 / len(after)))
+    return float(stats.t.sf(z, degrees))
 
 
 def noise_level(series: np.ndarray) -> float:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from fi_attn_bench.results.run_store import CaseResult, ParsedRun
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, STATUS_FAILED, case_columns
 from fi_attn_bench.summarizer.loading import load_inputs
 
@@ -37,37 +37,6 @@ RUN_METADATA_COLUMNS = (
 
 class NotARunError(ValueError):
     """A CSV that cannot be read as benchmark output."""
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    """One case of one run: its identity, time and the conditions it ran under."""
-
-    case_key: str  # canonical JSON of api + case fields (identity defaults filled)
-    api: str
-    impl: str
-    fields_json: str  # the case fields alone, as JSON, for filters and labels
-    status: str
-    time_ms: float | None
-    sm_clock_mean_MHz: float | None
-    power_capped_pct: float | None
-    row_json: str  # the whole CSV row, so a baseline CSV can be written back
-
-
-@dataclass(frozen=True)
-class ParsedRun:
-    """The rows of one benchmark invocation and what they say about it."""
-
-    run_id: str
-    source: str
-    metadata: tuple[tuple[str, str], ...]  # (column, value) from RUN_METADATA_COLUMNS
-    started_utc: str
-    finished_utc: str
-    columns: tuple[str, ...]  # the CSV header, for writing the run back
-    results: tuple[CaseResult, ...]
-
-    def meta(self, name: str) -> str:
-        return dict(self.metadata).get(name, "")
 
 
 def csv_paths(inputs: Iterable[str]) -> list[Path]:

@@ -19,6 +19,7 @@ from fi_attn_bench.cases.selection import case_key
 from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.reader import read_file, result_layout
+from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore, StoreError
 from fi_attn_bench.results.schema import STATUS_OK
 from fi_attn_bench.sweep.launch import Launch, detect_launch, process_started, run_tag
 from fi_attn_bench.sweep.options import RunOptions, cost_timing
@@ -42,6 +43,7 @@ from fi_attn_bench.timing.options import TimingOptions
 from fi_attn_bench.wording import counted
 
 EXPLICIT = "--shard"
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class ShardRequest:
     shard: ShardSpec | None = None
     origin: str = ""  # "--shard", "--resume" (its file name), or the launcher
     by: str = "cost"
-    cost_from: str | None = None
+    cost_from: str | None = None  # result CSVs or a history store
     launch: Launch = field(default_factory=Launch)
     timing: TimingOptions = field(default_factory=TimingOptions)  # what cases are costed by
 
@@ -95,7 +97,19 @@ def shard_request(asked, environ: Mapping[str, str]) -> ShardRequest:
         if cost_from or by != "cost":
             raise UsageError("--cost-from and --shard-by apply to sharded sweeps: add --shard I/N")
         return ShardRequest(launch=launch)
+    if cost_from is None and by == "cost":
+        cost_from = default_history_store(asked)
     return ShardRequest(shard, origin, by, cost_from, launch, cost_timing(asked))
+
+
+def default_history_store(asked) -> str | None:
+    """The history store beside the results (``fi-attn-history add``'s default), if one is there."""
+    output = getattr(asked, "output", None) or getattr(asked, "resume", None)
+    folder = os.path.dirname(output) if output else getattr(asked, "output_dir", None)
+    if folder is None:
+        return None
+    path = os.path.join(folder or ".", DEFAULT_STORE_NAME)
+    return path if os.path.isfile(path) else None
 
 
 # --------------------------------------------------------------------------- costs
@@ -109,10 +123,29 @@ def _csv_paths(path: str) -> list[str]:
     return [path]
 
 
+def is_history_store(path: str) -> bool:
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as handle:
+        return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+
+
+def load_store_rows(path: str) -> list[dict[str, object]]:
+    """Per case, the row of its newest ok run in a ``fi-attn-history`` store."""
+    try:
+        with RunStore.open(path, create=False) as store:
+            return store.newest_ok_rows()
+    except StoreError as error:
+        raise UsageError(f"--cost-from: {error}") from None
+
+
 def load_measured(path: str, specs: Sequence[BenchmarkSpec]) -> list[dict[str, object]]:
-    """The ok rows of a previous sweep's CSV (or of every CSV in a directory); UsageError
-    when there is none, or a file is no valid result CSV of these scripts (the summarizer's
-    rules, with the scripts' case fields as the known layouts)."""
+    """The ok rows of a previous sweep's CSV (or of every CSV in a directory), or each case's
+    newest ok row in a history store; UsageError when there is none, or a file is no valid
+    result CSV of these scripts (the summarizer's rules, with the scripts' case fields as the
+    known layouts)."""
+    if is_history_store(path):
+        return load_store_rows(path)
     layouts = [result_layout(spec.case_fields) for spec in specs]
     paths = _csv_paths(path)
     if not paths:
@@ -343,7 +376,7 @@ def describe_shard(sharded: ShardedRuns) -> str:
     cost_s = sum(c.item.cost_us for c in mine) / 1e6
     measured = sum(c.measured for c in sharded.costed)
     source = (
-        f"{measured} of {len(sharded.costed)} costs from --cost-from"
+        f"{measured} of {len(sharded.costed)} costs from {request.cost_from}"
         if request.cost_from
         else "predicted costs"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fi_attn_bench.history.reading import ParsedRun
+from fi_attn_bench.results.schema import STATUS_OK
 
 STORE_VERSION = 1
 DEFAULT_STORE_NAME = "fi-attn-history.sqlite"
@@ -54,6 +54,37 @@ CREATE TABLE result_rows (
     PRIMARY KEY (run_seq, case_id)
 ) WITHOUT ROWID;
 """
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case of one run: its identity, time and the conditions it ran under."""
+
+    case_key: str  # canonical JSON of api + case fields (identity defaults filled)
+    api: str
+    impl: str
+    fields_json: str  # the case fields alone, as JSON, for filters and labels
+    status: str
+    time_ms: float | None
+    sm_clock_mean_MHz: float | None
+    power_capped_pct: float | None
+    row_json: str  # the whole CSV row, so a baseline CSV can be written back
+
+
+@dataclass(frozen=True)
+class ParsedRun:
+    """The rows of one benchmark invocation and what they say about it."""
+
+    run_id: str
+    source: str
+    metadata: tuple[tuple[str, str], ...]  # (column, value) from RUN_METADATA_COLUMNS
+    started_utc: str
+    finished_utc: str
+    columns: tuple[str, ...]  # the CSV header, for writing the run back
+    results: tuple[CaseResult, ...]
+
+    def meta(self, name: str) -> str:
+        return dict(self.metadata).get(name, "")
 
 
 class StoreError(Exception):
@@ -117,6 +148,8 @@ class RunStore:
         if not path.exists() and not create:
             raise StoreError(f"no history store at {path} (create one with 'add')")
         try:
+            if create:
+                path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
             store = cls(connection, path)
             store._check_or_create()
@@ -133,13 +166,9 @@ class RunStore:
         self.connection.close()
 
     def _check_or_create(self) -> None:
-        tables = {
-            row[0]
-            for row in self.connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
-        if not tables:
+        if not self._tables():
             self._create()
-            return
+        tables = self._tables()
         if "meta" not in tables:
             raise StoreError(f"{self.path} is an SQLite file but not a history store")
         row = self.connection.execute("SELECT value FROM meta WHERE key='store_version'").fetchone()
@@ -152,8 +181,14 @@ class RunStore:
                 f"up to {STORE_VERSION} (upgrade fi-attn-bench)"
             )
 
+    def _tables(self) -> set[str]:
+        rows = self.connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        return {row[0] for row in rows}
+
     def _create(self) -> None:
         with self.transaction():
+            if self._tables():  # another writer created it since we looked
+                return
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self.connection.execute(statement)
@@ -276,6 +311,19 @@ class RunStore:
         """The CSV rows of one run as they were added."""
         rows = self._query(
             "SELECT row FROM result_rows WHERE run_seq=? ORDER BY case_id", (run_seq,)
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    def newest_ok_rows(self) -> list[dict]:
+        """Per case, the CSV row of its newest run (by start time) where it was ok."""
+        rows = self._query(
+            "SELECT row FROM (SELECT rr.row, ROW_NUMBER() OVER (PARTITION BY rr.case_id"
+            " ORDER BY runs.started_utc DESC, runs.run_seq DESC) AS newest"
+            " FROM result_rows rr"
+            " JOIN results r ON r.run_seq = rr.run_seq AND r.case_id = rr.case_id"
+            " JOIN runs ON runs.run_seq = r.run_seq WHERE r.status = ?)"
+            " WHERE newest = 1",
+            (STATUS_OK,),
         )
         return [json.loads(row[0]) for row in rows]
 
