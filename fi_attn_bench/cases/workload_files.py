@@ -8,7 +8,7 @@ Our lines (one batch each; blank lines are skipped)::
 
 flashinfer-bench lines (``{"definition": ..., "workload": {"uuid", "axes", "inputs"}}``) keep
 their per-request lengths in the index tensors of a ``.safetensors`` file; ``fib_batch`` reads
-them (docs/DESIGN.md, "flashinfer-bench workloads", has the field mapping).
+them (docs/SERVING.md has the field mapping).
 """
 
 from __future__ import annotations
