@@ -1,0 +1,437 @@
+"""Integrity checks: the timed calls did the work that the checked call did.
+
+One check of run()'s output before timing (``verify_output``) says nothing about the timed
+calls: a plugin could compute once and then return early, cache its output, hand the work to
+a thread or stream the timer does not see, or detect the profiler.  After the timed loop,
+with the same run(), buffers and timer (so a call cannot tell it is checked):
+
+* ``timed_output``: one timed call, chosen at random, had its output poisoned (NaN) before it
+  and copied the moment it returned; the copy must equal the checked call's output (a copy
+  that is wrong while the buffer is right a moment later fails ``timeline`` instead).  Under the
+  profiler and CUDA-graph timers, whose recordings have no room for a foreign kernel, that
+  call runs right after the timed loop, under the same profiler or as a graph replay;
+* ``fresh_inputs``: new random values (from the OS's entropy, not the case seed) are
+  written into the same input tensors in place and one call runs, unpoisoned, as the timed
+  calls ran; its output must match the float32 reference on the new values;
+* ``timeline``: the output copied the moment that call returned (on the calling stream) must
+  already be right, and the call must leave no thread of its own running;
+* ``fresh_inputs_time``: that call may not be more than ``TIME_FACTOR`` times the timed
+  median (a cache keyed on an input fingerprint computes only here);
+* ``graph_capture`` (cuda_graph): a replay runs the eager call's kernels, K times over.
+
+A failed check raises ``IntegrityError`` (the row fails, ``integrity`` names the check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from fi_attn_bench.cases.checking import Tolerance, check_output, poison_
+from fi_attn_bench.results.schema import (
+    CPU_TIMER,
+    FRESH_INPUTS,
+    FRESH_INPUTS_TIME,
+    GRAPH_CAPTURE,
+    INTEGRITY_OFF,
+    INTEGRITY_PASS,
+    TIMED_OUTPUT,
+    TIMELINE,
+)
+
+TIME_FACTOR = 3.0
+"""A call on fresh values may take this many times the timed median before it is flagged."""
+
+TIME_SLACK_MS = 0.05
+"""... plus this much (ms): a GPU call's launch, a CPU call's host jitter."""
+
+TIME_RETRIES = 2
+"""More fresh calls before a slow one is flagged (each on new values): the fastest counts."""
+
+THREAD_JOIN_S = 10.0
+"""How long a thread run() left behind may take to finish before the output is read."""
+
+LATE_WAIT_S = 0.5
+"""How long an output that was wrong on return is watched for turning right (late work)."""
+
+IN_LOOP_TIMERS = (CPU_TIMER, "events")
+"""Timers whose samples are taken call by call, so one call may be poisoned inside the loop."""
+
+BLIND_SPOTS = {
+    "events": "integrity: the events timer times only run()'s own stream (work on another "
+    "stream is checked for completion on return, not timed)",
+    "cuda_graph": "integrity: the cuda_graph timer times only the captured work (the replay's "
+    "kernels and output are checked against eager calls)",
+}
+"""What a timer cannot see, noted on its rows."""
+
+
+class IntegrityError(RuntimeError):
+    """A timed call did less or other work than the checked one; ``check`` names how."""
+
+    def __init__(self, check: str, reason: str):
+        super().__init__(f"integrity check {check} failed: {reason}")
+        self.check = check
+
+
+def integrity_column(enabled: bool, error: BaseException | None = None) -> dict[str, str]:
+    """The row's ``integrity`` column (its one writer)."""
+    if not enabled:
+        return {"integrity": INTEGRITY_OFF}
+    if isinstance(error, IntegrityError):
+        return {"integrity": error.check}
+    return {"integrity": INTEGRITY_PASS}
+
+
+def floating_tensors(inputs: object) -> list[Tensor]:
+    """The floating-point tensors among a script's inputs (a tensor, a dataclass, a sequence
+    or mapping of them, nested): the values run() computes on; index tensors stay as planned."""
+    found: dict[int, Tensor] = {}
+    for tensor in _tensors(inputs, depth=0):
+        if tensor.is_floating_point() and tensor.numel():
+            found.setdefault(id(tensor), tensor)
+    return list(found.values())
+
+
+def _tensors(value: object, depth: int) -> Iterator[Tensor]:
+    if depth > 4:
+        return
+    if isinstance(value, Tensor):
+        yield value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            yield from _tensors(getattr(value, item.name), depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item, depth + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item, depth + 1)
+
+
+def refill_(tensors: list[Tensor]) -> None:
+    """New standard-normal values, in place, from a seed nobody can predict."""
+    for tensor in tensors:
+        generator = torch.Generator(device=tensor.device)
+        generator.manual_seed(secrets.randbits(63))
+        if tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            tensor.normal_(generator=generator)
+        else:  # fp8 and other storage types: drawn in float32 and converted
+            drawn = torch.randn(tensor.shape, generator=generator, device=tensor.device)
+            tensor.copy_(drawn)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What the checks run and compare: one implementation's run() on one case."""
+
+    run: Callable[[], object]
+    output: Tensor | None  # the buffer run() writes; None: run() returns its output
+    reference: Callable[[], Tensor]  # the float32 reference on the inputs' current values
+    inputs: object
+    device: torch.device
+    tolerance: Tolerance
+
+    def output_of(self, result: object) -> Tensor:
+        if self.output is not None:
+            return self.output
+        if isinstance(result, (tuple, list)) and result:
+            result = result[0]
+        if not isinstance(result, Tensor):
+            raise TypeError("nothing to check: no output buffer and run() returned no tensor")
+        return result
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+@dataclass
+class TimedCallSentinel:
+    """run() for the timed loop.  Each call is, with probability 1 / (its number), poisoned
+    before and copied the moment it returns (reservoir sampling: the last copy is of a call
+    chosen uniformly among all timed calls, however many the stop rule lets run); the copy
+    is judged after the loop.  About ln(calls) + 1 calls pay for a fill and a copy."""
+
+    subject: Subject
+    draw: Callable[[], float] = field(default_factory=lambda: random.SystemRandom().random)
+    calls: int = 0
+    snapshot: Tensor | None = None
+
+    def __call__(self) -> object:
+        self.calls += 1
+        if self.draw() * self.calls >= 1.0:
+            return self.subject.run()
+        if self.subject.output is not None:
+            poison_(self.subject.output)
+        result = self.subject.run()
+        self.snapshot = self.subject.output_of(result).clone()
+        return result
+
+
+@dataclass(frozen=True)
+class FreshCall:
+    """One call on fresh values: its time per run(), the output copied on its return, the
+    output once the device and its threads finished, and the threads it left running."""
+
+    ms: float
+    snapshot: Tensor
+    final: Tensor
+    leftover_threads: int
+
+
+def _graph(session) -> object | None:
+    return getattr(session, "graph", None)
+
+
+def _profile(session) -> Callable | None:
+    """The profiler a profiler session records with (None under other timers)."""
+    timer = getattr(session, "timer", None)
+    if getattr(timer, "name", "") != "profiler":
+        return None
+    return getattr(timer, "profile", None)
+
+
+@dataclass
+class IntegrityProbe:
+    """The integrity checks of one implementation on one case (see the module docstring).
+
+    ``verified`` is the checked call's output, kept by the correctness check."""
+
+    subject: Subject
+    timer_name: str
+    min_samples: int
+    verified: Tensor | None = None
+    sentinel: TimedCallSentinel | None = None
+    clock: Callable[[], float] = time.perf_counter
+    notes: list[str] = field(default_factory=list)
+
+    def timed_fn(self) -> Callable[[], object]:
+        """What the timer calls: the sentinel where samples are taken call by call."""
+        if self.timer_name not in IN_LOOP_TIMERS:
+            return self.subject.run
+        self.sentinel = TimedCallSentinel(self.subject)
+        return self.sentinel
+
+    def blind_spot(self) -> str:
+        return BLIND_SPOTS.get(self.timer_name, "")
+
+    # ---------------------------------------------------------------- timed_output
+
+    def check_timed_output(self, session, measurement=None) -> None:
+        """The poisoned timed call's output against the checked call's."""
+        if self.verified is None:
+            return
+        snapshot = self.sentinel.snapshot if self.sentinel is not None else None
+        if snapshot is None:
+            snapshot = self._poisoned_call(session)
+        self.subject.sync()
+        found = check_output(snapshot, self.verified, self.subject.tolerance)
+        if found.passed:
+            return
+        if self._turns_right(self.subject.output, self.verified):
+            raise IntegrityError(
+                TIMELINE,
+                "a timed call's output was unfinished when run() returned and right a moment "
+                "later (work left on another stream or thread): " + found.message,
+            )
+        raise IntegrityError(
+            TIMED_OUTPUT,
+            "a timed call's output (poisoned before it) differs from the checked call's: "
+            + found.message,
+        )
+
+    def _turns_right(self, buffer: Tensor | None, expected: Tensor) -> bool:
+        """Whether ``buffer`` (run()'s output) matches ``expected`` within ``LATE_WAIT_S``,
+        once the device and any late thread had time to finish."""
+        if buffer is None:
+            return False
+        deadline = self.clock() + LATE_WAIT_S
+        while True:
+            self.subject.sync()
+            if check_output(buffer, expected, self.subject.tolerance).passed:
+                return True
+            if self.clock() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    def _poisoned_call(self, session) -> Tensor:
+        """One call as the timer runs them, after the timed loop, its output poisoned."""
+        copies: list[Tensor] = []
+        graph = _graph(session)
+
+        def body() -> None:
+            if self.subject.output is not None:
+                poison_(self.subject.output)
+            result = graph.replay() if graph is not None else self.subject.run()
+            copies.append(self.subject.output_of(result).clone())
+
+        if graph is not None and self.subject.output is None:
+            body = self._eager_copy(copies)
+        self._as_timed(session, body)
+        return copies[0]
+
+    def _eager_copy(self, copies: list[Tensor]) -> Callable[[], None]:
+        """A graph of a run() that returns its output has no buffer to read: run it eagerly."""
+        self.notes.append("integrity: run() returns its output, so replays were not checked")
+
+        def body() -> None:
+            copies.append(self.subject.output_of(self.subject.run()).clone())
+
+        return body
+
+    def _as_timed(self, session, body: Callable[[], None]) -> list | None:
+        """``body`` under the profiler where the timer is the profiler; its device events."""
+        profile = _profile(session)
+        if profile is None:
+            body()
+            self.subject.sync()
+            return None
+        return profile(body, self.subject.sync)
+
+    # ---------------------------------------------------------------- fresh inputs
+
+    def check_fresh_inputs(self, session, measurement) -> None:
+        """fresh_inputs, timeline and fresh_inputs_time (see the module docstring): a call
+        over the time limit is retried on new values (each one checked), the fastest counts."""
+        tensors = floating_tensors(self.subject.inputs)
+        if not tensors:
+            self.notes.append("integrity: no floating-point inputs to refresh")
+            return
+        limit = self.time_limit_ms(measurement.median)
+        fastest = math.inf
+        for _ in range(1 + TIME_RETRIES):
+            fastest = min(fastest, self._checked_fresh_call(session, tensors))
+            if fastest <= limit:
+                return
+        raise IntegrityError(
+            FRESH_INPUTS_TIME,
+            f"a call on new input values took {fastest:.4g} ms (fastest of "
+            f"{1 + TIME_RETRIES}), {fastest / measurement.median:.1f}x the timed median "
+            f"{measurement.median:.4g} ms (limit {limit:.4g} ms): the timed calls skipped "
+            "work that new values need (an output cache?)",
+        )
+
+    def _checked_fresh_call(self, session, tensors: list[Tensor]) -> float:
+        """One call on new values, its output checked; its time (ms per run())."""
+        found = self._fresh_call(session, tensors)
+        expected = self.subject.reference()
+        early = check_output(found.snapshot, expected, self.subject.tolerance)
+        if not early.passed and not self._turns_right(found.final, expected):
+            check = GRAPH_CAPTURE if _graph(session) is not None else FRESH_INPUTS
+            raise IntegrityError(check, "on new input values written in place: " + early.message)
+        if not early.passed:
+            raise IntegrityError(
+                TIMELINE,
+                "the output read on the calling stream the moment run() returned was not "
+                "finished (work left on another stream or thread, or still running): "
+                + early.message,
+            )
+        if found.leftover_threads:
+            raise IntegrityError(
+                TIMELINE, f"run() left {found.leftover_threads} thread(s) of its own running"
+            )
+        return found.ms
+
+    def _fresh_call(self, session, tensors: list[Tensor]) -> FreshCall:
+        refill_(tensors)
+        graph = _graph(session)
+        per_call = getattr(session, "calls_per_replay", 1) if graph is not None else 1
+        call = graph.replay if graph is not None else self.subject.run
+        if graph is not None and self.subject.output is None:
+            call, per_call = self.subject.run, 1
+        before = set(threading.enumerate())
+        taken: list[object] = []
+
+        def body() -> None:
+            timing = _CallTiming(self.subject.device, self.clock)
+            result = call()
+            timing.stop()
+            output = self.subject.output_of(result)
+            taken.extend((timing, output.clone(), output))
+
+        self._as_timed(session, body)
+        leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        for thread in leftover:
+            thread.join(THREAD_JOIN_S)
+        self.subject.sync()
+        timing, snapshot, final = taken
+        return FreshCall(timing.ms() / per_call, snapshot, final, len(leftover))
+
+    def time_limit_ms(self, median_ms: float) -> float:
+        return max(TIME_FACTOR * median_ms, median_ms + TIME_SLACK_MS)
+
+    # ---------------------------------------------------------------- graph capture
+
+    def check_graph_capture(self, session, measurement=None) -> None:
+        """cuda_graph: a replay of K captured calls runs the eager call's kernels K times."""
+        graph, profile = _graph(session), getattr(getattr(session, "timer", None), "profile", None)
+        if graph is None or profile is None:
+            return
+        eager = Counter(e.name for e in profile(self.subject.run, self.subject.sync))
+        if not eager:
+            self.notes.append("integrity: the profiler saw no kernel: graph kernels not compared")
+            return
+        replayed = Counter(e.name for e in profile(graph.replay, self.subject.sync))
+        calls = session.calls_per_replay
+        expected = Counter({name: count * calls for name, count in eager.items()})
+        if replayed != expected:
+            missing = sorted((expected - replayed).elements())
+            extra = sorted((replayed - expected).elements())
+            raise IntegrityError(
+                GRAPH_CAPTURE,
+                f"a replay of {calls} captured calls ran {sum(replayed.values())} kernels, "
+                f"{calls} eager calls run {sum(expected.values())} (missing: "
+                f"{_names(missing)}; extra: {_names(extra)})",
+            )
+
+    def audits(self) -> tuple[Callable, ...]:
+        """The checks after the timed loop, in order; each phase runs for every implementation
+        of a case before the next (``fresh_inputs`` rewrites inputs they share)."""
+        return (self.check_timed_output, self.check_graph_capture, self.check_fresh_inputs)
+
+
+def _names(names: list[str]) -> str:
+    if not names:
+        return "none"
+    counts = Counter(names)
+    return ", ".join(f"{count}x {name[:60]}" for name, count in counts.items())
+
+
+@dataclass
+class _CallTiming:
+    """The device time of one call (a CUDA event pair) or its wall time on the CPU."""
+
+    device: torch.device
+    clock: Callable[[], float]
+    started: float = 0.0
+    ended: float = 0.0
+    events: tuple = ()
+
+    def __post_init__(self) -> None:
+        if self.device.type == "cuda":
+            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            begin.record()
+            self.events = (begin, end)
+        self.started = self.clock()
+
+    def stop(self) -> None:
+        self.ended = self.clock()
+        if self.events:
+            self.events[1].record()
+
+    def ms(self) -> float:
+        if self.events:
+            self.events[1].synchronize()
+            return float(self.events[0].elapsed_time(self.events[1]))
+        return (self.ended - self.started) * 1e3
