@@ -198,7 +198,7 @@ class CaseRunner:
             device=self.options.device,
             tolerance=checking_tolerance(self.options),
         )
-        return IntegrityProbe(subject, self.timer.name, self.options.timing.min_samples)
+        return IntegrityProbe(subject, self.timer.name, self.timer.stopwatch)
 
     def _finished(self, measurement: Measurement, columns: dict[str, object]) -> CaseResult:
         self.timed_ms += measurement.timed_ms

@@ -48,6 +48,7 @@ from fi_attn_bench.results.schema import (
     TIMED_OUTPUT,
     TIMELINE,
 )
+from fi_attn_bench.timing.timers import Stopwatch, WallStopwatch
 
 TIME_FACTOR = 3.0
 """A call on fresh values may take this many times the timed median before it is flagged."""
@@ -210,7 +211,7 @@ class IntegrityProbe:
 
     subject: Subject
     timer_name: str
-    min_samples: int
+    stopwatch: Callable[[], Stopwatch | None]  # the timer's; None: calls cannot be timed
     verified: Tensor | None = None
     sentinel: TimedCallSentinel | None = None
     clock: Callable[[], float] = time.perf_counter
@@ -309,6 +310,9 @@ class IntegrityProbe:
             self.notes.append("integrity: no floating-point inputs to refresh")
             return
         limit = self.time_limit_ms(measurement.median)
+        if self.stopwatch() is None:  # a scripted timer: its samples are no call's time
+            self._checked_fresh_call(session, tensors)
+            return
         fastest = math.inf
         for _ in range(1 + TIME_RETRIES):
             fastest = min(fastest, self._checked_fresh_call(session, tensors))
@@ -354,19 +358,20 @@ class IntegrityProbe:
         taken: list[object] = []
 
         def body() -> None:
-            timing = _CallTiming(self.subject.device, self.clock)
+            watch = self.stopwatch() or WallStopwatch(self.clock)
+            watch.start()
             result = call()
-            timing.stop()
+            watch.stop()
             output = self.subject.output_of(result)
-            taken.extend((timing, output.clone(), output))
+            taken.extend((watch, output.clone(), output))
 
         self._as_timed(session, body)
         leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
         for thread in leftover:
             thread.join(THREAD_JOIN_S)
         self.subject.sync()
-        timing, snapshot, final = taken
-        return FreshCall(timing.ms() / per_call, snapshot, final, len(leftover))
+        watch, snapshot, final = taken
+        return FreshCall(watch.ms() / per_call, snapshot, final, len(leftover))
 
     def time_limit_ms(self, median_ms: float) -> float:
         return max(TIME_FACTOR * median_ms, median_ms + TIME_SLACK_MS)
@@ -406,32 +411,3 @@ def _names(names: list[str]) -> str:
         return "none"
     counts = Counter(names)
     return ", ".join(f"{count}x {name[:60]}" for name, count in counts.items())
-
-
-@dataclass
-class _CallTiming:
-    """The device time of one call (a CUDA event pair) or its wall time on the CPU."""
-
-    device: torch.device
-    clock: Callable[[], float]
-    started: float = 0.0
-    ended: float = 0.0
-    events: tuple = ()
-
-    def __post_init__(self) -> None:
-        if self.device.type == "cuda":
-            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            begin.record()
-            self.events = (begin, end)
-        self.started = self.clock()
-
-    def stop(self) -> None:
-        self.ended = self.clock()
-        if self.events:
-            self.events[1].record()
-
-    def ms(self) -> float:
-        if self.events:
-            self.events[1].synchronize()
-            return float(self.events[0].elapsed_time(self.events[1]))
-        return (self.ended - self.started) * 1e3
