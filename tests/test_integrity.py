@@ -5,15 +5,17 @@ them, and honest implementations pass; the profiler and graph mechanisms with fa
 from __future__ import annotations
 
 import math
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import exploits
 import pytest
 import torch
 from test_bench_common import read_rows, run_main
 
 import bench_batch_decode
-import exploits
 from fi_attn_bench.backends.impls import ImplContext
 from fi_attn_bench.cases.checking import Tolerance
 from fi_attn_bench.cases.spec import Settings
@@ -159,7 +161,9 @@ def _logged(subject: Subject, kernels: list[str]) -> Subject:
         kernels.extend(("gather", "attention"))
         return subject.run()
 
-    return Subject(run, subject.output, subject.reference, subject.inputs, subject.device, Tolerance())
+    return Subject(
+        run, subject.output, subject.reference, subject.inputs, subject.device, Tolerance()
+    )
 
 
 def test_a_replay_that_skips_a_kernel_fails_graph_capture():
@@ -206,15 +210,54 @@ def test_the_poisoned_call_is_drawn_by_reservoir_sampling():
 
 
 def test_late_work_is_a_timeline_failure_not_a_wrong_output():
-    subject = _subject(exploits.background_thread)
-    probe = IntegrityProbe(subject, "wall", WallStopwatch)
-    probe.verified = _subject(exploits._honest).run().clone()
-    probe.verified.copy_(subject.reference().to(probe.verified.dtype))
+    output, right = torch.zeros(4), torch.arange(4.0)
+
+    def run():  # the work lands 20 ms after run() returned
+        threading.Timer(0.02, lambda: output.copy_(right)).start()
+        return output
+
+    subject = Subject(run, output, lambda: right, None, torch.device("cpu"), Tolerance())
+    probe = IntegrityProbe(subject, "wall", WallStopwatch, verified=right.clone())
     probe.sentinel = integrity.TimedCallSentinel(subject, draw=lambda: 0.0)
     probe.sentinel()
     with pytest.raises(IntegrityError) as caught:
         probe.check_timed_output(SimpleNamespace())
     assert caught.value.check == TIMELINE
+    assert "unfinished when run() returned" in str(caught.value)
+
+
+@pytest.fixture
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_cpu_time_spent_by_other_threads_during_the_timed_calls_is_a_timeline_failure():
+    output = torch.zeros(4)
+
+    def burn():
+        deadline = time.thread_time() + 0.03
+        while time.thread_time() < deadline:
+            pass
+
+    def run():
+        threading.Thread(target=burn).start()
+        return output
+
+    subject = Subject(run, output, lambda: output, None, torch.device("cpu"), Tolerance())
+    probe = IntegrityProbe(subject, "wall", WallStopwatch)
+    sentinel = probe.timed_fn()
+    for _ in range(3):
+        sentinel()
+    time.sleep(0.15)
+    sentinel()
+    with pytest.raises(IntegrityError) as caught:
+        probe.check_timed_output(SimpleNamespace())
+    assert caught.value.check == TIMELINE
+    assert "other threads used" in str(caught.value)
 
 
 def test_fresh_values_are_written_in_place_into_floating_inputs_only():

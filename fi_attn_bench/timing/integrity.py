@@ -68,7 +68,7 @@ SETTLE_S = (0.002, 0.05)
 """Bounds of the pause (3 timed medians) before new values are written: work an earlier
 call left behind finishes on the old values instead of landing on the new ones."""
 
-OTHER_THREADS_SHARE = 0.5
+OTHER_THREADS_SHARE = 0.1
 """CPU time other threads may spend during the timed calls, as a share of the calling
 thread's (one torch thread: its calls run on the calling thread alone)."""
 
