@@ -4,7 +4,9 @@ them, and honest implementations pass; the profiler and graph mechanisms with fa
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,6 +15,7 @@ from types import SimpleNamespace
 import exploits
 import pytest
 import torch
+from stand_ins import fake_flashinfer
 from test_bench_common import read_rows, run_main
 
 import bench_batch_decode
@@ -288,3 +291,50 @@ def test_the_integrity_column_names_the_failed_check():
     assert integrity.integrity_column(True) == {"integrity": INTEGRITY_PASS}
     failed = IntegrityError(TIMELINE, "late")
     assert integrity.integrity_column(True, failed) == {"integrity": TIMELINE}
+
+
+# ---------------------------------------------------------------- FlashInfer, stand-ins
+
+
+SCRIPTS = (
+    "bench_batch_decode",
+    "bench_batch_prefill_paged",
+    "bench_batch_prefill_ragged",
+    "bench_batch_mla",
+)
+
+
+@pytest.mark.parametrize("release", fake_flashinfer.RELEASES)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_flashinfer_wrappers_pass_every_check_under_every_timer(monkeypatch, script, release):
+    """The stand-ins (0.6.1's and the MetaX 0.2.6 port's signatures) compute the reference:
+    no check may fire on them, whichever way the timer runs its calls."""
+    monkeypatch.setitem(sys.modules, "flashinfer", fake_flashinfer.make_module(release))
+    module = importlib.import_module(script)
+    case = module.SPEC.presets["cpu"][0]
+    settings = Settings(torch.device("cpu"), torch.float16, 16, "flashinfer", seed=5)
+    prepared = module.SPEC.prepare(case, settings)
+    subject = Subject(
+        prepared.run,
+        prepared.output,
+        prepared.reference,
+        prepared.inputs,
+        settings.device,
+        Tolerance(),
+    )
+    kernels: list[str] = []
+    logged = _logged(subject, kernels)
+
+    def replay():
+        for _ in range(2):
+            logged.run()
+
+    sessions = {
+        "wall": SimpleNamespace(),
+        "profiler": PROFILER_SESSION,
+        "cuda_graph": _graph_session(kernels, replay, calls=2),
+    }
+    for timer, session in sessions.items():
+        probe = _probe(logged, timer)
+        for audit in probe.audits():
+            audit(session, SimpleNamespace(median=1000.0))
