@@ -5,19 +5,25 @@ calls: a plugin could compute once and then return early, cache its output, hand
 a thread or stream the timer does not see, or detect the profiler.  After the timed loop,
 with the same run(), buffers and timer (so a call cannot tell it is checked):
 
-* ``timed_output``: one timed call, chosen at random, had its output poisoned (NaN) before it
-  and copied the moment it returned; the copy must equal the checked call's output (a copy
-  that is wrong while the buffer is right a moment later fails ``timeline`` instead).  Under the
-  profiler and CUDA-graph timers, whose recordings have no room for a foreign kernel, that
-  call runs right after the timed loop, under the same profiler or as a graph replay;
-* ``fresh_inputs``: new random values (from the OS's entropy, not the case seed) are
-  written into the same input tensors in place and one call runs, unpoisoned, as the timed
-  calls ran; its output must match the float32 reference on the new values;
-* ``timeline``: the output copied the moment that call returned (on the calling stream) must
-  already be right, and the call must leave no thread of its own running;
-* ``fresh_inputs_time``: that call may not be more than ``TIME_FACTOR`` times the timed
-  median (a cache keyed on an input fingerprint computes only here);
-* ``graph_capture`` (cuda_graph): a replay runs the eager call's kernels, K times over.
+In this order, each phase for every implementation of a case before the next:
+
+* ``graph_capture`` (cuda_graph): a replay of K captured calls runs the eager call's kernels
+  K times over (a kernel left out of the capture replays as nothing while stale output passes);
+* ``timed_output``: one timed call, drawn at random among all of them, had its output poisoned
+  (NaN) before it and copied the moment it returned; the copy must equal the checked call's
+  output (a copy that is wrong while the buffer turns right a moment later fails ``timeline``
+  instead).  Under the profiler and CUDA-graph timers, whose recordings have no room for a
+  foreign kernel, that call runs right after the timed loop, under the same profiler or as a
+  graph replay.  On the CPU with one torch thread, other threads may not spend CPU time
+  during the timed calls (``timeline``: work handed to a thread);
+* ``fresh_inputs``: once late work settled, new random values (from the OS's entropy, not the
+  case seed) are written into the same input tensors in place and one call runs, unpoisoned,
+  as the timed calls ran (under the profiler, or as a replay); its output must match the
+  float32 reference on the new values (``timeline`` where only the copy taken the moment it
+  returned was wrong, or it left a thread of its own running);
+* ``fresh_inputs_time``: that call may not take more than ``TIME_FACTOR`` times the timed
+  median (a cache keyed on a fingerprint of the inputs computes only on new values); a slow
+  one is retried on new values, each checked, and the fastest counts.
 
 A failed check raises ``IntegrityError`` (the row fails, ``integrity`` names the check).
 """
