@@ -32,7 +32,7 @@ from fi_attn_bench.results.schema import (
 )
 from fi_attn_bench.timing import integrity
 from fi_attn_bench.timing.integrity import IntegrityError, IntegrityProbe, Subject
-from fi_attn_bench.timing.timers import WallStopwatch
+from fi_attn_bench.timing.timers import HostStopwatch
 from fi_attn_bench.timing.trace import DeviceEvent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def _subject(plugin) -> Subject:
 
 
 def _probe(subject: Subject, timer_name: str) -> IntegrityProbe:
-    probe = IntegrityProbe(subject, timer_name, WallStopwatch)
+    probe = IntegrityProbe(subject, timer_name, HostStopwatch)
     subject.run()
     probe.verified = subject.output_of(subject.run()).clone()
     return probe
@@ -220,7 +220,7 @@ def test_late_work_is_a_timeline_failure_not_a_wrong_output():
         return output
 
     subject = Subject(run, output, lambda: right, None, torch.device("cpu"), Tolerance())
-    probe = IntegrityProbe(subject, "wall", WallStopwatch, verified=right.clone())
+    probe = IntegrityProbe(subject, "wall", HostStopwatch, verified=right.clone())
     probe.sentinel = integrity.TimedCallSentinel(subject, draw=lambda: 0.0)
     probe.sentinel()
     with pytest.raises(IntegrityError) as caught:
@@ -251,7 +251,7 @@ def test_cpu_time_spent_by_other_threads_during_the_timed_calls_is_a_timeline_fa
         return output
 
     subject = Subject(run, output, lambda: output, None, torch.device("cpu"), Tolerance())
-    probe = IntegrityProbe(subject, "wall", WallStopwatch)
+    probe = IntegrityProbe(subject, "wall", HostStopwatch)
     sentinel = probe.timed_fn()
     for _ in range(3):
         sentinel()
@@ -281,7 +281,7 @@ def test_fresh_values_are_written_in_place_into_floating_inputs_only():
 
 
 def test_the_time_limit_is_a_factor_with_slack_for_tiny_calls():
-    probe = IntegrityProbe(_subject(exploits._honest), "wall", WallStopwatch)
+    probe = IntegrityProbe(_subject(exploits._honest), "wall", HostStopwatch)
     assert probe.time_limit_ms(1.0) == pytest.approx(integrity.TIME_FACTOR)
     assert probe.time_limit_ms(0.001) == pytest.approx(0.001 + integrity.TIME_SLACK_MS)
 
