@@ -70,8 +70,8 @@ TIME_RETRIES = 2
 THREAD_JOIN_S = 10.0
 """How long a thread run() left behind may take to finish before the output is read."""
 
-SETTLE_S = (0.002, 0.05)
-"""Bounds of the pause (3 timed medians) before new values are written: work an earlier
+SETTLE_S = (0.001, 0.01)
+"""Bounds of the pause (one timed median) before new values are written: work an earlier
 call left behind finishes on the old values instead of landing on the new ones."""
 
 OTHER_THREADS_SHARE, OTHER_THREADS_SLACK_S = 0.5, 0.005
@@ -390,7 +390,7 @@ class IntegrityProbe:
         limit = self.time_limit_ms(measurement.median)
         timed = self.stopwatch() is not None  # a scripted timer's samples are no call's time
         fastest = math.inf
-        settle_s = min(max(3e-3 * measurement.median, SETTLE_S[0]), SETTLE_S[1])
+        settle_s = min(max(1e-3 * measurement.median, SETTLE_S[0]), SETTLE_S[1])
         for _ in range(1 + TIME_RETRIES):
             self.subject.sync()
             time.sleep(settle_s)
