@@ -32,6 +32,7 @@ A failed check raises ``IntegrityError`` (the row fails, ``integrity`` names the
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import secrets
 import threading
@@ -70,9 +71,11 @@ TIME_RETRIES = 2
 THREAD_JOIN_S = 10.0
 """How long a thread run() left behind may take to finish before the output is read."""
 
-SETTLE_S = (0.001, 0.01)
-"""Bounds of the pause (one timed median) before new values are written: work an earlier
-call left behind finishes on the old values instead of landing on the new ones."""
+SETTLE_STEP_S, SETTLE_MAX_S, QUIET_CPU_S = 0.001, 0.05, 0.0002
+"""Before new values are written, the device is synchronized and the process waited on in
+steps until its other threads spent less than QUIET_CPU_S of CPU in one step (at most
+SETTLE_MAX_S): work an earlier call left to a thread finishes on the old values instead of
+landing on the new ones."""
 
 OTHER_THREADS_SHARE, OTHER_THREADS_SLACK_S = 0.5, 0.005
 """CPU time other threads may spend during the timed calls: this share of the wall time
@@ -256,6 +259,7 @@ class FreshCall:
     final: Tensor
     leftover_threads: int
     control_ms: float  # a call on the values the timed calls saw, just before
+    other_threads_ms: float = 0.0  # CPU time of the process's other threads during the call
 
 
 def _graph(session) -> object | None:
@@ -394,10 +398,8 @@ class IntegrityProbe:
             self.notes.append("integrity: no floating-point inputs to refresh")
             return
         timed = self.stopwatch() is not None  # a scripted timer's samples are no call's time
-        settle_s = min(max(1e-3 * measurement.median, SETTLE_S[0]), SETTLE_S[1])
         for _ in range(1 + TIME_RETRIES):
-            self.subject.sync()
-            time.sleep(settle_s)
+            self._settle()
             found = self._checked_fresh_call(session, tensors)
             limit = self.time_limit_ms(max(measurement.median, found.control_ms))
             if found.ms <= limit or not timed:
@@ -428,6 +430,12 @@ class IntegrityProbe:
                 "finished (work left on another stream or thread, or still running): "
                 + early.message,
             )
+        if found.other_threads_ms > self._other_threads_limit_ms(found.ms):
+            raise IntegrityError(
+                TIMELINE,
+                f"other threads used {found.other_threads_ms:.4g} ms of CPU during one call on "
+                f"new values that took {found.ms:.4g} ms itself: work handed to a thread",
+            )
         if found.leftover_threads:
             raise IntegrityError(
                 TIMELINE, f"run() left {found.leftover_threads} thread(s) of its own running"
@@ -436,7 +444,7 @@ class IntegrityProbe:
 
     def _fresh_call(self, session, tensors: list[Tensor]) -> FreshCall:
         """A control call on the values already seen, then one on new values, both as the
-        timer runs them, with nothing but the device's sync and the refill between them."""
+        timer runs them, with nothing but the settling and the refill between them."""
         graph = _graph(session)
         per_call = getattr(session, "calls_per_replay", 1) if graph is not None else 1
         call = graph.replay if graph is not None else self.subject.run
@@ -456,20 +464,43 @@ class IntegrityProbe:
         def body() -> None:
             call()  # the control is the second of two back-to-back calls, as timed ones ran
             timed_call()
-            self.subject.sync()
+            self._settle()
             refill_(tensors)
+            others = _other_threads_cpu_s()
             output = self.subject.output_of(timed_call())
-            taken.extend((output.clone(), output))
+            taken.extend((output.clone(), output, _other_threads_cpu_s() - others))
 
         self._as_timed(session, body)
         leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
         for thread in leftover:
             thread.join(THREAD_JOIN_S)
         self.subject.sync()
-        control, watch, snapshot, final = taken
+        control, watch, snapshot, final, others_s = taken
         return FreshCall(
-            watch.ms() / per_call, snapshot, final, len(leftover), control.ms() / per_call
+            watch.ms() / per_call,
+            snapshot,
+            final,
+            len(leftover),
+            control.ms() / per_call,
+            others_s * 1e3 if self.subject.device.type == "cpu" else 0.0,
         )
+
+    def _other_threads_limit_ms(self, call_ms: float) -> float:
+        """Other threads' CPU time allowed during one CPU call (with one torch thread)."""
+        if self.subject.device.type != "cpu" or torch.get_num_threads() != 1:
+            return math.inf
+        return OTHER_THREADS_SHARE * call_ms + QUIET_CPU_S * 1e3
+
+    def _settle(self) -> None:
+        """Synchronize, then wait until the process's other threads are quiet (see
+        ``SETTLE_STEP_S``)."""
+        self.subject.sync()
+        deadline = time.perf_counter() + SETTLE_MAX_S
+        while time.perf_counter() < deadline:
+            before = _other_threads_cpu_s()
+            time.sleep(SETTLE_STEP_S)
+            if _other_threads_cpu_s() - before < QUIET_CPU_S:
+                return
 
     def time_limit_ms(self, median_ms: float) -> float:
         return max(TIME_FACTOR * median_ms, median_ms + TIME_SLACK_MS)
@@ -502,6 +533,11 @@ class IntegrityProbe:
         """The checks after the timed loop, in order; each phase runs for every implementation
         of a case before the next (``fresh_inputs`` rewrites inputs they share)."""
         return (self.check_graph_capture, self.check_timed_output, self.check_fresh_inputs)
+
+
+def _other_threads_cpu_s() -> float:
+    """CPU seconds the process spent outside the calling thread so far."""
+    return time.process_time() - time.thread_time()
 
 
 def _names(names: list[str]) -> str:
