@@ -301,6 +301,15 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="compare run()'s output with the float32 reference (default on)",
     )
     check.add_argument(
+        "--integrity",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="check that the timed calls did the checked call's work: a poisoned timed "
+        "call, a call on fresh input values (its output, when it finished, its time) and, "
+        "under cuda_graph, the replay's kernels; a failed check fails the row and names "
+        "itself in the integrity column (default on; needs --check)",
+    )
+    check.add_argument(
         "--rtol",
         type=_non_negative_float,
         default=DEFAULT_TOLERANCE,

@@ -644,7 +644,8 @@ def test_sweep_reports_its_cost_ratio(tmp_path, capsys):
     assert "time inside timed runs 0.02 s" in line  # 2 cases x 10 samples x 1 ms
     phases = line.split("by phase: ")[1]
     assert [p.split()[0] for p in phases.split(", ")] == [
-        "prepare", "set-up", "warm-up", "check", "sustain", "calibrate", "timing", "readout"
+        "prepare", "set-up", "warm-up", "check", "sustain", "calibrate", "timing", "readout",
+        "integrity",
     ]  # fmt: skip
     runner = SimpleNamespace(timed_ms=2000.0, batch_gpu_ms=0.0, phases=tloop.PhaseClock())
     assert sweep_run._cost_line(runner, 5.0).endswith("(wall/timed 2.5x)")

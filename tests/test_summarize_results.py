@@ -762,7 +762,7 @@ def test_every_long_list_is_cut_under_the_limit(tmp_path):
 
 
 def test_unexpected_errors_are_one_line_exit_two(tmp_path, capsys, monkeypatch):
-    def broken(result):
+    def broken(result, *options):
         raise RuntimeError("boom")
 
     monkeypatch.delenv("SUMMARIZE_DEBUG", raising=False)

@@ -113,6 +113,16 @@ TIMERS = ("profiler", "cuda_graph", "events", CPU_TIMER)
 L2_MODES = ("warm", "cold")
 BACKENDS = ("flashinfer", "torch")
 CHECK_OUTCOMES = ("pass", "fail", "skipped")
+# The integrity checks (fi_attn_bench.timing.integrity), named in the ``integrity`` column
+# of a row one of them failed.
+FRESH_INPUTS = "fresh_inputs"  # the output on new input values, written in place, is wrong
+FRESH_INPUTS_TIME = "fresh_inputs_time"  # a call on new values is far slower than the timed
+TIMED_OUTPUT = "timed_output"  # a poisoned timed call's output is wrong
+TIMELINE = "timeline"  # run()'s output was unfinished when it returned (other stream, thread)
+GRAPH_CAPTURE = "graph_capture"  # a CUDA-graph replay runs other kernels than an eager call
+INTEGRITY_CHECKS = (FRESH_INPUTS, FRESH_INPUTS_TIME, TIMED_OUTPUT, TIMELINE, GRAPH_CAPTURE)
+INTEGRITY_PASS, INTEGRITY_OFF = "pass", "off"
+INTEGRITY_OUTCOMES = (INTEGRITY_PASS, INTEGRITY_OFF, *INTEGRITY_CHECKS)
 VERDICTS = ("faster", "slower", "same")
 
 # Identity columns added after schema v1 first shipped: a row without one reads as its default,
@@ -184,6 +194,13 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
     Column("mismatch_frac", _C, Kind.NON_NEGATIVE, "share of elements out of tolerance"),
     Column("check_rtol", _C, Kind.NON_NEGATIVE, "relative tolerance of the check", compare=_MUST),
     Column("check_atol", _C, Kind.NON_NEGATIVE, "absolute tolerance of the check", compare=_MUST),
+    Column(
+        "integrity",
+        _C,
+        Kind.CHOICE,
+        "the timed calls' integrity checks: pass, off, or the name of the one that failed",
+        INTEGRITY_OUTCOMES,
+    ),
     Column("pct_peak_bw", _R, Kind.NON_NEGATIVE, "bandwidth_GB_s as % of the device peak"),
     Column("pct_peak_tflops", _R, Kind.NON_NEGATIVE, "tflops as % of the device peak"),
     # Run metadata (where and from what code the row came).

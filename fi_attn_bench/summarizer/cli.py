@@ -31,6 +31,11 @@ from pathlib import Path
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.program import program_name
 from fi_attn_bench.summarizer.comparability import MUST_MATCH_COLUMNS
+from fi_attn_bench.summarizer.contest import (
+    DEFAULT_CONTEST,
+    SUSPICIOUS_SPEEDUP,
+    ContestOptions,
+)
 from fi_attn_bench.summarizer.loading import load_run
 from fi_attn_bench.summarizer.markdown_text import DEFAULT_MAX_REPORT_BYTES
 from fi_attn_bench.summarizer.model import (
@@ -190,8 +195,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="Read every file given as one run; by default, files holding several runs of "
         "the same cases give their newest run (noted on stdout and in the report).",
     )
+    parser.add_argument(
+        "--suspicious-speedup",
+        type=speedup_factor,
+        default=SUSPICIOUS_SPEEDUP,
+        metavar="FACTOR",
+        help="Head to head: flag a speedup over the baseline implementation above FACTOR as "
+        f"suspicious in the contest score, with its numbers (default {SUSPICIOUS_SPEEDUP:g}; "
+        "a row above the device's peak bandwidth is flagged too).",
+    )
     parser.add_argument("--version", action="version", version=VERSION_TEXT)
     return parser
+
+
+def speedup_factor(text: str) -> float:
+    """--suspicious-speedup's value: a number above 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 1.0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number above 1")
+    return value
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -276,7 +301,8 @@ def _run(args: argparse.Namespace) -> int:
         if model is None:
             return EXIT_INPUT_ERROR
     else:
-        model = _summary(args.csv, options, plots_module, args.all_runs)
+        contest = ContestOptions(args.suspicious_speedup)
+        model = _summary(args.csv, options, plots_module, args.all_runs, contest)
     return _report(model, options, plots_module)
 
 
@@ -323,11 +349,13 @@ def _overwrite_error(args: argparse.Namespace, options: ReportOptions, plots_mod
     return overwrite_error(targets, inputs)
 
 
-def _summary(paths, options: ReportOptions, plots_module, all_runs: bool = False):
+def _summary(
+    paths, options: ReportOptions, plots_module, all_runs: bool = False, contest=DEFAULT_CONTEST
+):
     """The summary model of the newest run among ``paths`` (every file with ``all_runs``)."""
     result = load_run(paths, all_runs=all_runs)
     _print_note(result.note, options)
-    return summarize(result)
+    return summarize(result, contest)
 
 
 def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from fi_attn_bench.results.schema import NUMERIC_COLUMNS
+from fi_attn_bench.summarizer.contest import contest_markdown
 from fi_attn_bench.summarizer.markdown_text import (
     Block,
     Table,
@@ -87,6 +88,7 @@ def summary_markdown(
     parts.append(_input_files(model))
     parts.append(_api_sections(model))
     parts += head_to_head_tables(model.head_to_head)
+    parts += contest_markdown(model.contest)
     parts += _case_results(model)
     parts += _noisy_rows(model)
     parts += _artefact_table(model.artefacts)

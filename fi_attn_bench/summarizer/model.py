@@ -24,6 +24,7 @@ from fi_attn_bench.results.schema import (
     Kind,
     Role,
 )
+from fi_attn_bench.summarizer.contest import DEFAULT_CONTEST, ContestOptions, contest_scores
 from fi_attn_bench.summarizer.frames import (
     FrameView,
     case_labels,
@@ -201,6 +202,7 @@ class SummaryModel:
     frame: object = field(repr=False)  # the validated rows, for plots and JSON
     cases: object = field(default=None, repr=False)  # CaseList: per-case results, in order
     head_to_head: list = field(default_factory=list)  # headtohead.ApiComparison per API
+    contest: list = field(default_factory=list)  # contest.ContestScore per head-to-head API
     warnings: list[ReportWarning] = field(default_factory=list)
     noisy: list = field(default_factory=list)  # NoisyRow per row the harness marked noisy
     run_note: str = ""  # the runs left out because a newer run measured their cases
@@ -277,7 +279,7 @@ class CaseList:
         ]
 
 
-def summarize(result: LoadResult) -> SummaryModel:
+def summarize(result: LoadResult, contest: ContestOptions = DEFAULT_CONTEST) -> SummaryModel:
     """The summary model of one run, from its row frame."""
     frame = side_frame(result)
     valid_files = (
@@ -285,7 +287,9 @@ def summarize(result: LoadResult) -> SummaryModel:
         if result.tables
         else int(frame["_source"].nunique())
     )
-    model = summary_model(FrameView(frame), result.paths, result.issues, valid_files, frame)
+    model = summary_model(
+        FrameView(frame), result.paths, result.issues, valid_files, frame, contest
+    )
     return replace(model, run_note=result.note, files=_left_out(model.files, result))
 
 
@@ -300,7 +304,9 @@ def _left_out(files: list[FileSummary], result: LoadResult) -> list[FileSummary]
     ]
 
 
-def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryModel:
+def summary_model(
+    view, paths, issues, valid_files: int, frame=None, contest: ContestOptions = DEFAULT_CONTEST
+) -> SummaryModel:
     """The summary model from a run's FrameView."""
     read_issues = issues
     ids = case_ids([view], ["api", *view.case_columns])[0] if view.rows else np.zeros(0, int)
@@ -325,7 +331,8 @@ def summary_model(view, paths, issues, valid_files: int, frame=None) -> SummaryM
         reason=reason,
         frame=frame,
         cases=CaseList(view, np.argsort(ids, kind="stable")),
-        head_to_head=head_to_head(view, ids),
+        head_to_head=(comparisons := head_to_head(view, ids)),
+        contest=contest_scores(view, comparisons, contest),
         warnings=mixed_harness_warnings({"run": environment}),
         noisy=noisy_rows(view),
     )

@@ -22,6 +22,12 @@ from fi_attn_bench.results.schema import NOISY_NOTE, append_note
 from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.energy import EnergyRecorder
+from fi_attn_bench.timing.integrity import (
+    IntegrityError,
+    IntegrityProbe,
+    Subject,
+    integrity_column,
+)
 from fi_attn_bench.timing.loop import PhaseClock, measure
 from fi_attn_bench.timing.options import (
     CPU_TIMER,
@@ -80,22 +86,30 @@ def _require_finite(tensor) -> None:
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    """The check's CSV columns, and why it failed (None when it passed or was skipped)."""
+    """The check's CSV columns, and why it failed (None when it passed or was skipped);
+    ``output``: a copy of the checked call's output, when asked to keep one."""
 
     columns: Mapping[str, object]
     failure: str | None = None
+    output: torch.Tensor | None = None
+
+
+def _kept(tensor, keep: bool) -> torch.Tensor | None:
+    return tensor.clone() if keep and isinstance(tensor, torch.Tensor) else None
 
 
 def verify_output(
-    prepared: Prepared, options: RunOptions, impl: Impl = DEFAULT_IMPL
+    prepared: Prepared, options: RunOptions, impl: Impl = DEFAULT_IMPL, keep: bool = False
 ) -> CheckOutcome:
-    """One checked call: poison the output, run, compare with the float32 reference."""
+    """One checked call: poison the output, run, compare with the float32 reference
+    (``keep``: return a copy of the output, for the integrity checks)."""
     wanted = options.check and impl.checked and prepared.reference is not None
     if not wanted:
         result = prepared.run()
         synchronize(options.device)
-        _require_finite(_output_of(prepared, result))
-        return CheckOutcome({"check": "skipped"})
+        actual = _output_of(prepared, result)
+        _require_finite(actual)
+        return CheckOutcome({"check": "skipped"}, output=_kept(actual, keep))
     checking = importlib.import_module("fi_attn_bench.cases.checking")
     if prepared.output is not None:
         checking.poison_(prepared.output)
@@ -107,6 +121,7 @@ def verify_output(
     expected = prepared.reference()
     tolerance = checking.Tolerance(rtol=options.rtol, atol=options.atol)
     outcome = checking.check_output(actual, expected, tolerance)
+    kept = _kept(actual, keep and outcome.passed)
     del expected, actual, result
     columns = {
         "check": "pass" if outcome.passed else "fail",
@@ -115,7 +130,7 @@ def verify_output(
         "check_rtol": options.rtol,
         "check_atol": options.atol,
     }
-    return CheckOutcome(columns, None if outcome.passed else outcome.message)
+    return CheckOutcome(columns, None if outcome.passed else outcome.message, kept)
 
 
 @dataclass(frozen=True)
@@ -157,8 +172,33 @@ class CaseRunner:
         try:
             measurement = self._measure(case, columns)
         except Exception as exc:  # noqa: BLE001 - a failed case is data, not a crash
+            columns.update(self._integrity_columns(exc))
             return (CaseResult(None, columns, error=exc),)
+        columns.update(self._integrity_columns(None))
         return (self._finished(measurement, columns),)
+
+    def _integrity_columns(self, error: Exception | None) -> dict[str, str]:
+        """The integrity column of a row that got as far as timing (none for one that did not)."""
+        if error is not None and not isinstance(error, IntegrityError):
+            return {}
+        return integrity_column(self._integrity_on(), error)
+
+    def _integrity_on(self) -> bool:
+        return self.options.integrity and self.options.check
+
+    def _probe(self, prepared: Prepared) -> IntegrityProbe | None:
+        """The integrity checks of one implementation (None: switched off, or no reference)."""
+        if not self._integrity_on() or prepared.reference is None:
+            return None
+        subject = Subject(
+            run=prepared.run,
+            output=prepared.output,
+            reference=prepared.reference,
+            inputs=prepared.inputs,
+            device=self.options.device,
+            tolerance=checking_tolerance(self.options),
+        )
+        return IntegrityProbe(subject, self.timer.name, self.timer.stopwatch)
 
     def _finished(self, measurement: Measurement, columns: dict[str, object]) -> CaseResult:
         self.timed_ms += measurement.timed_ms
@@ -179,9 +219,13 @@ class CaseRunner:
             columns["resolved_backend"] = prepared.resolved_backend
         return prepared
 
-    def _checker(self, prepared: Prepared, impl: Impl, columns) -> Callable[[], None]:
+    def _checker(
+        self, prepared: Prepared, impl: Impl, columns, probe: IntegrityProbe | None = None
+    ) -> Callable[[], None]:
         def check() -> None:
-            found = verify_output(prepared, self.options, impl)
+            found = verify_output(prepared, self.options, impl, keep=probe is not None)
+            if probe is not None:
+                probe.verified = found.output
             columns.update(found.columns)
             if found.failure is not None:
                 raise CorrectnessError(found.failure)
@@ -197,7 +241,8 @@ class CaseRunner:
             self.log(
                 f"  note: the script suggests --kernel-pattern {prepared.kernel_pattern!r}; counting every kernel"
             )
-        check = self._checker(prepared, impl, columns)
+        probe = self._probe(prepared)
+        check = self._checker(prepared, impl, columns, probe)
         conditions = self._conditions()
         energy = self._recorder()
 
@@ -210,6 +255,8 @@ class CaseRunner:
                 phases=self.phases,
                 watch=conditions,
                 energy=energy,
+                timed_fn=probe.timed_fn() if probe else None,
+                audits=probe.audits() if probe else (),
             )
 
         conditions.begin()
@@ -222,6 +269,7 @@ class CaseRunner:
         finally:
             conditions.end()
             columns.update(conditions.columns())
+            _note_probe(columns, probe)
 
     def _recorder(self) -> EnergyRecorder | None:
         """A fresh reader of the energy counter for one implementation of a case."""
@@ -252,6 +300,7 @@ class CaseRunner:
         columns: list[dict[str, object]] = [{} for _ in impls]
         errors: list[Exception | None] = [None] * len(impls)
         contenders: dict[int, Contender] = {}
+        probes: dict[int, IntegrityProbe | None] = {}
         shared: Prepared | None = None
         for index, impl in enumerate(impls):
             try:
@@ -260,8 +309,12 @@ class CaseRunner:
                 errors[index] = exc
                 continue
             shared = shared or prepared
+            probes[index] = self._probe(prepared)
             contenders[index] = Contender(
-                prepared.run, self._checker(prepared, impl, columns[index])
+                prepared.run,
+                self._checker(prepared, impl, columns[index], probes[index]),
+                timed_fn=probes[index].timed_fn() if probes[index] else None,
+                audits=probes[index].audits() if probes[index] else (),
             )
         del shared
         try:
@@ -270,6 +323,10 @@ class CaseRunner:
             return tuple(
                 CaseResult(None, columns[i], error=errors[i] or exc) for i in range(len(impls))
             )
+        for index, probe in probes.items():
+            error = outcome.errors[list(contenders).index(index)] if outcome else None
+            columns[index].update(self._integrity_columns(error))
+            _note_probe(columns[index], probe)
         return self._paired_results(contenders, outcome, power, columns, errors)
 
     def _rounds(self, contenders: Mapping[int, Contender], columns: list[dict[str, object]]):
@@ -342,6 +399,20 @@ class CaseRunner:
         if measurement.timer != CPU_TIMER and measurement.noise_pct > WIDE_SPREAD_NOTE_PCT:
             notes.append(_wide_spread_note(measurement))
         return tuple(notes)
+
+
+def checking_tolerance(options: RunOptions):
+    """The check's tolerance, as ``verify_output`` uses it."""
+    checking = importlib.import_module("fi_attn_bench.cases.checking")
+    return checking.Tolerance(rtol=options.rtol, atol=options.atol)
+
+
+def _note_probe(columns: dict[str, object], probe: IntegrityProbe | None) -> None:
+    """What the integrity checks could not see or do, in the row's notes."""
+    if probe is None:
+        return
+    for note in (probe.blind_spot(), *probe.notes):
+        append_note(columns, note)
 
 
 def _add_energy_ratio(columns: dict[str, object], outcome: PairedOutcome, at: int) -> None:

@@ -85,6 +85,7 @@ class RunOptions:
     baseline: int = 0
     fail_if_slower_pct: float | None = None
     cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
+    integrity: bool = True  # the timed calls' integrity checks (--no-integrity: off)
 
     @property
     def impls(self) -> tuple[Impl, ...]:
@@ -326,6 +327,7 @@ def resolve_options(
         filters=selection.filters,
         imbalance=bool(getattr(asked, "imbalance", False)),
         cpu_threads=_cpu_threads(asked, device, listing),
+        integrity=asked.integrity,
     )
 
 
@@ -376,6 +378,8 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words += ["--seed", str(options.seed)]
     if options.imbalance:
         words.append("--imbalance")
+    if not options.integrity:
+        words.append("--no-integrity")
     if not options.check:
         words.append("--no-check")
     elif (options.rtol, options.atol) != (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE):

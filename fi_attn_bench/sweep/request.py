@@ -51,6 +51,7 @@ class SweepRequest:
     cooldown_ms: float
     # checking
     check: bool
+    integrity: bool
     rtol: float
     atol: float
     # outputs

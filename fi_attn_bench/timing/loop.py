@@ -305,9 +305,12 @@ def measure(
     phases: PhaseClock | None = None,
     watch: BatchWatch | None = None,
     energy: EnergyRecorder | None = None,
+    timed_fn: Callable[[], object] | None = None,
+    audits: Sequence[Callable[[TimerSession, Measurement], None]] = (),
 ) -> Measurement:
     """Set the timer up, warm up, run ``after_warm_up`` (the correctness check), hold the GPU
-    at steady state, open the timer, sample until the stop hook.
+    at steady state, open the timer on ``timed_fn`` (default ``fn``), sample until the stop
+    hook, then run the ``audits`` (the integrity checks) on the session.
 
     The timer's one-time set-up comes first: done between sustain and timing, the first
     profiler session's seconds of host work would leave the first case's GPU idle, fresh
@@ -318,6 +321,9 @@ def measure(
     phases.run("check", after_warm_up)
     phases.run("sustain", lambda: sustain(fn, timer, options, estimate, clock))
 
-    session = phases.run("calibrate", lambda: timer.open(fn, estimate))
+    session = phases.run("calibrate", lambda: timer.open(timed_fn or fn, estimate))
     loop = MeasureLoop(options, clock, phases=phases)
-    return loop.run(session, estimate, timer, watch, energy)
+    measurement = loop.run(session, estimate, timer, watch, energy)
+    for audit in audits:
+        phases.run("integrity", lambda audit=audit: audit(session, measurement))
+    return measurement

@@ -47,6 +47,9 @@ class Contender:
 
     fn: Callable[[], object]
     after_warm_up: Callable[[], object] = lambda: None
+    timed_fn: Callable[[], object] | None = None  # what the timer calls (default fn)
+    # checks after the rounds (the integrity checks): phase by phase over every contender
+    audits: Sequence[Callable[[object, Measurement], None]] = ()
 
 
 @dataclass(frozen=True)
@@ -380,7 +383,9 @@ def measure_paired(
     phases = phases or PhaseClock(clock=clock)
     phases.run("set-up", timer.set_up)
     estimates, errors = _prepare_each(contenders, timer, options, clock, phases)
-    sessions = _open_each([c.fn for c in contenders], estimates, timer, errors, phases)
+    sessions = _open_each(
+        [c.timed_fn or c.fn for c in contenders], estimates, timer, errors, phases
+    )
     alive = [i for i, session in enumerate(sessions) if session is not None]
     measurements: list[Measurement | None] = [None] * len(contenders)
     medians: list[tuple[float, ...]] = [()] * len(contenders)
@@ -412,6 +417,7 @@ def measure_paired(
                 kept[position], timer, runs, throttled, dropped, energy
             )
             medians[index] = _round_medians(kept[position])
+        _audit_each(contenders, sessions, measurements, errors, phases)
     has_baseline = 0 <= baseline < len(contenders) and measurements[baseline] is not None
     ratios = tuple(
         paired_ratio(medians[i], medians[baseline], options.same_within_pct)
@@ -425,6 +431,21 @@ def measure_paired(
     return PairedOutcome(
         tuple(measurements), tuple(errors), tuple(medians), ratios, energy_ratios, energy_notes
     )
+
+
+def _audit_each(contenders, sessions, measurements, errors, phases) -> None:
+    """Each contender's audits, phase by phase (one phase of every contender before the
+    next); a contender whose audit fails loses its measurement and gets the error."""
+    phases_count = max((len(c.audits) for c in contenders), default=0)
+    for phase in range(phases_count):
+        for index, contender in enumerate(contenders):
+            if measurements[index] is None or phase >= len(contender.audits):
+                continue
+            audit = contender.audits[phase]
+            try:
+                phases.run("integrity", lambda: audit(sessions[index], measurements[index]))  # noqa: B023
+            except Exception as exc:  # noqa: BLE001 - this contender's row fails, the others go on
+                measurements[index], errors[index] = None, exc
 
 
 def _timed_rounds(kept: Sequence[bool], judged: bool) -> list[bool]:

@@ -84,12 +84,63 @@ class Timer(Protocol):
         None when the batches the loop got stand."""
 
 
+class Stopwatch(Protocol):
+    """Times one call as its timer would (the integrity checks' call on fresh values)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def ms(self) -> float: ...
+
+
+@dataclass
+class HostStopwatch:
+    """Host time between start() and stop(), read from ``clock``."""
+
+    clock: Callable[[], float] = time.perf_counter
+    started: float = 0.0
+    stopped: float = 0.0
+
+    def start(self) -> None:
+        self.started = self.clock()
+
+    def stop(self) -> None:
+        self.stopped = self.clock()
+
+    def ms(self) -> float:
+        return (self.stopped - self.started) * 1e3
+
+
+@dataclass
+class EventStopwatch:
+    """Device time between two CUDA events recorded on the current stream."""
+
+    events: tuple = ()
+
+    def start(self) -> None:
+        self.events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(2))
+        self.events[0].record()
+
+    def stop(self) -> None:
+        self.events[1].record()
+
+    def ms(self) -> float:
+        self.events[1].synchronize()
+        return float(self.events[0].elapsed_time(self.events[1]))
+
+
 class TimerDefaults:
     """What a timer without a flush or set-up work declares."""
 
     flusher: L2Flusher | None = None
 
     def set_up(self) -> None:
+        return None
+
+    def stopwatch(self) -> Stopwatch | None:
+        """A stopwatch for one call, or None where this timer cannot time a call alone (a
+        test's scripted timer)."""
         return None
 
     def calibrate_rounds(self, sessions: Sequence[TimerSession]) -> None:
@@ -103,6 +154,13 @@ class TimerDefaults:
 
     def self_check(self) -> None:
         return None
+
+
+class DeviceTimerDefaults(TimerDefaults):
+    """What a GPU timer declares: one call timed by a CUDA event pair."""
+
+    def stopwatch(self) -> Stopwatch:
+        return EventStopwatch()
 
 
 class SessionDefaults:
@@ -139,6 +197,11 @@ class WallTimer(TimerDefaults):
     def sync(self) -> None:
         return None
 
+    def stopwatch(self) -> Stopwatch:
+        """The calling thread's CPU time: on a shared CPU, one call's wall time includes
+        whatever the OS ran instead (5 ms for a 0.1 ms call, seen three times running)."""
+        return HostStopwatch(time.thread_time)
+
     def open(self, fn, estimate_ms):
         return _WallSession(fn, self._clock)
 
@@ -157,7 +220,7 @@ class _WallSession(SessionDefaults):
         return Batch(tuple(samples))
 
 
-class EventsTimer(TimerDefaults):
+class EventsTimer(DeviceTimerDefaults):
     """A CUDA event pair around each call.
 
     Cold L2: the batch is [queue-ahead spin] + calls x [flush, start, run(), end]; each
@@ -217,7 +280,7 @@ class _EventsSession(SessionDefaults):
         return Batch(samples, gpu_ms=sum(samples) + calls * self.flush_ms)
 
 
-class CudaGraphTimer(TimerDefaults):
+class CudaGraphTimer(DeviceTimerDefaults):
     """Replays a CUDA graph of K run() calls; sample = replay time / K (warm L2 only)."""
 
     name = "cuda_graph"
@@ -278,7 +341,7 @@ class _GraphSession(SessionDefaults):
         return Batch(tuple(r / self.calls_per_replay for r in replays), gpu_ms=sum(replays))
 
 
-class ProfilerTimer(TimerDefaults):
+class ProfilerTimer(DeviceTimerDefaults):
     """torch.profiler around a batch of calls; every kernel/memset/memcpy of run() counted."""
 
     name = "profiler"

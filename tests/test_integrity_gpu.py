@@ -1,0 +1,50 @@
+"""The exploits that need a GPU (another stream, a CUDA graph, the profiler) and the honest
+SDPA plugin under every GPU timer; skipped without CUDA.  Run on a GPU with
+
+    python -m pytest -q tests/test_integrity_gpu.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import exploits
+import pytest
+import torch
+from test_bench_common import read_rows
+
+import bench_batch_decode
+from fi_attn_bench import cli
+from fi_attn_bench.results.schema import INTEGRITY_PASS
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+EXPLOITS = Path(__file__).resolve().parent / "exploits.py"
+HONEST = Path(__file__).resolve().parent.parent / "examples" / "sdpa_decode_plugin.py"
+CASE = (
+    "batch_size=16,seq_len_kv=4096"  # the smoke preset's: 2 ms of SDPA work, ~0.1 of FlashInfer's
+)
+
+
+def _sweep(tmp_path, impl: str, timer: str) -> list[dict]:
+    out = tmp_path / "r.csv"
+    argv = ["--preset", "smoke", "--filter", CASE, "--timer", timer, "--impl", impl]
+    if timer == "cuda_graph":
+        argv += ["--l2", "warm"]
+    cli.main_for(bench_batch_decode.SPEC, [*argv, "--output", str(out)])
+    return read_rows(out)
+
+
+@pytest.mark.parametrize(("name", "timer"), sorted(exploits.GPU_CAUGHT_BY))
+def test_every_gpu_exploit_fails_its_rows_and_names_the_check(tmp_path, name, timer):
+    rows = _sweep(tmp_path, f"{EXPLOITS}:{name}", timer)
+    assert rows
+    for row in rows:
+        assert row["status"] == "failed", row
+        assert row["integrity"] in exploits.GPU_CAUGHT_BY[name, timer], row
+
+
+@pytest.mark.parametrize("timer", ["profiler", "events", "cuda_graph"])
+def test_the_honest_plugin_passes_under_every_gpu_timer(tmp_path, timer):
+    rows = _sweep(tmp_path, f"{HONEST}:make", timer)
+    assert rows and {(row["status"], row["integrity"]) for row in rows} == {("ok", INTEGRITY_PASS)}
