@@ -25,7 +25,7 @@ def _cases(batch_sizes, seq_lens=(8,)):
     return tuple({"batch_size": b, "seq_len": s} for b in batch_sizes for s in seq_lens)
 
 
-def prepare(case, settings):
+def prepare(case, settings, inputs=None):
     sleep = float(os.environ.get("FAKE_BENCH_SLEEP", "0.005"))
     oom = os.environ.get("FAKE_BENCH_OOM") in (str(case["batch_size"]), "all")
     wrong = os.environ.get("FAKE_BENCH_WRONG") == str(case["batch_size"])

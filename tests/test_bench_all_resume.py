@@ -15,10 +15,10 @@ from fi_attn_bench.results.reader import read_stored_rows
 def interrupted_at(spec: BenchmarkSpec, batch_size: int) -> BenchmarkSpec:
     """``spec`` whose case of ``batch_size`` is interrupted by Ctrl-C while it is prepared."""
 
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         if case["batch_size"] == batch_size:
             raise KeyboardInterrupt
-        return spec.prepare(case, settings)
+        return spec.prepare(case, settings, inputs)
 
     return dataclasses.replace(spec, prepare=prepare)
 

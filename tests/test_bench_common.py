@@ -122,7 +122,7 @@ def test_parse_filter_unknown_field_names_valid_ones():
         selection.parse_filter("head_dim=128", ("batch_size", "seq_len"))
 
 
-def explode(case, settings):
+def explode(case, settings, inputs=None):
     raise AssertionError("no case may be prepared")
 
 
@@ -351,7 +351,7 @@ def test_unsupported_case_and_nan_output_are_failed_rows(tmp_path):
     class UnsupportedCase(Exception):
         pass
 
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         if case["batch_size"] == 1:
             raise UnsupportedCase("head_dim 96 not compiled")
         out = torch.full((4,), float("nan"))
@@ -412,7 +412,7 @@ def check_options(tmp_path, **changes):
 def spec_writing(write):
     """A spec whose run() calls write(q, out); the reference is 2 * q."""
 
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         q = torch.randn(case["batch_size"], 64, dtype=settings.dtype)
         out = torch.empty_like(q)
         return script_spec.Prepared(
@@ -724,7 +724,7 @@ def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatc
 def test_long_multiline_errors_are_clipped_in_csv_and_one_line_on_screen(tmp_path, capsys):
     log = "nvcc error: " + "x" * 200_000 + "\nfatal: head_dim 96 not instantiated"
 
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         raise RuntimeError(log)
 
     spec = script_spec.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
@@ -739,7 +739,7 @@ def test_long_multiline_errors_are_clipped_in_csv_and_one_line_on_screen(tmp_pat
 
 
 def test_check_without_any_output_tensor_says_so(tmp_path):
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         return script_spec.Prepared(
             run=lambda: None, output=None, reference=lambda: torch.zeros(2), plan_ms=0.0
         )

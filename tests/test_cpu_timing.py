@@ -25,9 +25,9 @@ GPU = Probe(cuda_available=lambda: True, import_flashinfer=lambda: None)
 
 
 def _recording_threads(seen: list[int]):
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         seen.append(torch.get_num_threads())
-        return fake_bench_script.prepare(case, settings)
+        return fake_bench_script.prepare(case, settings, inputs)
 
     return dataclasses.replace(fake_bench_script.SPEC, prepare=prepare)
 

@@ -26,6 +26,7 @@ from fi_attn_bench import cli
 from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import serving
+from fi_attn_bench.cases.inputs import prepare_case
 from fi_attn_bench.cases.spec import Settings
 from fi_attn_bench.cases.workloads import Batch, Workload
 from fi_attn_bench.results.reader import read_stored_rows
@@ -166,7 +167,7 @@ SHAPES = {
 def test_reference_matches_per_request_computation(script, page_size):
     case = varied(script, *SHAPES[script])
     s = settings(page_size=page_size)
-    actual = script.prepare(case, s).run()
+    actual = prepare_case(script.SPEC, case, s).run()
     expected = _dense(script, case, script.make_inputs(case, s))
     assert actual.shape[0] == sum(SHAPES[script][0])
     torch.testing.assert_close(actual, expected, rtol=2e-4, atol=2e-4)
@@ -362,12 +363,12 @@ def test_samples_of_a_varied_case_name_its_workload(tmp_path):
     [torch.OutOfMemoryError("CUDA out of memory (injected)"), RuntimeError("CUDA out of memory.")],
 )
 def test_a_batch_that_does_not_fit_is_a_failed_row(tmp_path, error):
-    def prepare(case, settings):
+    def make_inputs(case, settings):
         if case["batch_size"] == 3:
             raise error
-        return decode.prepare(case, settings)
+        return decode.make_inputs(case, settings)
 
-    spec = dataclasses.replace(decode.SPEC, prepare=prepare)
+    spec = dataclasses.replace(decode.SPEC, make_inputs=make_inputs)
     out = tmp_path / "r.csv"
     argv = ["--batch", "3d@40", "--batch", "2d@10", "--output", str(out)]
     assert _run(decode, argv, spec=spec) == 1
@@ -461,7 +462,7 @@ def test_varied_batch_through_both_releases_plan(script, release, monkeypatch):
     monkeypatch.setitem(sys.modules, "flashinfer", module)
     case = varied(script, *SHAPES[script])
     s = dataclasses.replace(settings(), backend="flashinfer")
-    prepared = script.prepare(case, s)
+    prepared = prepare_case(script.SPEC, case, s)
     expected = _dense(script, case, script.make_inputs(case, s))
     torch.testing.assert_close(prepared.run().float(), expected, rtol=2e-2, atol=2e-2)
 
