@@ -263,7 +263,6 @@ def fidelity(script: str, sweep_rows: list[dict[str, str]], rounds: int = 1) -> 
     import torch
 
     from bench_common import Settings
-    from fi_attn_bench.cases.inputs import prepare_case
     from fi_attn_bench.timing import TimingOptions, make_timer, measure
 
     spec = importlib.import_module(Path(script).stem).SPEC
@@ -277,7 +276,7 @@ def fidelity(script: str, sweep_rows: list[dict[str, str]], rounds: int = 1) -> 
         label = case_label(case, spec.case_fields)
         settings = Settings(device, torch.float16, 16, "flashinfer", seed=0)
         try:
-            run = prepare_case(spec, case, settings).run
+            run = spec.prepare(case, settings, spec.make_inputs(case, settings)).run
             independent, harness = interleaved(
                 lambda run=run: independent_cold_ms(torch, run, device),
                 lambda run=run: measure(run, timer, options).median,

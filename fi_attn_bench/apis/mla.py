@@ -184,12 +184,12 @@ def plan_arguments(
     }
 
 
-def reference(case: Mapping[str, int], inputs) -> Callable[[], torch.Tensor]:
+def reference(case: Mapping[str, int], inputs: MlaInputs) -> Callable[[], torch.Tensor]:
     """The float32 reference of one case on its inputs (what --backend torch measures)."""
     return reference_fn(inputs, sm_scale(case))
 
 
-def prepare(case: Mapping[str, int], settings: Settings, inputs) -> Prepared:
+def prepare(case: Mapping[str, int], settings: Settings, inputs: MlaInputs) -> Prepared:
     """The planned wrapper and its reference for one case on the inputs the harness built."""
     return planned_wrapper(
         API,

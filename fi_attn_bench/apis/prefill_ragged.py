@@ -201,12 +201,12 @@ def output_buffer(inputs: RaggedInputs) -> torch.Tensor:
     return torch.empty(shape, dtype=inputs.q.dtype, device=inputs.q.device)
 
 
-def reference(case: Mapping[str, int], inputs) -> Callable[[], torch.Tensor]:
+def reference(case: Mapping[str, int], inputs: RaggedInputs) -> Callable[[], torch.Tensor]:
     """The float32 reference of one case on its inputs (what --backend torch measures)."""
     return reference_fn(inputs, sm_scale(case))
 
 
-def prepare(case: Mapping[str, int], settings: Settings, inputs) -> Prepared:
+def prepare(case: Mapping[str, int], settings: Settings, inputs: RaggedInputs) -> Prepared:
     """The planned wrapper and its reference for one case on the inputs the harness built."""
     return planned_wrapper(
         API,
