@@ -30,7 +30,7 @@ from fi_attn_bench.apis import registry
 from fi_attn_bench.backends.choice import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
-from fi_attn_bench.cli import (
+from fi_attn_bench.command_line import (
     TimerFactory,
     execute,
     list_cases,
@@ -54,8 +54,8 @@ from fi_attn_bench.suite_record import (
 )
 from fi_attn_bench.sweep.environment import new_run_id
 from fi_attn_bench.sweep.launch import detect_launch
-from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.sweep.request import SweepRequest
+from fi_attn_bench.sweep.run_options import RunOptions
 from fi_attn_bench.sweep.shard_plan import (
     ShardRequest,
     describe_shard,

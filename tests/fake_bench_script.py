@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared
-from fi_attn_bench.cli import main_for
+from fi_attn_bench.command_line import main_for
 
 FIELDS = ("batch_size", "seq_len")
 

@@ -14,16 +14,16 @@ import fake_bench_script
 import pytest
 import torch
 
-from fi_attn_bench import cli, errors, seed_api
+from fi_attn_bench import command_line, errors, seed_api
 from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cases import selection
 from fi_attn_bench.cases import spec as script_spec
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.schema import HARNESS_VERSION
 from fi_attn_bench.sweep import environment
-from fi_attn_bench.sweep import options as sweep_options
 from fi_attn_bench.sweep import progress as sweep_progress
 from fi_attn_bench.sweep import run as sweep_run
+from fi_attn_bench.sweep import run_options as sweep_options
 from fi_attn_bench.timing import loop as tloop
 from fi_attn_bench.timing import profiled, timers
 from fi_attn_bench.timing import trace as ttrace
@@ -76,7 +76,7 @@ def fake_factory(timer):
 
 def run_main(argv, *, timer=None, probe=NO_GPU, spec=fake_bench_script.SPEC):
     factory = fake_factory(timer) if timer is not None else timers.make_timer
-    return cli.main_for(spec, argv, probe=probe, timer_factory=factory)
+    return command_line.main_for(spec, argv, probe=probe, timer_factory=factory)
 
 
 # ---------------------------------------------------------------- filters and arguments
@@ -171,13 +171,13 @@ def test_bad_numbers_exit_2():
 
 
 def test_invalid_kernel_pattern_on_gpu_is_usage_error():
-    args = cli.build_parser(fake_bench_script.SPEC).parse_args(["--kernel-pattern", "("])
+    args = command_line.build_parser(fake_bench_script.SPEC).parse_args(["--kernel-pattern", "("])
     with pytest.raises(errors.UsageError, match="invalid --kernel-pattern"):
         sweep_options._timing_options(args, torch.device("cuda"))
 
 
 def test_cuda_graph_timer_is_warm_only():
-    parser = cli.build_parser(fake_bench_script.SPEC)
+    parser = command_line.build_parser(fake_bench_script.SPEC)
     options = sweep_options._timing_options(
         parser.parse_args(["--timer", "cuda_graph"]), torch.device("cuda")
     )
@@ -208,7 +208,7 @@ def test_cuda_graph_timer_is_warm_only():
 
 
 def test_minimum_measurement_options_reach_the_timer_on_a_gpu_only():
-    parser = cli.build_parser(fake_bench_script.SPEC)
+    parser = command_line.build_parser(fake_bench_script.SPEC)
     args = parser.parse_args(["--min-time-ms", "700", "--enough-samples", "200"])
     gpu = sweep_options._timing_options(args, torch.device("cuda"))
     assert (gpu.min_time_ms, gpu.enough_samples) == (700.0, 200)

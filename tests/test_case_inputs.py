@@ -8,7 +8,7 @@ import dataclasses
 import h2h_plugins
 from test_bench_common import NO_GPU, read_rows
 
-from fi_attn_bench import cli
+from fi_attn_bench import command_line
 from fi_attn_bench.apis import decode
 from fi_attn_bench.cases.spec import Settings
 
@@ -27,7 +27,7 @@ def test_a_cases_inputs_are_built_once_and_every_impl_gets_them(tmp_path):
     h2h_plugins.SEEN_INPUTS.clear()
     out = tmp_path / "d.csv"
     argv = [*FAST, "--preset", "cpu", "--impl", "torch", "--impl", PLUGIN, "--output", str(out)]
-    assert cli.main_for(spec, argv, probe=NO_GPU) == 0
+    assert command_line.main_for(spec, argv, probe=NO_GPU) == 0
     rows = read_rows(out)
     assert [row["status"] for row in rows] == ["ok"] * len(rows)
     assert len(built) == len(rows) // 2 > 0  # one build per case, for both impls

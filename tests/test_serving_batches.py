@@ -22,7 +22,7 @@ import bench_batch_decode as decode
 import bench_batch_mla as mla
 import bench_batch_prefill_paged as paged
 import bench_batch_prefill_ragged as ragged
-from fi_attn_bench import cli
+from fi_attn_bench import command_line
 from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import serving
@@ -227,7 +227,7 @@ class PerCaseTimer(timers.TimerDefaults):
 
 def _run(script, argv, timer=None, spec=None):
     timer = timer or PerCaseTimer(itertools.repeat(1.0))
-    return cli.main_for(
+    return command_line.main_for(
         spec or script.SPEC,
         ["--device", "cpu", *FAST, *argv],
         probe=NO_GPU,
@@ -286,7 +286,7 @@ def test_same_spec_and_seed_same_case_and_resume(tmp_path):
     (row,) = _rows(out)[1]
     assert row["workload"] == f"{spec_text} seed=4"
     again = decode.SPEC
-    cases = cli.selected_cases(
+    cases = command_line.selected_cases(
         again, SimpleNamespace(batch=[spec_text], workload=[], seed=4, preset=None, filter=[]), ""
     )
     assert str(cases[0]["workload"]) == row["workload"]
@@ -391,7 +391,7 @@ def test_bad_specs_exit_2_before_any_gpu_work(argv, words, capsys):
     def boom():
         raise AssertionError("probed the machine")
 
-    code = cli.main_for(decode.SPEC, argv, probe=backend_choice.Probe(boom, boom))
+    code = command_line.main_for(decode.SPEC, argv, probe=backend_choice.Probe(boom, boom))
     assert code == 2 and words in capsys.readouterr().err
 
 
@@ -442,7 +442,7 @@ def test_serving_report_lists_varied_rows_with_their_twins(tmp_path, capsys):
 
 def test_a_batch_given_twice_is_one_case(capsys):
     argv = ["--list", "--device", "cpu", "--batch", "3d@40", "--batch", "2d@9", "--batch", "3d@40"]
-    assert cli.main_for(decode.SPEC, argv, probe=NO_GPU) == 0
+    assert command_line.main_for(decode.SPEC, argv, probe=NO_GPU) == 0
     out = capsys.readouterr().out
     assert "2 cases" in out and out.count("workload=3d@40") == 1
 
