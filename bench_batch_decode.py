@@ -8,7 +8,7 @@ batches) is ``fi_attn_bench.apis.decode``.
 
 from fi_attn_bench.apis.decode import *  # noqa: F403 - the API's names, importable from here
 from fi_attn_bench.apis.decode import SPEC
-from fi_attn_bench.cli import main_for
+from fi_attn_bench.command_line import main_for
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,7 @@ batches) is ``fi_attn_bench.apis.prefill_paged``.
 
 from fi_attn_bench.apis.prefill_paged import *  # noqa: F403 - the API's names, importable from here
 from fi_attn_bench.apis.prefill_paged import SPEC
-from fi_attn_bench.cli import main_for
+from fi_attn_bench.command_line import main_for
 
 
 def main(argv=None) -> int:

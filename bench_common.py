@@ -9,7 +9,7 @@ rest (the ``fi_attn_bench`` package).  The seed's helpers (``dtype``, ``page_blo
 from fi_attn_bench.backends.impls import ImplContext, PluginRun
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
-from fi_attn_bench.cli import build_parser, main_for
+from fi_attn_bench.command_line import build_parser, main_for
 from fi_attn_bench.seed_api import (
     compute_reps,
     dtype,
@@ -21,7 +21,7 @@ from fi_attn_bench.seed_api import (
     synchronize,
 )
 from fi_attn_bench.sweep.case import CorrectnessError
-from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.sweep.run_options import RunOptions
 from fi_attn_bench.timing.options import NoKernelCaptured, TimingError, TimingOptions
 from fi_attn_bench.timing.statistics import Measurement
 

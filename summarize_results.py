@@ -8,7 +8,7 @@ The seed's module API (its constants, ``load_csv``, ``describe_case``,
 import sys
 
 from fi_attn_bench.summarizer import seed_api
-from fi_attn_bench.summarizer.cli import main, parse_args, run_as_program
+from fi_attn_bench.summarizer.command_line import main, parse_args, run_as_program
 from fi_attn_bench.summarizer.seed_api import *  # noqa: F403 - the seed's names, listed once there
 
 __all__ = [*seed_api.__all__, "main", "parse_args", "run_as_program"]

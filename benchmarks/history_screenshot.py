@@ -24,7 +24,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fi_attn_bench.history.cli import main as history_main  # noqa: E402
+from fi_attn_bench.history.command_line import main as history_main  # noqa: E402
 
 DECODE = ROOT / "tests" / "fixtures" / "real_csv" / "h100_decode_default.csv"
 RUNS, THROTTLED_RUN, STEP_RUN, STEPPED_CASES, STEP = 30, 17, 20, (3, 11), 1.04

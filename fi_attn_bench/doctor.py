@@ -176,11 +176,12 @@ def real_probe(device: torch.device, flashinfer) -> ProbeCall:
         return _fallback(device, "FlashInfer not importable")
     try:
         from fi_attn_bench.apis import decode
+        from fi_attn_bench.cases.inputs import prepare_case
         from fi_attn_bench.cases.spec import Settings
 
         case = decode.decode_case(**DECODE_CASE)
         settings = Settings(device, torch.float16, 16, "flashinfer", seed=0)
-        prepared = decode.prepare(case, settings)
+        prepared = prepare_case(decode.SPEC, case, settings)
     except Exception as exc:  # noqa: BLE001 - the probe still checks the timers; the label says why
         return _fallback(device, f"the decode case failed: {type(exc).__name__}: {exc}")
     if prepared.output is None:

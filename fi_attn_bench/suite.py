@@ -30,7 +30,7 @@ from fi_attn_bench.apis import registry
 from fi_attn_bench.backends.choice import Probe
 from fi_attn_bench.cases.selection import parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
-from fi_attn_bench.cli import (
+from fi_attn_bench.command_line import (
     TimerFactory,
     execute,
     list_cases,
@@ -54,8 +54,8 @@ from fi_attn_bench.suite_record import (
 )
 from fi_attn_bench.sweep.environment import new_run_id
 from fi_attn_bench.sweep.launch import detect_launch
-from fi_attn_bench.sweep.options import RunOptions
 from fi_attn_bench.sweep.request import SweepRequest
+from fi_attn_bench.sweep.run_options import RunOptions
 from fi_attn_bench.sweep.shard_plan import (
     ShardRequest,
     describe_shard,
@@ -187,11 +187,12 @@ class SuitePlan:
 def _prepare(own, rest, probe, specs) -> SuitePlan | int:
     """Every check and the run record, no GPU work; the scripts' options, or an exit code."""
     if own.resume:
-        record, rest = _resume_record(own, rest)
+        record, again = _resume_record(own, rest)
         specs = scripts_in_order(specs if specs is not None else load_specs(), record)
+        chosen = _recorded_requests(specs, record, again)
     else:
         specs = list(specs) if specs is not None else load_specs(own.scripts or None)
-    chosen = plan_all(specs, rest)
+        chosen = plan_all(specs, rest)
     if isinstance(chosen, int):
         return chosen
     if own.resume:
@@ -206,7 +207,9 @@ def _prepare(own, rest, probe, specs) -> SuitePlan | int:
     if not own.resume:
         names = tuple(os.path.basename(options.output) for _, options in prepared.runs)
         scripts = tuple(spec.script for spec, _ in prepared.runs)
-        record = SuiteRecord(scripts, tuple(rest), names)
+        asked_by_script = {spec.script: asked for spec, asked in chosen}
+        requests = tuple(asked_by_script[script] for script in scripts)
+        record = SuiteRecord(scripts, names, requests)
         moved = write_record(directory, record, force=chosen[0][1].force, shard=prepared.shard)
         if moved:
             print(f"Moved the earlier run's {record_name(prepared.shard)} aside to {moved}")
@@ -239,9 +242,19 @@ def _suite_run_id(runs) -> str:
     return new_run_id()
 
 
-def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, list[str]]:
+@dataclass(frozen=True)
+class ResumeAgain:
+    """What ``--resume DIR`` changes in the recorded requests: the directory, --verbose, and
+    the shard given on the command line (None: the recorded one, or the launcher's)."""
+
+    directory: str
+    verbose: bool
+    shard: str | None
+
+
+def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, ResumeAgain]:
     """``--resume DIR``: the record it finishes (a shard's: --shard I/N, the launcher's shard,
-    or the only shard record there) and the command line it repeats."""
+    or the only shard record there) and what the resumed run changes in it."""
     words = argparse.ArgumentParser(prog=f"{_prog()} --resume", add_help=False)
     words.add_argument("--verbose", action="store_true")
     words.add_argument("--shard")
@@ -255,10 +268,30 @@ def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, list[str]]:
     launched = detect_launch(os.environ, explicit_shard=explicit is not None).shard
     shard = explicit or resumed_shard(own.resume, launched)
     record = read_record(own.resume, shard)
-    tail = ["--verbose"] if given.verbose else []
-    if shard is not None and shard != launched:  # the launcher gives its own shard
-        tail += ["--shard", str(shard)]
-    return record, [*record.argv, "--output-dir", own.resume, *tail]
+    given_shard = str(shard) if shard is not None and shard != launched else None
+    return record, ResumeAgain(own.resume, given.verbose, given_shard)
+
+
+def _recorded_requests(
+    specs: Sequence[BenchmarkSpec], record: SuiteRecord, again: ResumeAgain
+) -> list[tuple[BenchmarkSpec, SweepRequest]] | int:
+    """Each recorded script's request as the resumed run asks it; a record that holds only
+    the older ``argv`` is parsed again."""
+    if not record.requests:
+        tail = ["--verbose"] if again.verbose else []
+        tail += ["--shard", again.shard] if again.shard is not None else []
+        return plan_all(specs, [*record.argv, "--output-dir", again.directory, *tail])
+    chosen = []
+    for spec in specs:
+        recorded = record.request_of(spec.script)
+        asked = replace(
+            recorded,
+            output_dir=again.directory,
+            verbose=recorded.verbose or again.verbose,
+            shard=again.shard if again.shard is not None else recorded.shard,
+        )
+        chosen.append((spec, asked))
+    return chosen
 
 
 def _resumed(asked: SweepRequest, directory: str, csv_name: str) -> SweepRequest:

@@ -1,5 +1,5 @@
 """What bench_all.py records in its output directory (``bench_all.json``) so that
-``bench_all.py --resume DIR`` finishes an interrupted run: its scripts, their options, their CSVs.
+``bench_all.py --resume DIR`` finishes an interrupted run: its scripts, their requests, their CSVs.
 Each shard of a sharded run records its own part (``bench_all.shardIofN.json``): the shards'
 processes never write one file together."""
 
@@ -9,11 +9,12 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.schema import HARNESS_VERSION
 from fi_attn_bench.sweep.outputs import move_aside
+from fi_attn_bench.sweep.request import SweepRequest
 from fi_attn_bench.sweep.sharding import ShardSpec
 
 RECORD_NAME = "bench_all.json"
@@ -22,16 +23,21 @@ _SHARD_RECORD = re.compile(r"^bench_all\.shard(\d+)of(\d+)\.json$")
 
 @dataclass(frozen=True)
 class SuiteRecord:
-    """The scripts of a bench_all run in order, the options they share, and each one's CSV
-    (a file name inside the run's output directory)."""
+    """The scripts of a bench_all run in order, each one's request and CSV (a file name inside
+    the run's output directory); ``argv``: the scripts' shared command line, which records
+    written before requests were recorded hold instead of ``requests``."""
 
     scripts: tuple[str, ...]
-    argv: tuple[str, ...]
     csv_names: tuple[str, ...]
+    requests: tuple[SweepRequest, ...] = ()
+    argv: tuple[str, ...] = ()
     finished: bool = False  # every script ran to its end (an interrupted run stays False)
 
     def csv_of(self, script: str) -> str:
         return self.csv_names[self.scripts.index(script)]
+
+    def request_of(self, script: str) -> SweepRequest:
+        return self.requests[self.scripts.index(script)]
 
 
 def record_name(shard: ShardSpec | None = None) -> str:
@@ -95,7 +101,7 @@ def _write(path: str, record: SuiteRecord) -> None:
         "program": "bench_all.py",
         "harness_version": HARNESS_VERSION,
         "scripts": list(record.scripts),
-        "argv": list(record.argv),
+        "requests": [asdict(request) for request in record.requests],
         "csv": list(record.csv_names),
         "finished": record.finished,
     }
@@ -118,16 +124,26 @@ def read_record(directory: str, shard: ShardSpec | None = None) -> SuiteRecord:
         with open(path, encoding="utf-8") as handle:
             payload = json.load(handle)
         record = SuiteRecord(
-            tuple(map(str, payload["scripts"])),
-            tuple(map(str, payload["argv"])),
-            tuple(map(str, payload["csv"])),
-            payload.get("finished") is True,
+            scripts=tuple(map(str, payload["scripts"])),
+            csv_names=tuple(map(str, payload["csv"])),
+            requests=_requests(payload),
+            argv=tuple(map(str, payload.get("argv", ()))),
+            finished=payload.get("finished") is True,
         )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"--resume {directory}: unreadable {name} ({exc})") from None
     if len(record.scripts) != len(record.csv_names):
         raise UsageError(f"--resume {directory}: {name} lists scripts and CSVs unevenly")
+    if record.requests and len(record.requests) != len(record.scripts):
+        raise UsageError(f"--resume {directory}: {name} lists scripts and requests unevenly")
+    if not record.requests and "argv" not in payload:
+        raise UsageError(f"--resume {directory}: unreadable {name} (no requests)")
     return record
+
+
+def _requests(payload: dict) -> tuple[SweepRequest, ...]:
+    """The recorded requests (none in a record that holds the older ``argv`` instead)."""
+    return tuple(SweepRequest.from_fields(fields) for fields in payload.get("requests", ()))
 
 
 def scripts_in_order(specs: Sequence, record: SuiteRecord) -> list:

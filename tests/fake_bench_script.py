@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared
-from fi_attn_bench.cli import main_for
+from fi_attn_bench.command_line import main_for
 
 FIELDS = ("batch_size", "seq_len")
 
@@ -25,7 +25,7 @@ def _cases(batch_sizes, seq_lens=(8,)):
     return tuple({"batch_size": b, "seq_len": s} for b in batch_sizes for s in seq_lens)
 
 
-def prepare(case, settings):
+def prepare(case, settings, inputs=None):
     sleep = float(os.environ.get("FAKE_BENCH_SLEEP", "0.005"))
     oom = os.environ.get("FAKE_BENCH_OOM") in (str(case["batch_size"]), "all")
     wrong = os.environ.get("FAKE_BENCH_WRONG") == str(case["batch_size"])

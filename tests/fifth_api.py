@@ -72,15 +72,15 @@ def flops(case: Mapping[str, int]) -> float:
     return float(4 * case["batch_size"] * case["kv_len"] * case["head_dim"])
 
 
-def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
-    inputs = settings.inputs if settings.inputs is not None else make_inputs(case, settings)
-    reference = reference_fn(inputs)
-    if settings.backend == "torch":
-        return bi.reference_as_run(reference, inputs)
+def reference(case: Mapping[str, int], inputs: FifthInputs) -> Callable[[], torch.Tensor]:
+    return reference_fn(inputs)
+
+
+def prepare(case: Mapping[str, int], settings: Settings, inputs: FifthInputs) -> Prepared:
     return planned_wrapper(
         API,
         settings,
-        reference,
+        reference(case, inputs),
         wrapper_options={},
         plan_arguments={"head_dim": case["head_dim"]},
         run_args=(inputs.q, inputs.k, inputs.v),
@@ -95,6 +95,8 @@ SPEC = BenchmarkSpec(
     case_fields=CASE_FIELDS,
     presets=PRESETS,
     prepare=prepare,
+    make_inputs=make_inputs,
+    reference=reference,
     io_bytes=io_bytes,
     flops=flops,
 )

@@ -15,10 +15,10 @@ from fi_attn_bench.results.reader import read_stored_rows
 def interrupted_at(spec: BenchmarkSpec, batch_size: int) -> BenchmarkSpec:
     """``spec`` whose case of ``batch_size`` is interrupted by Ctrl-C while it is prepared."""
 
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         if case["batch_size"] == batch_size:
             raise KeyboardInterrupt
-        return spec.prepare(case, settings)
+        return spec.prepare(case, settings, inputs)
 
     return dataclasses.replace(spec, prepare=prepare)
 
@@ -49,6 +49,52 @@ def test_resume_dir_finishes_started_scripts_and_runs_the_others(tmp_path, capsy
     }
     record = json.loads((tmp_path / "bench_all.json").read_text())
     assert record["scripts"] == [FIRST.script, SECOND.script]
+    assert [request["filter"] for request in record["requests"]] == [["batch_size<=2"]] * 2
+    assert "argv" not in record
+
+
+def test_resume_follows_the_recorded_request_not_a_command_line(tmp_path):
+    argv = ["--output-dir", str(tmp_path), *FAST, "--filter", "batch_size<=2"]
+    assert run(argv, specs=(interrupted_at(FIRST, 2), SECOND)) == 130
+    path = tmp_path / "bench_all.json"
+    record = json.loads(path.read_text())
+    record["requests"][1]["filter"] = ["batch_size<=1"]  # the unstarted script's, only here
+    path.write_text(json.dumps(record))
+
+    assert run(["--resume", str(tmp_path)]) == 0
+    assert statuses(tmp_path) == {
+        "FakeAttentionWrapper": ["ok", "ok"],
+        "OtherFakeWrapper": ["ok"],
+    }
+
+
+def test_resume_reads_an_older_record_of_argv(tmp_path):
+    argv = ["--output-dir", str(tmp_path), *FAST, "--filter", "batch_size<=2"]
+    assert run(argv, specs=(interrupted_at(FIRST, 2), SECOND)) == 130
+    path = tmp_path / "bench_all.json"
+    record = json.loads(path.read_text())
+    del record["requests"]
+    record["argv"] = [*FAST, "--filter", "batch_size<=2"]  # as records used to hold
+    path.write_text(json.dumps(record))
+
+    assert run(["--resume", str(tmp_path)]) == 0
+    assert statuses(tmp_path) == {
+        "FakeAttentionWrapper": ["ok", "ok"],
+        "OtherFakeWrapper": ["ok", "ok"],
+    }
+
+
+def test_resume_refuses_a_record_of_unknown_request_fields(tmp_path, capsys):
+    argv = ["--output-dir", str(tmp_path), *FAST]
+    assert run(argv, specs=(interrupted_at(FIRST, 2), SECOND)) == 130
+    path = tmp_path / "bench_all.json"
+    record = json.loads(path.read_text())
+    record["requests"][0]["no_such_option"] = 1
+    path.write_text(json.dumps(record))
+    capsys.readouterr()
+
+    assert run(["--resume", str(tmp_path)]) == 2
+    assert "unreadable bench_all.json" in capsys.readouterr().err
 
 
 def _csv(directory) -> str:

@@ -14,16 +14,16 @@ import fake_bench_script
 import pytest
 import torch
 
-from fi_attn_bench import cli, errors, seed_api
+from fi_attn_bench import command_line, errors, seed_api
 from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cases import selection
 from fi_attn_bench.cases import spec as script_spec
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.schema import HARNESS_VERSION
 from fi_attn_bench.sweep import environment
-from fi_attn_bench.sweep import options as sweep_options
 from fi_attn_bench.sweep import progress as sweep_progress
 from fi_attn_bench.sweep import run as sweep_run
+from fi_attn_bench.sweep import run_options as sweep_options
 from fi_attn_bench.timing import loop as tloop
 from fi_attn_bench.timing import profiled, timers
 from fi_attn_bench.timing import trace as ttrace
@@ -76,7 +76,7 @@ def fake_factory(timer):
 
 def run_main(argv, *, timer=None, probe=NO_GPU, spec=fake_bench_script.SPEC):
     factory = fake_factory(timer) if timer is not None else timers.make_timer
-    return cli.main_for(spec, argv, probe=probe, timer_factory=factory)
+    return command_line.main_for(spec, argv, probe=probe, timer_factory=factory)
 
 
 # ---------------------------------------------------------------- filters and arguments
@@ -122,7 +122,7 @@ def test_parse_filter_unknown_field_names_valid_ones():
         selection.parse_filter("head_dim=128", ("batch_size", "seq_len"))
 
 
-def explode(case, settings):
+def explode(case, settings, inputs=None):
     raise AssertionError("no case may be prepared")
 
 
@@ -171,13 +171,13 @@ def test_bad_numbers_exit_2():
 
 
 def test_invalid_kernel_pattern_on_gpu_is_usage_error():
-    args = cli.build_parser(fake_bench_script.SPEC).parse_args(["--kernel-pattern", "("])
+    args = command_line.build_parser(fake_bench_script.SPEC).parse_args(["--kernel-pattern", "("])
     with pytest.raises(errors.UsageError, match="invalid --kernel-pattern"):
         sweep_options._timing_options(args, torch.device("cuda"))
 
 
 def test_cuda_graph_timer_is_warm_only():
-    parser = cli.build_parser(fake_bench_script.SPEC)
+    parser = command_line.build_parser(fake_bench_script.SPEC)
     options = sweep_options._timing_options(
         parser.parse_args(["--timer", "cuda_graph"]), torch.device("cuda")
     )
@@ -208,7 +208,7 @@ def test_cuda_graph_timer_is_warm_only():
 
 
 def test_minimum_measurement_options_reach_the_timer_on_a_gpu_only():
-    parser = cli.build_parser(fake_bench_script.SPEC)
+    parser = command_line.build_parser(fake_bench_script.SPEC)
     args = parser.parse_args(["--min-time-ms", "700", "--enough-samples", "200"])
     gpu = sweep_options._timing_options(args, torch.device("cuda"))
     assert (gpu.min_time_ms, gpu.enough_samples) == (700.0, 200)
@@ -351,7 +351,7 @@ def test_unsupported_case_and_nan_output_are_failed_rows(tmp_path):
     class UnsupportedCase(Exception):
         pass
 
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         if case["batch_size"] == 1:
             raise UnsupportedCase("head_dim 96 not compiled")
         out = torch.full((4,), float("nan"))
@@ -412,7 +412,7 @@ def check_options(tmp_path, **changes):
 def spec_writing(write):
     """A spec whose run() calls write(q, out); the reference is 2 * q."""
 
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         q = torch.randn(case["batch_size"], 64, dtype=settings.dtype)
         out = torch.empty_like(q)
         return script_spec.Prepared(
@@ -724,7 +724,7 @@ def test_seed_run_with_profiler_counts_every_kernel_or_the_named_ones(monkeypatc
 def test_long_multiline_errors_are_clipped_in_csv_and_one_line_on_screen(tmp_path, capsys):
     log = "nvcc error: " + "x" * 200_000 + "\nfatal: head_dim 96 not instantiated"
 
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         raise RuntimeError(log)
 
     spec = script_spec.BenchmarkSpec(**{**fake_bench_script.SPEC.__dict__, "prepare": prepare})
@@ -739,7 +739,7 @@ def test_long_multiline_errors_are_clipped_in_csv_and_one_line_on_screen(tmp_pat
 
 
 def test_check_without_any_output_tensor_says_so(tmp_path):
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         return script_spec.Prepared(
             run=lambda: None, output=None, reference=lambda: torch.zeros(2), plan_ms=0.0
         )

@@ -18,6 +18,7 @@ import bench_batch_prefill_paged
 import bench_batch_prefill_ragged
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import selection
+from fi_attn_bench.cases.inputs import prepare_case
 from fi_attn_bench.cases.spec import Settings
 
 SCRIPTS = (
@@ -305,7 +306,7 @@ DENSE = {
 def test_torch_backend_run_matches_a_dense_computation(script, page_size):
     case = script.SPEC.presets["cpu"][-1]
     settings = _settings(page_size=page_size)
-    prepared = script.prepare(case, settings)
+    prepared = prepare_case(script.SPEC, case, settings)
     # the reference is what runs (kept as Prepared.reference for plugins measured beside it)
     assert (prepared.output, prepared.reference, prepared.plan_ms) == (None, prepared.run, 0.0)
     assert prepared.inputs is not None

@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 from fi_attn_bench.results.reader import read_stored_rows
-from fi_attn_bench.summarizer import cli as summarize_results
+from fi_attn_bench.summarizer import command_line as summarize_results
 
 SCRIPTS = (
     "bench_batch_decode",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from fi_attn_bench import cli
+from fi_attn_bench import command_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKFLOW = "docs/ci/attention-bench.yml"
@@ -95,9 +95,9 @@ def parsers_of(module_name: str) -> list[argparse.ArgumentParser]:
         if hasattr(candidate, "build_parser"):
             parsers.append(candidate.build_parser())
         if hasattr(candidate, "SPEC"):
-            parsers.append(cli.build_parser(candidate.SPEC))
+            parsers.append(command_line.build_parser(candidate.SPEC))
         if hasattr(candidate, "load_specs"):
-            parsers += [cli.build_parser(spec) for spec in candidate.load_specs()]
+            parsers += [command_line.build_parser(spec) for spec in candidate.load_specs()]
     return parsers
 
 

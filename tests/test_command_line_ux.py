@@ -73,13 +73,13 @@ def test_bench_all_prints_the_backend_note_once(tmp_path, capsys):
 def test_cpu_budget_per_case_is_short_unless_given():
     import torch
 
-    from fi_attn_bench import cli
-    from fi_attn_bench.sweep import options
+    from fi_attn_bench import command_line
+    from fi_attn_bench.sweep import run_options
 
-    parser = cli.build_parser(fake_bench_script.SPEC)
+    parser = command_line.build_parser(fake_bench_script.SPEC)
     default, given = parser.parse_args([]), parser.parse_args(["--max-time-per-case", "3"])
-    budget = options._timing_options
-    assert budget(default, torch.device("cpu")).max_time_s == options.CPU_MAX_TIME_S == 0.2
+    budget = run_options._timing_options
+    assert budget(default, torch.device("cpu")).max_time_s == run_options.CPU_MAX_TIME_S == 0.2
     assert budget(default, torch.device("cuda")).max_time_s == 2.0
     assert budget(given, torch.device("cpu")).max_time_s == 3.0
 
@@ -161,7 +161,7 @@ def test_resume_command_works_from_another_directory(tmp_path, monkeypatch):
     """``python ../main/bench_batch_decode.py`` run elsewhere: the printed command names the
     script so that it runs from where the user is."""
     import bench_batch_decode
-    from fi_attn_bench.sweep.options import resume_command
+    from fi_attn_bench.sweep.run_options import resume_command
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -181,11 +181,11 @@ def test_resume_command_works_from_another_directory(tmp_path, monkeypatch):
 def _decode_options(spec, output: str):
     import torch
 
-    from fi_attn_bench import cli
+    from fi_attn_bench import command_line
     from fi_attn_bench.backends.choice import BackendChoice
-    from fi_attn_bench.sweep.options import resolve_options
+    from fi_attn_bench.sweep.run_options import resolve_options
 
-    args = cli.build_parser(spec).parse_args(["--device", "cpu"])
+    args = command_line.build_parser(spec).parse_args(["--device", "cpu"])
     options = resolve_options(spec, args, BackendChoice("torch", torch.device("cpu")), listing=True)
     return dataclasses.replace(options, output=output)
 

@@ -16,7 +16,7 @@ import bench_batch_decode
 from fi_attn_bench.backends.choice import Probe
 from fi_attn_bench.results.schema import result_record
 from fi_attn_bench.sweep.case import row_notes
-from fi_attn_bench.sweep.options import DEFAULT_CPU_THREADS
+from fi_attn_bench.sweep.run_options import DEFAULT_CPU_THREADS
 from fi_attn_bench.timing.options import TimingOptions
 from fi_attn_bench.timing.statistics import Measurement
 
@@ -25,9 +25,9 @@ GPU = Probe(cuda_available=lambda: True, import_flashinfer=lambda: None)
 
 
 def _recording_threads(seen: list[int]):
-    def prepare(case, settings):
+    def prepare(case, settings, inputs=None):
         seen.append(torch.get_num_threads())
-        return fake_bench_script.prepare(case, settings)
+        return fake_bench_script.prepare(case, settings, inputs)
 
     return dataclasses.replace(fake_bench_script.SPEC, prepare=prepare)
 
@@ -85,7 +85,7 @@ def test_cpu_rows_over_the_noise_target_are_marked_noisy(tmp_path):
 
 
 def test_the_summary_lists_the_noisy_rows_and_its_verdict_line_counts_them(tmp_path, capsys):
-    from fi_attn_bench.summarizer.cli import main as summarize
+    from fi_attn_bench.summarizer.command_line import main as summarize
 
     tight = tmp_path / "tight.csv"
     rows = _decode_on_the_cpu(tight, "--noise-target", "1e-9")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fi_attn_bench.summarizer import cli as sr
+from fi_attn_bench.summarizer import command_line as sr
 
 HEADER = (
     "schema_version,api,batch_size,seq_len_q,seq_len_kv,num_qo_heads,num_kv_heads,head_dim,"

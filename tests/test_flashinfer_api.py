@@ -21,6 +21,7 @@ import bench_batch_prefill_paged
 import bench_batch_prefill_ragged
 from fi_attn_bench.backends import flashinfer_api as fc
 from fi_attn_bench.cases import checking
+from fi_attn_bench.cases.inputs import prepare_case
 from fi_attn_bench.cases.spec import Settings
 
 RELEASES = tuple(fake_flashinfer.RELEASES)
@@ -282,7 +283,7 @@ def _calls(module, method: str) -> list[dict]:
 def test_prepare_drives_the_wrappers_correctly(fake, script):
     """Output written into the poisoned ``out`` buffer and equal to the reference."""
     case = script.SPEC.presets["cpu"][-1]
-    prepared = script.prepare(case, _cpu_settings())
+    prepared = prepare_case(script.SPEC, case, _cpu_settings())
     assert prepared.output is not None and prepared.plan_ms >= 0.0
     # plan() twice in prepare (a JIT-absorbing warm-up, then the timed one), never in run()
     assert len(_calls(fake, "plan")) == 2
@@ -298,7 +299,7 @@ def test_prepare_drives_the_wrappers_correctly(fake, script):
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
 def test_plan_receives_scale_dtypes_and_mask(fake, script):
     case = script.SPEC.presets["cpu"][0]
-    script.prepare(case, _cpu_settings())
+    prepare_case(script.SPEC, case, _cpu_settings())
     plan = _calls(fake, "plan")[-1]
     assert plan["sm_scale"] == pytest.approx(script.sm_scale(case))
     assert plan["q_data_type"] == torch.float16 and plan["kv_data_type"] == torch.float16
@@ -314,7 +315,9 @@ def test_plan_receives_scale_dtypes_and_mask(fake, script):
 
 
 def test_decode_constructed_without_tensor_cores_and_backend_only_on_061(fake):
-    bench_batch_decode.prepare(bench_batch_decode.SPEC.presets["cpu"][0], _cpu_settings())
+    prepare_case(
+        bench_batch_decode.SPEC, bench_batch_decode.SPEC.presets["cpu"][0], _cpu_settings()
+    )
     init = _calls(fake, "__init__")[-1]
     assert init["use_tensor_cores"] is False and init["kv_layout"] == "NHD"
     assert ("backend" in init) == (fake.__version__ == "0.6.1")
@@ -323,7 +326,7 @@ def test_decode_constructed_without_tensor_cores_and_backend_only_on_061(fake):
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
 def test_an_unwritten_output_fails_the_check(fake, script):
     """The harness's poison-then-check catches a run() that ignores ``out``."""
-    prepared = script.prepare(script.SPEC.presets["cpu"][0], _cpu_settings())
+    prepared = prepare_case(script.SPEC, script.SPEC.presets["cpu"][0], _cpu_settings())
     checking.poison_(prepared.output)
     assert not checking.check_output(prepared.output, prepared.reference()).passed
 
@@ -331,7 +334,7 @@ def test_an_unwritten_output_fails_the_check(fake, script):
 def test_torch_backend_never_imports_flashinfer(monkeypatch):
     monkeypatch.setitem(sys.modules, "flashinfer", None)
     for script in SCRIPTS:
-        prepared = script.prepare(script.SPEC.presets["cpu"][0], _cpu_settings("torch"))
+        prepared = prepare_case(script.SPEC, script.SPEC.presets["cpu"][0], _cpu_settings("torch"))
         assert prepared.output is None and prepared.reference is prepared.run
         assert prepared.plan_ms == 0.0
 
@@ -340,4 +343,4 @@ def test_flashinfer_backend_without_flashinfer_raises_backend_unavailable(monkey
     monkeypatch.setitem(sys.modules, "flashinfer", None)
     case = bench_batch_decode.SPEC.presets["cpu"][0]
     with pytest.raises(fc.BackendUnavailable):
-        bench_batch_decode.prepare(case, _cpu_settings())
+        prepare_case(bench_batch_decode.SPEC, case, _cpu_settings())

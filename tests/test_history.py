@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fi_attn_bench.history.cli import main
+from fi_attn_bench.history.command_line import main
 from fi_attn_bench.history.detect import (
     DetectionSettings,
     clock_normalization,
@@ -191,7 +191,7 @@ def slow(self, run):
         time.sleep(60)
     return ids
 store.RunStore._case_ids = slow
-from fi_attn_bench.history.cli import main
+from fi_attn_bench.history.command_line import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from fi_attn_bench.history.cli import main
+from fi_attn_bench.history.command_line import main
 from tests.test_history import REAL, noisy_factors, write_runs
 
 CHROMIUM = (

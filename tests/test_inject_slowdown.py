@@ -10,6 +10,7 @@ import fake_bench_script
 import pytest
 import torch
 
+from fi_attn_bench.cases.inputs import prepare_case
 from fi_attn_bench.cases.spec import Settings
 from validation import gate_sensitivity as inj
 
@@ -34,12 +35,12 @@ def test_slowed_spec_spins_after_each_run_and_keeps_only_the_long_cases(monkeypa
     slowed = inj.slowed_spec(spec, chosen, spins.append)
     assert [inj.case_key(c, spec.case_fields) for c in slowed.presets["default"]] == list(chosen)
     settings = Settings(torch.device("cpu"), torch.float32, 16, "torch", 0)
-    prepared = slowed.prepare(slowed.presets["default"][1], settings)
+    prepared = prepare_case(slowed, slowed.presets["default"][1], settings)
     prepared.run()
     prepared.run()
     assert spins == [200, 200]
     zero = inj.slowed_spec(spec, dict.fromkeys(chosen, 0), spins.append)
-    zero.prepare(zero.presets["default"][0], settings).run()
+    prepare_case(zero, zero.presets["default"][0], settings).run()
     assert spins == [200, 200]  # the A/A partner runs the same wrapper without a spin
 
 

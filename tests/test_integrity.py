@@ -21,6 +21,7 @@ from test_bench_common import read_rows, run_main
 import bench_batch_decode
 from fi_attn_bench.backends.impls import ImplContext
 from fi_attn_bench.cases.checking import Tolerance
+from fi_attn_bench.cases.inputs import prepare_case
 from fi_attn_bench.cases.spec import Settings
 from fi_attn_bench.results.schema import (
     FRESH_INPUTS,
@@ -313,7 +314,7 @@ def test_flashinfer_wrappers_pass_every_check_under_every_timer(monkeypatch, scr
     module = importlib.import_module(script)
     case = module.SPEC.presets["cpu"][0]
     settings = Settings(torch.device("cpu"), torch.float16, 16, "flashinfer", seed=5)
-    prepared = module.SPEC.prepare(case, settings)
+    prepared = prepare_case(module.SPEC, case, settings)
     subject = Subject(
         prepared.run,
         prepared.output,

@@ -14,7 +14,7 @@ import torch
 from test_bench_common import read_rows
 
 import bench_batch_decode
-from fi_attn_bench import cli
+from fi_attn_bench import command_line
 from fi_attn_bench.results.schema import INTEGRITY_PASS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -31,7 +31,7 @@ def _sweep(tmp_path, impl: str, timer: str) -> list[dict]:
     argv = ["--preset", "smoke", "--filter", CASE, "--timer", timer, "--impl", impl]
     if timer == "cuda_graph":
         argv += ["--l2", "warm"]
-    cli.main_for(bench_batch_decode.SPEC, [*argv, "--output", str(out)])
+    command_line.main_for(bench_batch_decode.SPEC, [*argv, "--output", str(out)])
     return read_rows(out)
 
 

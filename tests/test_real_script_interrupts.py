@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import bench_batch_decode
-from fi_attn_bench.summarizer import cli as summarize_results
+from fi_attn_bench.summarizer import command_line as summarize_results
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench_batch_decode.py"

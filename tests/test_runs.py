@@ -10,7 +10,7 @@ from pathlib import Path
 from fi_attn_bench import suite as bench_all
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.runs import read_run
-from fi_attn_bench.summarizer import cli as summarize_results
+from fi_attn_bench.summarizer import command_line as summarize_results
 from fi_attn_bench.summarizer.markdown_text import escape_markdown
 
 V1 = "schema_version,api,batch_size,seq_len_q,seq_len_kv,num_qo_heads,num_kv_heads,head_dim"

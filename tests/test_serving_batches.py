@@ -22,10 +22,11 @@ import bench_batch_decode as decode
 import bench_batch_mla as mla
 import bench_batch_prefill_paged as paged
 import bench_batch_prefill_ragged as ragged
-from fi_attn_bench import cli
+from fi_attn_bench import command_line
 from fi_attn_bench.backends import choice as backend_choice
 from fi_attn_bench.cases import inputs as bi
 from fi_attn_bench.cases import serving
+from fi_attn_bench.cases.inputs import prepare_case
 from fi_attn_bench.cases.spec import Settings
 from fi_attn_bench.cases.workloads import Batch, Workload
 from fi_attn_bench.results.reader import read_stored_rows
@@ -166,7 +167,7 @@ SHAPES = {
 def test_reference_matches_per_request_computation(script, page_size):
     case = varied(script, *SHAPES[script])
     s = settings(page_size=page_size)
-    actual = script.prepare(case, s).run()
+    actual = prepare_case(script.SPEC, case, s).run()
     expected = _dense(script, case, script.make_inputs(case, s))
     assert actual.shape[0] == sum(SHAPES[script][0])
     torch.testing.assert_close(actual, expected, rtol=2e-4, atol=2e-4)
@@ -226,7 +227,7 @@ class PerCaseTimer(timers.TimerDefaults):
 
 def _run(script, argv, timer=None, spec=None):
     timer = timer or PerCaseTimer(itertools.repeat(1.0))
-    return cli.main_for(
+    return command_line.main_for(
         spec or script.SPEC,
         ["--device", "cpu", *FAST, *argv],
         probe=NO_GPU,
@@ -285,7 +286,7 @@ def test_same_spec_and_seed_same_case_and_resume(tmp_path):
     (row,) = _rows(out)[1]
     assert row["workload"] == f"{spec_text} seed=4"
     again = decode.SPEC
-    cases = cli.selected_cases(
+    cases = command_line.selected_cases(
         again, SimpleNamespace(batch=[spec_text], workload=[], seed=4, preset=None, filter=[]), ""
     )
     assert str(cases[0]["workload"]) == row["workload"]
@@ -362,12 +363,12 @@ def test_samples_of_a_varied_case_name_its_workload(tmp_path):
     [torch.OutOfMemoryError("CUDA out of memory (injected)"), RuntimeError("CUDA out of memory.")],
 )
 def test_a_batch_that_does_not_fit_is_a_failed_row(tmp_path, error):
-    def prepare(case, settings):
+    def make_inputs(case, settings):
         if case["batch_size"] == 3:
             raise error
-        return decode.prepare(case, settings)
+        return decode.make_inputs(case, settings)
 
-    spec = dataclasses.replace(decode.SPEC, prepare=prepare)
+    spec = dataclasses.replace(decode.SPEC, make_inputs=make_inputs)
     out = tmp_path / "r.csv"
     argv = ["--batch", "3d@40", "--batch", "2d@10", "--output", str(out)]
     assert _run(decode, argv, spec=spec) == 1
@@ -390,7 +391,7 @@ def test_bad_specs_exit_2_before_any_gpu_work(argv, words, capsys):
     def boom():
         raise AssertionError("probed the machine")
 
-    code = cli.main_for(decode.SPEC, argv, probe=backend_choice.Probe(boom, boom))
+    code = command_line.main_for(decode.SPEC, argv, probe=backend_choice.Probe(boom, boom))
     assert code == 2 and words in capsys.readouterr().err
 
 
@@ -441,7 +442,7 @@ def test_serving_report_lists_varied_rows_with_their_twins(tmp_path, capsys):
 
 def test_a_batch_given_twice_is_one_case(capsys):
     argv = ["--list", "--device", "cpu", "--batch", "3d@40", "--batch", "2d@9", "--batch", "3d@40"]
-    assert cli.main_for(decode.SPEC, argv, probe=NO_GPU) == 0
+    assert command_line.main_for(decode.SPEC, argv, probe=NO_GPU) == 0
     out = capsys.readouterr().out
     assert "2 cases" in out and out.count("workload=3d@40") == 1
 
@@ -461,7 +462,7 @@ def test_varied_batch_through_both_releases_plan(script, release, monkeypatch):
     monkeypatch.setitem(sys.modules, "flashinfer", module)
     case = varied(script, *SHAPES[script])
     s = dataclasses.replace(settings(), backend="flashinfer")
-    prepared = script.prepare(case, s)
+    prepared = prepare_case(script.SPEC, case, s)
     expected = _dense(script, case, script.make_inputs(case, s))
     torch.testing.assert_close(prepared.run().float(), expected, rtol=2e-2, atol=2e-2)
 

@@ -16,7 +16,7 @@ import pytest
 
 from fi_attn_bench import suite as bench_all
 from fi_attn_bench.backends import choice as backend_choice
-from fi_attn_bench.cli import main_for
+from fi_attn_bench.command_line import main_for
 from fi_attn_bench.history.reading import case_result, parsed_run
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore

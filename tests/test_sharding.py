@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fi_attn_bench.cli import build_parser
+from fi_attn_bench.command_line import build_parser
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.sweep import launch as launch_mod
 from fi_attn_bench.sweep.launch import detect_launch, run_tag

@@ -26,7 +26,7 @@ FLOORS = {
     "apis": 4,  # one module per API, and their registry
     "sweep": 4,
     "summarizer": 4,
-    "cli": 5,
+    "command_line": 5,
     "suite_record": 5,
     "doctor": 5,
     "history": 5,

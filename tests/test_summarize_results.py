@@ -17,7 +17,7 @@ from seed_oracle import summarize_results as seed_oracle
 import summarize_results as face
 from fi_attn_bench.results.reader import is_numeric_column
 from fi_attn_bench.results.schema import HARNESS_VERSION, OPTIONAL_COLUMN_NAMES, csv_fieldnames
-from fi_attn_bench.summarizer import cli as sr
+from fi_attn_bench.summarizer import command_line as sr
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "summarizer"

@@ -13,7 +13,7 @@ import pytest
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.results.schema import OPTIONAL_COLUMN_BY_NAME, Compare
-from fi_attn_bench.summarizer import cli as sr
+from fi_attn_bench.summarizer import command_line as sr
 from fi_attn_bench.summarizer import output
 from fi_attn_bench.summarizer.terminal import UNLIMITED, terminal_width
 

@@ -25,7 +25,7 @@ from seed_oracle import summarize_results as seed_oracle
 import summarize_results as face
 from fi_attn_bench.results.reader import read_file
 from fi_attn_bench.results.schema import OPTIONAL_COLUMNS
-from fi_attn_bench.summarizer import cli as sr
+from fi_attn_bench.summarizer import command_line as sr
 from fi_attn_bench.summarizer.loading import float_or_nan
 
 EXAMPLES = int(os.environ.get("SUMMARIZER_FUZZ_EXAMPLES", "100"))

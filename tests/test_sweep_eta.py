@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fi_attn_bench.sweep.options import CPU_MAX_TIME_S
 from fi_attn_bench.sweep.progress import Eta
+from fi_attn_bench.sweep.run_options import CPU_MAX_TIME_S
 from fi_attn_bench.sweep.sharding import case_wall_s
 from fi_attn_bench.timing.options import TimingOptions
 

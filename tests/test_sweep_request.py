@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import bench_batch_decode
-from fi_attn_bench.cli import build_parser, parse_command_line
+from fi_attn_bench.command_line import build_parser, parse_command_line
 from fi_attn_bench.sweep.request import SweepRequest
 from fi_attn_bench.sweep.shard_plan import ShardRequest, shard_arguments
 from fi_attn_bench.sweep.sharding import ShardSpec

@@ -97,8 +97,8 @@ def slowed_spec(spec, cycles_by_case: Mapping[tuple, int], spin: Callable[[int],
     """``spec`` whose run() is followed by ``spin(cycles)`` and whose default preset is the
     cases of ``cycles_by_case`` (public fields of BenchmarkSpec and Prepared only)."""
 
-    def prepare(case, settings):
-        prepared = spec.prepare(case, settings)
+    def prepare(case, settings, inputs):
+        prepared = spec.prepare(case, settings, inputs)
         cycles, run = cycles_by_case[case_key(case, spec.case_fields)], prepared.run
 
         def run_then_spin():

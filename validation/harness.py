@@ -276,7 +276,7 @@ def fidelity(script: str, sweep_rows: list[dict[str, str]], rounds: int = 1) -> 
         label = case_label(case, spec.case_fields)
         settings = Settings(device, torch.float16, 16, "flashinfer", seed=0)
         try:
-            run = spec.prepare(case, settings).run
+            run = spec.prepare(case, settings, spec.make_inputs(case, settings)).run
             independent, harness = interleaved(
                 lambda run=run: independent_cold_ms(torch, run, device),
                 lambda run=run: measure(run, timer, options).median,

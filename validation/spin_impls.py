@@ -247,8 +247,8 @@ def _spin_plugin(context, kind: str, spins: Sequence[Callable[[], Spin]]):
 def _flashinfer_prepared(context):
     """The script's own FlashInfer Prepared (wrapper, plan, output) on the plugin's inputs."""
     spec = registry.spec_of_wrapper(context.api)
-    settings = dataclasses.replace(context.settings, backend="flashinfer", inputs=context.inputs)
-    return spec.prepare(context.case, settings)
+    settings = dataclasses.replace(context.settings, backend="flashinfer")
+    return spec.prepare(context.case, settings, context.inputs)
 
 
 # The case's one instance, kept beside its inputs so their id cannot be reused meanwhile.

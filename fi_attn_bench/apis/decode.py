@@ -164,16 +164,17 @@ def plan_arguments(
     }
 
 
-def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
-    """Inputs, planned wrapper and reference for one case (or the reference as the run)."""
-    inputs = settings.inputs if settings.inputs is not None else make_inputs(case, settings)
-    reference = reference_fn(inputs, sm_scale(case))
-    if settings.backend == "torch":
-        return bi.reference_as_run(reference, inputs)
+def reference(case: Mapping[str, int], inputs: DecodeInputs) -> Callable[[], torch.Tensor]:
+    """The float32 reference of one case on its inputs (what --backend torch measures)."""
+    return reference_fn(inputs, sm_scale(case))
+
+
+def prepare(case: Mapping[str, int], settings: Settings, inputs: DecodeInputs) -> Prepared:
+    """The planned wrapper and its reference for one case on the inputs the harness built."""
     return planned_wrapper(
         API,
         settings,
-        reference,
+        reference(case, inputs),
         wrapper_options=dict(kv_layout="NHD", use_tensor_cores=False, backend="auto"),
         plan_arguments=plan_arguments(case, settings, inputs),
         run_args=(inputs.q, (inputs.k_cache, inputs.v_cache)),
@@ -188,6 +189,8 @@ SPEC = BenchmarkSpec(
     case_fields=CASE_FIELDS,
     presets=build_presets(),
     prepare=prepare,
+    make_inputs=make_inputs,
+    reference=reference,
     io_bytes=io_bytes,
     flops=flops,
     varied=VariedBatches(

@@ -201,16 +201,17 @@ def output_buffer(inputs: RaggedInputs) -> torch.Tensor:
     return torch.empty(shape, dtype=inputs.q.dtype, device=inputs.q.device)
 
 
-def prepare(case: Mapping[str, int], settings: Settings) -> Prepared:
-    """Inputs, planned wrapper and reference for one case (or the reference as the run)."""
-    inputs = settings.inputs if settings.inputs is not None else make_inputs(case, settings)
-    reference = reference_fn(inputs, sm_scale(case))
-    if settings.backend == "torch":
-        return bi.reference_as_run(reference, inputs)
+def reference(case: Mapping[str, int], inputs: RaggedInputs) -> Callable[[], torch.Tensor]:
+    """The float32 reference of one case on its inputs (what --backend torch measures)."""
+    return reference_fn(inputs, sm_scale(case))
+
+
+def prepare(case: Mapping[str, int], settings: Settings, inputs: RaggedInputs) -> Prepared:
+    """The planned wrapper and its reference for one case on the inputs the harness built."""
     return planned_wrapper(
         API,
         settings,
-        reference,
+        reference(case, inputs),
         wrapper_options=dict(kv_layout="NHD", backend="auto"),
         plan_arguments=plan_arguments(case, settings, inputs),
         run_args=(inputs.q, inputs.k, inputs.v),
@@ -225,6 +226,8 @@ SPEC = BenchmarkSpec(
     case_fields=CASE_FIELDS,
     presets=build_presets(),
     prepare=prepare,
+    make_inputs=make_inputs,
+    reference=reference,
     io_bytes=io_bytes,
     flops=flops,
     varied=VariedBatches(

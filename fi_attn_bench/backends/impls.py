@@ -28,7 +28,7 @@ from types import MappingProxyType, ModuleType
 import torch
 
 from fi_attn_bench.backends import flashinfer_api as fc
-from fi_attn_bench.cases.inputs import timed_ms
+from fi_attn_bench.cases.inputs import prepare_case, timed_ms
 from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
 from fi_attn_bench.errors import UsageError
 
@@ -240,14 +240,16 @@ def prepare_impl(
     settings: Settings,
     shared: Prepared | None,
 ) -> Prepared:
-    """``impl``'s Prepared for ``case``; ``shared``: an earlier impl's, whose inputs are reused.
+    """``impl``'s Prepared for ``case``; ``shared``: an earlier impl's, whose inputs (the
+    case plan's, built once) are handed over.
 
     A plugin needs the script's inputs and reference: without ``shared`` they come from the
     script's torch path (which builds no wrapper)."""
+    inputs = shared.inputs if shared is not None else None
     if impl.kind != PLUGIN:
-        return spec.prepare(case, impl_settings(impl, _with_inputs(settings, shared)))
+        return prepare_case(spec, case, impl_settings(impl, settings), inputs)
     if shared is None or shared.inputs is None:
-        shared = spec.prepare(case, impl_settings(TORCH_IMPL, settings))
+        shared = prepare_case(spec, case, impl_settings(TORCH_IMPL, settings), inputs)
     if shared.inputs is None:
         raise TypeError(f"{spec.script} does not hand its inputs to plugins (Prepared.inputs)")
     context = ImplContext(spec.api, MappingProxyType(dict(case)), settings, shared.inputs)
@@ -267,12 +269,6 @@ def prepare_impl(
         plan_ms=plan_ms,
         inputs=shared.inputs,
     )
-
-
-def _with_inputs(settings: Settings, shared: Prepared | None) -> Settings:
-    if shared is None or shared.inputs is None:
-        return settings
-    return replace(settings, inputs=shared.inputs)
 
 
 def backend_column(impl: Impl) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fi_attn_bench.cases.spec import Prepared
+from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
 from fi_attn_bench.device.sync import default_device, synchronize
 
 NUM_QO_HEADS = 32
@@ -191,6 +191,19 @@ def reference_as_run(reference: Callable[[], torch.Tensor], inputs: object = Non
     """``--backend torch``: the float32 reference is what is measured (the harness does not
     check it against itself; ``reference`` stays for the plugins measured next to it)."""
     return Prepared(run=reference, output=None, reference=reference, plan_ms=0.0, inputs=inputs)
+
+
+def prepare_case(
+    spec: BenchmarkSpec, case: Mapping[str, int], settings: Settings, inputs: object = None
+) -> Prepared:
+    """One implementation's Prepared for ``case`` on ``inputs`` (built here when none are
+    handed over): the reference as the run for ``--backend torch`` when the spec declares one,
+    else the spec's prepare()."""
+    if inputs is None:
+        inputs = spec.make_inputs(case, settings)
+    if settings.backend == "torch" and spec.reference is not None:
+        return reference_as_run(spec.reference(case, inputs), inputs)
+    return spec.prepare(case, settings, inputs)
 
 
 def setup_paged_kv_indptr(

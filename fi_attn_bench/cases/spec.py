@@ -25,7 +25,6 @@ class Settings:
     seed: int  # RNG seed for this case's inputs (derived from --seed and the case)
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     wrapper_backend: str = "auto"  # FlashInfer's backend= for the wrapper (--impl flashinfer:X)
-    inputs: object | None = None  # the case's inputs, built once and shared by every --impl
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Prepared:
     reference: Callable[[], torch.Tensor] | None
     plan_ms: float
     kernel_pattern: str | None = None
-    inputs: object | None = None  # what make_inputs built: handed to the other --impl's
+    inputs: object | None = None  # the case's inputs (BenchmarkSpec.make_inputs), for plugins
     resolved_backend: str = ""  # the backend FlashInfer's wrapper resolved "auto" to, when it tells
 
 
@@ -51,18 +50,29 @@ class VariedBatches:
     presets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> batch specs
 
 
+def no_inputs(case: Mapping[str, int], settings: Settings) -> None:
+    """For a spec whose prepare() builds what it runs on by itself."""
+    return None
+
+
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    """One script = one spec: its API, case fields, presets and named functions."""
+    """One script = one spec: its API, case fields, presets and named functions.
+
+    The harness builds a case's inputs once (``make_inputs``) and hands them to every
+    implementation: ``prepare(case, settings, inputs)`` builds the FlashInfer call, and
+    ``reference(case, inputs)``, where declared, is what ``--backend torch`` measures."""
 
     api: str
     script: str
     case_fields: tuple[str, ...]
     presets: Mapping[str, tuple[Mapping[str, int], ...]]
-    prepare: Callable[[Mapping[str, int], Settings], Prepared]
+    prepare: Callable[[Mapping[str, int], Settings, object], Prepared]
     io_bytes: Callable[[Mapping[str, int], int], float]
     flops: Callable[[Mapping[str, int]], float]
     varied: VariedBatches | None = None  # None: uniform batches only
+    make_inputs: Callable[[Mapping[str, int], Settings], object] = no_inputs
+    reference: Callable[[Mapping[str, int], object], Callable[[], torch.Tensor]] | None = None
 
 
 DTYPES: Mapping[str, torch.dtype] = {"float16": torch.float16, "bfloat16": torch.bfloat16}

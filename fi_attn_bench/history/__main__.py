@@ -1,3 +1,3 @@
-from fi_attn_bench.history.cli import run_as_program
+from fi_attn_bench.history.command_line import run_as_program
 
 run_as_program()

@@ -19,7 +19,7 @@ from fi_attn_bench.device.power import PowerMonitor
 from fi_attn_bench.device.sync import synchronize
 from fi_attn_bench.device.telemetry import Telemetry
 from fi_attn_bench.results.schema import NOISY_NOTE, append_note
-from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.sweep.run_options import RunOptions
 from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.energy import EnergyRecorder
 from fi_attn_bench.timing.integrity import (

@@ -17,7 +17,7 @@ from fi_attn_bench.results.schema import (
     OPTIONAL_COLUMN_NAMES,
     STATUS_OK,
 )
-from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.sweep.run_options import RunOptions
 
 
 def runtime_version() -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 @dataclass(frozen=True)
 class SweepRequest:
     """One script's command line, option by option (the names and defaults are the parser's,
-    ``cli.build_parser``)."""
+    ``command_line.build_parser``)."""
 
     # cases
     preset: str | None

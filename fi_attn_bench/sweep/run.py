@@ -41,9 +41,9 @@ from fi_attn_bench.sweep.environment import (
     new_run_id,
     timestamp_utc,
 )
-from fi_attn_bench.sweep.options import RunOptions, repro_command, resume_command
 from fi_attn_bench.sweep.outputs import back_up, move_aside, writes_stdout
 from fi_attn_bench.sweep.progress import Eta, Progress, clip_error, summary_line
+from fi_attn_bench.sweep.run_options import RunOptions, repro_command, resume_command
 from fi_attn_bench.sweep.sample_writer import append_samples, samples_line
 from fi_attn_bench.sweep.shard_plan import predicted_case_call_ms
 from fi_attn_bench.sweep.sharding import shard_columns

@@ -22,9 +22,9 @@ from fi_attn_bench.results.reader import read_file, result_layout
 from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore, StoreError
 from fi_attn_bench.results.schema import STATUS_OK
 from fi_attn_bench.sweep.launch import Launch, detect_launch, process_started, run_tag
-from fi_attn_bench.sweep.options import RunOptions, cost_timing
 from fi_attn_bench.sweep.outputs import default_csv_path, probe_directory
 from fi_attn_bench.sweep.request import SweepRequest
+from fi_attn_bench.sweep.run_options import RunOptions, cost_timing
 from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.sweep.sharding import (
     SPLITTERS,

@@ -20,7 +20,7 @@ from fi_attn_bench.results.schema import (
     STATUS_OK,
     ResultCsvWriter,
 )
-from fi_attn_bench.sweep.options import RunOptions
+from fi_attn_bench.sweep.run_options import RunOptions
 
 
 @dataclass

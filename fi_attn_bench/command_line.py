@@ -33,7 +33,10 @@ from fi_attn_bench.cases.spec import (
 )
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.program import program_name
-from fi_attn_bench.sweep.options import (
+from fi_attn_bench.sweep.outputs import STDOUT, writes_stdout
+from fi_attn_bench.sweep.request import SweepRequest
+from fi_attn_bench.sweep.run import Sweep
+from fi_attn_bench.sweep.run_options import (
     COMMAND_LINE_CASES,
     CPU_MAX_TIME_S,
     DEFAULT_CPU_THREADS,
@@ -43,9 +46,6 @@ from fi_attn_bench.sweep.options import (
     resolve_options,
     selected_cases,
 )
-from fi_attn_bench.sweep.outputs import STDOUT, writes_stdout
-from fi_attn_bench.sweep.request import SweepRequest
-from fi_attn_bench.sweep.run import Sweep
 from fi_attn_bench.sweep.selection_record import recorded_selection, resume_selection
 from fi_attn_bench.sweep.shard_plan import (
     ShardRequest,
