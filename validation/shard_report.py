@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         key for p in sorted(args.single.glob("*.csv")) for key in _keys(read_stored_rows(p).rows)
     ]
     if not files or not single:
-        print("shard_run_report.py: error: no CSV in --sharded or --single", file=sys.stderr)
+        print("validation shard-report: error: no CSV in --sharded or --single", file=sys.stderr)
         return 2
     rank0 = None
     if args.rank0_log and args.rank0_log.exists():
