@@ -293,6 +293,14 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help=f"rest after a throttled batch with --throttle-policy pause "
         f"(default {TimingOptions.cooldown_ms:g})",
     )
+    throttle.add_argument(
+        "--energy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read the GPU's energy counter while the timed batches run (a thread polls it "
+        "every 5 ms) for energy_mJ and the paired energy ratio (default on where NVML reads; "
+        "--no-energy leaves those columns empty)",
+    )
     check = parser.add_argument_group("correctness")
     check.add_argument(
         "--check",

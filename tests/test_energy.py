@@ -449,6 +449,20 @@ def test_rows_carry_energy_and_efficiency_when_a_counter_exists(tmp_path, monkey
         assert int(row["energy_windows"]) >= 1 and row["notes"] == ""
 
 
+def test_no_energy_never_opens_the_counter_and_says_so_in_the_rows(tmp_path, monkeypatch):
+    def refuse(device):
+        raise AssertionError("--no-energy opened the energy counter")
+
+    monkeypatch.setattr(sweep_run, "open_energy_counter", refuse)
+    out = tmp_path / "r.csv"
+    argv = ["--output", str(out), "--preset", "smoke", "--no-energy"]
+    assert run_main(argv, timer=FakeTimer()) == 0
+    rows = _rows(out)
+    assert rows and {(r["energy_mJ"], r["avg_power_W"]) for r in rows} == {("", "")}
+    assert {r["notes"] for r in rows} == {"energy: not read (--no-energy)"}
+    assert all("--no-energy" in r["repro"] for r in rows)
+
+
 def test_rows_without_a_counter_leave_energy_empty_with_the_reason(tmp_path):
     out = tmp_path / "r.csv"
     assert run_main(["--output", str(out), "--preset", "smoke"], timer=FakeTimer()) == 0

@@ -49,6 +49,7 @@ class SweepRequest:
     throttle_policy: str
     throttle_threshold: float
     cooldown_ms: float
+    energy: bool
     # checking
     check: bool
     integrity: bool

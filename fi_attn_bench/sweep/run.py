@@ -15,7 +15,7 @@ from fi_attn_bench.backends.impls import backend_column
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text
 from fi_attn_bench.cases.spec import BenchmarkSpec
-from fi_attn_bench.device.energy import open_energy_counter
+from fi_attn_bench.device.energy import EnergyAccess, open_energy_counter
 from fi_attn_bench.device.power import open_power_monitor
 from fi_attn_bench.device.telemetry import open_telemetry
 from fi_attn_bench.program import code_directory
@@ -117,7 +117,11 @@ class Sweep:
         spec, options = self.spec, self.options
         power = open_power_monitor(options.device)
         telemetry = open_telemetry(options.device)
-        energy = open_energy_counter(options.device)
+        energy = (
+            open_energy_counter(options.device)
+            if options.energy
+            else EnergyAccess(None, reason="not read (--no-energy)")
+        )
         runner = CaseRunner(
             spec, options, self.timer, self.log, power=power, telemetry=telemetry, energy=energy
         )

@@ -86,6 +86,7 @@ class RunOptions:
     fail_if_slower_pct: float | None = None
     cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
     integrity: bool = True  # the timed calls' integrity checks (--no-integrity: off)
+    energy: bool = True  # read the energy counter around the timed batches (--no-energy: off)
 
     @property
     def impls(self) -> tuple[Impl, ...]:
@@ -328,6 +329,7 @@ def resolve_options(
         imbalance=bool(getattr(asked, "imbalance", False)),
         cpu_threads=_cpu_threads(asked, device, listing),
         integrity=asked.integrity,
+        energy=asked.energy,
     )
 
 
@@ -380,6 +382,8 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words.append("--imbalance")
     if not options.integrity:
         words.append("--no-integrity")
+    if not options.energy:
+        words.append("--no-energy")
     if not options.check:
         words.append("--no-check")
     elif (options.rtol, options.atol) != (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE):
