@@ -85,3 +85,26 @@ def test_full_preset_predicts_and_measures_a_cpu_dry_run(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "predicted: " in done.stdout and "measured:  bench_all.py exit 0" in done.stdout
     assert len(list(tmp_path.glob("*.csv"))) == 4
+
+
+def test_integrity_report_lists_each_flagged_row_and_the_cost_of_the_checks():
+    from validation.integrity import Sweep, report
+
+    honest = {"api": "decode", "case": "a", "status": "ok", "integrity": "pass"}
+    flagged = {"api": "decode", "case": "b", "status": "failed", "integrity": "timeline"}
+    off = {"api": "decode", "case": "a", "status": "ok", "integrity": "off"}
+    sweeps = [
+        Sweep("float16 default, checks on #0", 0, 30.0, 22.0, (honest, flagged)),
+        Sweep("float16 default, checks off #1", 0, 28.0, 20.0, (off, off)),
+    ]
+    text = report(sweeps, exploits_exit=0)
+    assert "## Flagged rows: 1" in text and "case b" not in text and "b integrity=timeline" in text
+    assert "+10.0%" in text  # 22 s on against 20 s off
+    assert "| float16 default, checks off #1 | 0 | 2 | 2 | 0 | 0 |" in text  # "off" isn't a flag
+
+
+def test_integrity_part_refuses_a_folder_that_holds_results(tmp_path):
+    (tmp_path / "old.csv").write_text("kept\n")
+    done = validation("integrity", str(tmp_path))
+    assert done.returncode == 2 and "nothing is overwritten" in done.stderr
+    assert (tmp_path / "old.csv").read_text() == "kept\n"

@@ -28,6 +28,9 @@ PARTS = {
         "throttle_policy", "--throttle-policy off/discard/pause on power-capped cases"
     ),
     "energy": Part("energy_check", "energy_mJ's repeatability and agreement with integrated power"),
+    "integrity": Part(
+        "integrity", "GPU exploits, false flags over the default preset, the checks' cost"
+    ),
     "serving": Part(
         "serving", "serving batches twice with --imbalance, their summary and A/A gate"
     ),

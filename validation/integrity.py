@@ -1,0 +1,184 @@
+"""Do the integrity checks hold on a GPU?  The GPU-only exploits, false flags over the default
+preset, and what the checks cost.
+
+    python -m validation integrity OUT [--dtypes float16 bfloat16] [--default-sweeps 4]
+
+1. ``tests/test_integrity_gpu.py`` (the exploits that need a GPU, the honest plugin under
+   every GPU timer) under pytest;
+2. per dtype: the default preset of the four scripts with the checks on (the first dtype also
+   with ``--no-integrity``, alternated on/off/off/on so drift and heat fall on both), then the
+   torch reference (``--impl torch``) of every script and ``examples/`` plugins;
+3. ``OUT/integrity.md``: every row whose ``integrity`` is not ``pass`` (a false flag: these
+   are honest implementations), and the sweep wall time with the checks on against off.
+
+Each step has its own time limit and its CSVs and log under ``OUT``, so a call cut short keeps
+what finished.  Exit 0 when every step ran, no row was flagged and the exploits were caught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.schema import INTEGRITY_PASS
+from validation.jit import gpu_available, warm_jit
+from validation.running import SCRIPTS, python, run_logged, tail
+
+SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
+PLUGINS = {"bench_batch_decode.py": ("examples/sdpa_decode_plugin.py:make",)}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One step's outcome: its label, exit status, process and sweep wall seconds, and rows."""
+
+    label: str
+    exit_code: int
+    wall_s: float
+    sweep_s: float
+    rows: tuple[dict[str, str], ...]
+
+    @property
+    def flagged(self) -> tuple[dict[str, str], ...]:
+        return tuple(row for row in self.rows if row.get("integrity") != INTEGRITY_PASS)
+
+
+def csv_rows(folder: Path) -> tuple[dict[str, str], ...]:
+    rows: list[dict[str, str]] = []
+    for path in sorted(folder.glob("*.csv")):
+        rows.extend(read_stored_rows(path).rows)
+    return tuple(rows)
+
+
+def run_sweep(label: str, argv: Sequence[str], folder: Path, timeout_s: float) -> Sweep:
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "run.log"
+    done = run_logged(argv, log, timeout_s)
+    text = log.read_text(errors="replace")
+    sweep_s = sum(float(value) for value in SWEEP_WALL.findall(text))
+    print(f"{label}: exit {done.exit_code}, {done.wall_s:.1f} s wall, sweeps {sweep_s:.1f} s")
+    if done.exit_code not in (0, 1):
+        print(tail(log, 5))
+    return Sweep(label, done.exit_code, done.wall_s, sweep_s, csv_rows(folder))
+
+
+def default_sweep(out: Path, dtype: str, checks: bool, index: int, timeout_s: float) -> Sweep:
+    label = f"{dtype} default, checks {'on' if checks else 'off'} #{index}"
+    folder = out / f"{dtype}_{'on' if checks else 'off'}_{index}"
+    argv = python("bench_all.py", "--preset", "default", "--dtype", dtype, "--output-dir")
+    argv.append(str(folder))
+    if not checks:
+        argv.append("--no-integrity")
+    return run_sweep(label, argv, folder, timeout_s)
+
+
+def impl_sweeps(out: Path, dtype: str, timeout_s: float) -> list[Sweep]:
+    """The torch reference of every script, and each script's example plugins, checks on."""
+    sweeps = []
+    for script in SCRIPTS:
+        for impl in ("torch", *PLUGINS.get(script, ())):
+            name = impl.rpartition("/")[2].partition(":")[0].removesuffix(".py")
+            folder = out / f"{dtype}_{Path(script).stem}_{name}"
+            argv = python(script, "--preset", "default", "--dtype", dtype, "--impl", impl)
+            argv += ["--output", str(folder / "rows.csv")]
+            sweeps.append(run_sweep(f"{dtype} {script} --impl {impl}", argv, folder, timeout_s))
+    return sweeps
+
+
+def exploit_tests(out: Path, timeout_s: float) -> int:
+    log = out / "exploits.log"
+    argv = python("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_integrity_gpu.py")
+    done = run_logged(argv, log, timeout_s)
+    print(f"GPU exploits: pytest exit {done.exit_code}, {done.wall_s:.0f} s\n{tail(log, 3)}")
+    return done.exit_code
+
+
+def cost_line(sweeps: Sequence[Sweep]) -> str:
+    on = [sweep.sweep_s for sweep in sweeps if "checks on" in sweep.label]
+    off = [sweep.sweep_s for sweep in sweeps if "checks off" in sweep.label]
+    if not on or not off:
+        return "cost: needs sweeps with the checks on and off"
+    change = statistics.mean(on) / statistics.mean(off) - 1
+    return (
+        f"cost: sweep wall with the checks on {', '.join(f'{s:.1f}' for s in on)} s, off "
+        f"{', '.join(f'{s:.1f}' for s in off)} s: {change:+.1%} (mean on / mean off)"
+    )
+
+
+def report(sweeps: Sequence[Sweep], exploits_exit: int | None) -> str:
+    lines = [
+        "# Integrity checks on a GPU",
+        "",
+        "| step | exit | rows | ok | failed | flagged (integrity not pass) | process s | sweep s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for sweep in sweeps:
+        ok = sum(row.get("status") == "ok" for row in sweep.rows)
+        failed = sum(row.get("status") == "failed" for row in sweep.rows)
+        flagged = len(sweep.flagged) if "checks on" in sweep.label or "--impl" in sweep.label else 0
+        lines.append(
+            f"| {sweep.label} | {sweep.exit_code} | {len(sweep.rows)} | {ok} | {failed} | "
+            f"{flagged} | {sweep.wall_s:.1f} | {sweep.sweep_s:.1f} |"
+        )
+    lines += ["", cost_line(sweeps), ""]
+    if exploits_exit is not None:
+        lines.append(f"GPU exploits (tests/test_integrity_gpu.py): pytest exit {exploits_exit}")
+    flagged = [(sweep.label, row) for sweep in sweeps if "checks off" not in sweep.label
+               for row in sweep.flagged]  # fmt: skip
+    lines += ["", f"## Flagged rows: {len(flagged)}", ""]
+    lines += [
+        f"- {label}: {row.get('api')} {row.get('case', '')} integrity={row.get('integrity')} "
+        f"status={row.get('status')} {row.get('notes', '')[:200]}"
+        for label, row in flagged
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m validation integrity", description=__doc__.partition("\n\n")[0]
+    )
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    parser.add_argument(
+        "--default-sweeps", type=int, default=4, help="per dtype, alternated on/off/off/on"
+    )
+    parser.add_argument("--skip", nargs="*", default=[], choices=["exploits", "impls", "jit"])
+    parser.add_argument("--step-timeout", type=float, default=240, help="seconds per step")
+    args = parser.parse_args(argv)
+    if args.out.exists() and any(args.out.iterdir()):
+        parser.error(f"{args.out} is not empty; nothing is overwritten")
+    if not gpu_available():
+        print("error: needs a CUDA device", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    exploits_exit = None if "exploits" in args.skip else exploit_tests(args.out, args.step_timeout)
+    sweeps: list[Sweep] = []
+    for dtype in args.dtypes:
+        if "jit" not in args.skip:
+            with tempfile.TemporaryDirectory() as scratch:
+                seconds = warm_jit(Path(scratch), SCRIPTS, "default", ["--dtype", dtype])
+            print(f"JIT {dtype}: {seconds:.0f} s")
+        for index in range(args.default_sweeps):
+            checks = index % 4 in (0, 3)  # on, off, off, on: ABBA
+            sweeps.append(default_sweep(args.out, dtype, checks, index, args.step_timeout))
+            (args.out / "integrity.md").write_text(report(sweeps, exploits_exit))
+        if "impls" not in args.skip:
+            sweeps += impl_sweeps(args.out, dtype, args.step_timeout)
+        (args.out / "integrity.md").write_text(report(sweeps, exploits_exit))
+    text = report(sweeps, exploits_exit)
+    print(text)
+    clean = all(sweep.exit_code == 0 for sweep in sweeps) and exploits_exit in (0, None)
+    flagged = any(sweep.flagged for sweep in sweeps if "checks off" not in sweep.label)
+    return 0 if clean and not flagged else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
