@@ -25,6 +25,7 @@ from fi_attn_bench.cases.inputs import prepare_case
 from fi_attn_bench.cases.spec import Settings
 from fi_attn_bench.results.schema import (
     FRESH_INPUTS,
+    FRESH_INPUTS_TIME,
     GRAPH_CAPTURE,
     INTEGRITY_OFF,
     INTEGRITY_PASS,
@@ -145,6 +146,32 @@ def test_an_honest_plugin_passes_every_check_under_the_profiler():
     probe = _probe(_subject(exploits._honest), "profiler")
     for audit in probe.audits():
         audit(PROFILER_SESSION, SimpleNamespace(median=1000.0))
+
+
+def _wall_profile(body, sync):
+    """A profiler that records the body's wall time as one kernel: its GPU work, had it run
+    on one."""
+    started = time.perf_counter_ns()
+    body()
+    sync()
+    return [DeviceEvent("work", started, time.perf_counter_ns() - started)]
+
+
+WALL_PROFILER_SESSION = SimpleNamespace(
+    timer=SimpleNamespace(name="profiler", profile=_wall_profile)
+)
+
+
+def test_under_the_profiler_a_cache_is_timed_by_its_work_not_against_the_timed_median():
+    probe = _probe(_subject(exploits.fingerprint_cache), "profiler")
+    with pytest.raises(IntegrityError) as caught:  # a median this slow hid it on an H100
+        probe.check_fresh_inputs(WALL_PROFILER_SESSION, SimpleNamespace(median=1000.0))
+    assert caught.value.check == FRESH_INPUTS_TIME
+
+
+def test_under_the_profiler_an_honest_call_on_new_values_does_the_controls_work():
+    probe = _probe(_subject(exploits._honest), "profiler")
+    probe.check_fresh_inputs(WALL_PROFILER_SESSION, SimpleNamespace(median=1e-6))
 
 
 def _graph_session(kernels: list[str], replay, calls: int = 3):

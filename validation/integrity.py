@@ -150,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--default-sweeps", type=int, default=4, help="per dtype, alternated on/off/off/on"
     )
+    parser.add_argument("--off-first", action="store_true", help="off/on/on/off instead")
     parser.add_argument("--skip", nargs="*", default=[], choices=["exploits", "impls", "jit"])
     parser.add_argument("--step-timeout", type=float, default=240, help="seconds per step")
     args = parser.parse_args(argv)
@@ -167,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seconds = warm_jit(Path(scratch), SCRIPTS, "default", ["--dtype", dtype])
             print(f"JIT {dtype}: {seconds:.0f} s")
         for index in range(args.default_sweeps):
-            checks = index % 4 in (0, 3)  # on, off, off, on: ABBA
+            checks = (index % 4 in (0, 3)) != args.off_first  # on, off, off, on: ABBA
             sweeps.append(default_sweep(args.out, dtype, checks, index, args.step_timeout))
             (args.out / "integrity.md").write_text(report(sweeps, exploits_exit))
         if "impls" not in args.skip:
