@@ -132,7 +132,7 @@ def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
 def _import(load: Callable[[], object]) -> tuple[object | None, str]:
     try:
         return load(), ""
-    except Exception as exc:  # noqa: BLE001 - BackendUnavailable or anything a broken install raises
+    except Exception as exc:  # noqa: BLE001 - FlashInferUnavailable or anything a broken install raises
         return None, str(exc)
 
 

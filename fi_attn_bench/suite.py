@@ -320,7 +320,7 @@ def _resolve(chosen, probe) -> SuitePlan | None:
 
 
 def _once(say: Callable[[str], None]) -> Callable[[str], None]:
-    """``say`` for each distinct text once: the backend note is the same for every script."""
+    """``say`` for each distinct text once: the note on what --backend resolved to is the same for every script."""
     said: set[str] = set()
 
     def once(text: str) -> None:

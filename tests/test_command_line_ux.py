@@ -182,11 +182,13 @@ def _decode_options(spec, output: str):
     import torch
 
     from fi_attn_bench import command_line
-    from fi_attn_bench.backends.choice import BackendChoice
+    from fi_attn_bench.backends.choice import ImplKindChoice
     from fi_attn_bench.sweep.run_options import resolve_options
 
     args = command_line.build_parser(spec).parse_args(["--device", "cpu"])
-    options = resolve_options(spec, args, BackendChoice("torch", torch.device("cpu")), listing=True)
+    options = resolve_options(
+        spec, args, ImplKindChoice("torch", torch.device("cpu")), listing=True
+    )
     return dataclasses.replace(options, output=output)
 
 
