@@ -89,7 +89,7 @@ def union_fields(specs: Sequence[BenchmarkSpec]) -> list[str]:
 
 
 def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
-    """(spec, its SweepRequest) of the scripts that will run; an exit code when argparse refused
+    """(spec, its SweepRequest) of the scripts that will run; an exit code when the parser refused
     the command line; UsageError on other bad input."""
     chosen = []
     for spec in specs:
@@ -134,7 +134,7 @@ def main(
     except UsageError as exc:
         print(f"{prog()}: error: {exc}", file=sys.stderr)
         return 2
-    if isinstance(prepared, int):  # --list, or argparse refused the scripts' options
+    if isinstance(prepared, int):  # --list, or the parser refused the scripts' options
         return prepared
     return _run_all(prepared, shared_timers(timer_factory))
 
