@@ -17,10 +17,10 @@ import torch
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.backends import impls
 from fi_attn_bench.backends.choice import (
-    BackendChoice,
+    ImplKindChoice,
     Probe,
     concrete_device,
-    resolve_backend,
+    resolve_impl_kind,
 )
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_text, parse_filter
@@ -492,7 +492,7 @@ def plan(
 ) -> RunOptions:
     """Every check of the command line, no GPU work: raises UsageError (exit 2).
 
-    ``announce`` prints the backend's note (bench_all.py prints it once for all scripts);
+    ``announce`` prints the note on what --backend resolved to (bench_all.py prints it once for all scripts);
     ``request``: a sharded sweep's, whose CSV (``shard_arguments``) is checked like any other."""
     request = request or ShardRequest()
     has_gpu = bool(probe.cuda_available())
@@ -507,10 +507,10 @@ def plan(
             raise UsageError("--output - writes one CSV to stdout; a shard writes its own file")
         asked = shard_arguments(spec, asked, request)
     asking = [text for text in asked.impl if impls.names_flashinfer(text)]
-    backend = "flashinfer" if asking else asked.backend
+    impl_kind = "flashinfer" if asking else asked.backend
     asked_by = f"--impl {asking[0]}" if asking else ""
-    choice = resolve_backend(backend, device_text, probe, asked_by)
-    chosen = impls.parse_impls(asked.impl, spec.api, choice.flashinfer, default=choice.backend)
+    choice = resolve_impl_kind(impl_kind, device_text, probe, asked_by)
+    chosen = impls.parse_impls(asked.impl, spec.api, choice.flashinfer, default=choice.impl_kind)
     baseline = impls.baseline_index(chosen, asked.baseline_impl)
     if asked.fail_if_slower is not None and len(chosen) < 2:
         raise UsageError("--fail-if-slower compares implementations: give two or more --impl")
@@ -595,8 +595,8 @@ def _what_is_measured(options: RunOptions) -> str:
 
 
 def listing_options(spec: BenchmarkSpec, asked, probe: Probe) -> RunOptions:
-    """The options --list shows cases of: no backend import, no device query."""
-    choice = BackendChoice("torch", _list_device(asked, probe))
+    """The options --list shows cases of: no FlashInfer import, no device query."""
+    choice = ImplKindChoice("torch", _list_device(asked, probe))
     return resolve_options(spec, asked, choice, listing=True)
 
 

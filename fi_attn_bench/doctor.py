@@ -14,7 +14,6 @@ unavailable), 1 some check failed, 2 bad arguments or a report that cannot be wr
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import importlib.util
@@ -27,7 +26,6 @@ from dataclasses import dataclass
 
 import torch
 
-from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.apis import registry
 from fi_attn_bench.backends import flashinfer_api
 from fi_attn_bench.device.energy import EnergyAccess, open_energy_counter
@@ -39,6 +37,7 @@ from fi_attn_bench.device.telemetry import (
     readable_fields,
     visible_index,
 )
+from fi_attn_bench.doctor_command_line import PROG, DoctorRequest, parse_doctor_command_line
 from fi_attn_bench.results.schema import HARNESS_VERSION
 from fi_attn_bench.sweep.environment import runtime_version
 from fi_attn_bench.timing.l2 import L2Flusher, l2_flush_bytes
@@ -56,7 +55,6 @@ from fi_attn_bench.timing.selfcheck import (
     unavailable,
 )
 
-PROG = "fi-attn-bench-doctor"
 DEVICE_CHECKS = ("profiler_kernels", "l2_flush", "cuda_graph", "spin_kernel")
 DECODE_CASE = {"batch_size": 16, "seq_len_kv": 1024, "head_dim": 128}  # ~25 us on the H200
 
@@ -74,42 +72,19 @@ class DoctorReport:
         return 1 if any(check.failed for check in self.checks) else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Self-test of the timers, telemetry and FlashInfer API on this machine; "
-        "writes a Markdown and a JSON report for bug reports.",
-        epilog="Exit codes: 0 no check failed (unavailable checks included), 1 a check failed, "
-        "2 bad arguments or a report that cannot be written.",
-    )
-    parser.add_argument("--version", action="version", version=VERSION_TEXT)
-    parser.add_argument("--output-dir", default=".", help="where the reports go (default .)")
-    parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help, --version (0) or a usage error (2)
-        return exc.code if isinstance(exc.code, int) else 2
-    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        message = f"--output-dir {args.output_dir!r} is not a directory"
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 2
-    try:
-        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    except RuntimeError as exc:
-        print(f"{PROG}: error: --device {args.device!r}: {exc}", file=sys.stderr)
-        return 2
-    if device.type == "cuda" and torch.cuda.is_available():
-        if (device.index or 0) >= torch.cuda.device_count():
-            print(f"{PROG}: error: --device {device}: no such GPU", file=sys.stderr)
-            return 2
-    report = diagnose(device)
+    asked = parse_doctor_command_line(argv)
+    if isinstance(asked, int):
+        return asked
+    return run(asked)
+
+
+def run(asked: DoctorRequest) -> int:
+    """Every check on the asked device, the summary printed, both reports written."""
+    report = diagnose(asked.device)
     print(render_summary(report))
     try:
-        markdown, json_path = write_report(report, args.output_dir)
+        markdown, json_path = write_report(report, asked.output_dir)
     except OSError as exc:
         print(f"{PROG}: error: cannot write the report: {exc}", file=sys.stderr)
         return 2
@@ -157,7 +132,7 @@ def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
 def _import(load: Callable[[], object]) -> tuple[object | None, str]:
     try:
         return load(), ""
-    except Exception as exc:  # noqa: BLE001 - BackendUnavailable or anything a broken install raises
+    except Exception as exc:  # noqa: BLE001 - FlashInferUnavailable or anything a broken install raises
         return None, str(exc)
 
 

@@ -16,7 +16,6 @@ Exit codes: 0 all cases ok, 1 some case failed, 2 bad input (before any GPU work
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import os
@@ -25,7 +24,6 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.apis import registry
 from fi_attn_bench.backends.choice import Probe
 from fi_attn_bench.cases.selection import parse_filter
@@ -40,8 +38,9 @@ from fi_attn_bench.command_line import (
     plan,
 )
 from fi_attn_bench.errors import NoMatchingCase, UsageError
-from fi_attn_bench.program import program_name, rerun_words
+from fi_attn_bench.program import rerun_words
 from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.suite_command_line import FACE, SuiteRequest, parse_suite_command_line, prog
 from fi_attn_bench.suite_record import (
     RECORD_NAME,
     SuiteRecord,
@@ -72,38 +71,6 @@ def load_specs(names: Sequence[str] | None = None) -> list[BenchmarkSpec]:
     return registry.specs(names)
 
 
-FACE = "bench_all.py"
-
-
-def _prog() -> str:
-    """What the user ran: fi-attn-bench-all or bench_all.py."""
-    return program_name(FACE)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=_prog(),
-        description="All four benchmark scripts in one process, one CSV each in --output-dir.",
-        epilog="Every other option is the scripts' own: see python bench_batch_decode.py --help.",
-    )
-    parser.add_argument(
-        "--scripts",
-        nargs="+",
-        choices=registry.script_names(),
-        metavar="NAME",
-        help=f"which scripts, in this order (default all: {' '.join(registry.script_names())})",
-    )
-    parser.add_argument(
-        "--resume",
-        metavar="DIR",
-        help=f"finish the interrupted run whose --output-dir is DIR (its {RECORD_NAME}, or a "
-        "shard's bench_all.shardIofN.json): resume each script's CSV, run the scripts that never "
-        "started; no other option but --verbose and --shard I/N",
-    )
-    parser.add_argument("--version", action="version", version=VERSION_TEXT)
-    return parser
-
-
 def shared_timers(factory: TimerFactory) -> TimerFactory:
     """One timer per timing setup for the whole process: the profiler starts up once."""
     made = {}
@@ -122,17 +89,17 @@ def union_fields(specs: Sequence[BenchmarkSpec]) -> list[str]:
 
 
 def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
-    """(spec, its SweepRequest) of the scripts that will run; an exit code when argparse refused
+    """(spec, its SweepRequest) of the scripts that will run; an exit code when the parser refused
     the command line; UsageError on other bad input."""
     chosen = []
     for spec in specs:
-        asked = parse_command_line(spec, argv, prog=_prog())
+        asked = parse_command_line(spec, argv, prog=prog())
         if isinstance(asked, int):
             return asked
         given = [flag for flag in NOT_HERE if getattr(asked, flag[2:])]
         if given:
             raise UsageError(
-                f"not here: {' and '.join(given)}; {_prog()} writes one CSV per script, "
+                f"not here: {' and '.join(given)}; {prog()} writes one CSV per script, "
                 "into --output-dir"
             )
         chosen.append((spec, asked))
@@ -144,7 +111,7 @@ def plan_all(specs, argv) -> list[tuple[BenchmarkSpec, object]] | int:
         missing = sorted(named - set(spec.case_fields))
         if missing:
             print(
-                f"{_prog()}: {spec.script}: no field {', '.join(missing)}; left out",
+                f"{prog()}: {spec.script}: no field {', '.join(missing)}; left out",
                 file=sys.stderr,
             )
         else:
@@ -159,16 +126,15 @@ def main(
     timer_factory: TimerFactory = make_timer,
     specs: Sequence[BenchmarkSpec] | None = None,
 ) -> int:
+    asked = parse_suite_command_line(argv)
+    if isinstance(asked, int):  # --help, --version, or a usage error
+        return asked
     try:
-        own, rest = build_parser().parse_known_args(argv)
-    except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
-        return exc.code if isinstance(exc.code, int) else 2
-    try:
-        prepared = _prepare(own, rest, probe or Probe(), specs)
+        prepared = _prepare(asked, probe or Probe(), specs)
     except UsageError as exc:
-        print(f"{_prog()}: error: {exc}", file=sys.stderr)
+        print(f"{prog()}: error: {exc}", file=sys.stderr)
         return 2
-    if isinstance(prepared, int):  # --list, or argparse refused the scripts' options
+    if isinstance(prepared, int):  # --list, or the parser refused the scripts' options
         return prepared
     return _run_all(prepared, shared_timers(timer_factory))
 
@@ -184,15 +150,15 @@ class SuitePlan:
     directory: str = ""
 
 
-def _prepare(own, rest, probe, specs) -> SuitePlan | int:
+def _prepare(own: SuiteRequest, probe, specs) -> SuitePlan | int:
     """Every check and the run record, no GPU work; the scripts' options, or an exit code."""
     if own.resume:
-        record, again = _resume_record(own, rest)
+        record, again = _resume_record(own)
         specs = scripts_in_order(specs if specs is not None else load_specs(), record)
         chosen = _recorded_requests(specs, record, again)
     else:
         specs = list(specs) if specs is not None else load_specs(own.scripts or None)
-        chosen = plan_all(specs, rest)
+        chosen = plan_all(specs, own.script_words)
     if isinstance(chosen, int):
         return chosen
     if own.resume:
@@ -252,14 +218,11 @@ class ResumeAgain:
     shard: str | None
 
 
-def _resume_record(own, rest: Sequence[str]) -> tuple[SuiteRecord, ResumeAgain]:
+def _resume_record(own: SuiteRequest) -> tuple[SuiteRecord, ResumeAgain]:
     """``--resume DIR``: the record it finishes (a shard's: --shard I/N, the launcher's shard,
     or the only shard record there) and what the resumed run changes in it."""
-    words = argparse.ArgumentParser(prog=f"{_prog()} --resume", add_help=False)
-    words.add_argument("--verbose", action="store_true")
-    words.add_argument("--shard")
-    given, others = words.parse_known_args(rest)
-    if own.scripts or others:
+    given = own.resume_words
+    if own.scripts or given.others:
         raise UsageError(
             f"--resume {own.resume} repeats the interrupted run's options (recorded in its "
             f"{RECORD_NAME}); give no other option but --verbose and --shard I/N"
@@ -315,7 +278,7 @@ def _run_all(prepared: SuitePlan, timer) -> int:
         print(f"\nInterrupted; continue with:\n  {runs[0][1].resume_command}", file=sys.stderr)
         return 130
     except UsageError as exc:  # a timer's self-check failed (SelfCheckFailed)
-        print(f"{_prog()}: error: {exc}", file=sys.stderr)
+        print(f"{prog()}: error: {exc}", file=sys.stderr)
         return 2
     if prepared.record is not None:
         mark_finished(prepared.directory, prepared.record, prepared.shard)
@@ -343,7 +306,7 @@ def _resolve(chosen, probe) -> SuitePlan | None:
     if len(left_out) == len(chosen):
         raise UsageError("no script has a case that matches --filter")
     for script in left_out:
-        print(f"{_prog()}: {script}: no case matches --filter; left out", file=sys.stderr)
+        print(f"{prog()}: {script}: no case matches --filter; left out", file=sys.stderr)
     if listing:
         if request.shard is not None:
             list_shard(runs, request)
@@ -352,12 +315,12 @@ def _resolve(chosen, probe) -> SuitePlan | None:
         return SuitePlan(tuple(runs))
     sharded = split_runs(runs, request)
     for script in sharded.empty:
-        print(f"{_prog()}: {script}: no case in shard {request.shard}", file=sys.stderr)
+        print(f"{prog()}: {script}: no case in shard {request.shard}", file=sys.stderr)
     return SuitePlan(sharded.runs, request.shard, describe_shard(sharded))
 
 
 def _once(say: Callable[[str], None]) -> Callable[[str], None]:
-    """``say`` for each distinct text once: the backend note is the same for every script."""
+    """``say`` for each distinct text once: the note on what --backend resolved to is the same for every script."""
     said: set[str] = set()
 
     def once(text: str) -> None:

@@ -240,26 +240,26 @@ def probe(gpu, flashinfer_ok=True):
 
 
 def test_auto_picks_flashinfer_with_gpu_and_module():
-    choice = backend_choice.resolve_backend("auto", None, probe(True))
-    assert (choice.backend, choice.device.type, choice.note) == ("flashinfer", "cuda", "")
+    choice = backend_choice.resolve_impl_kind("auto", None, probe(True))
+    assert (choice.impl_kind, choice.device.type, choice.note) == ("flashinfer", "cuda", "")
 
 
 def test_auto_falls_back_with_one_line_reason():
-    no_module = backend_choice.resolve_backend("auto", None, probe(True, flashinfer_ok=False))
-    assert (no_module.backend, no_module.device.type) == ("torch", "cuda")
+    no_module = backend_choice.resolve_impl_kind("auto", None, probe(True, flashinfer_ok=False))
+    assert (no_module.impl_kind, no_module.device.type) == ("torch", "cuda")
     assert "No module named 'flashinfer'" in no_module.note and "\n" not in no_module.note
-    no_gpu = backend_choice.resolve_backend("auto", None, probe(False))
-    assert (no_gpu.backend, no_gpu.device.type) == ("torch", "cpu")
+    no_gpu = backend_choice.resolve_impl_kind("auto", None, probe(False))
+    assert (no_gpu.impl_kind, no_gpu.device.type) == ("torch", "cpu")
     assert "no GPU" in no_gpu.note
 
 
 def test_explicit_flashinfer_that_cannot_run_is_an_error():
     with pytest.raises(errors.UsageError, match="No module named 'flashinfer'"):
-        backend_choice.resolve_backend("flashinfer", None, probe(True, flashinfer_ok=False))
+        backend_choice.resolve_impl_kind("flashinfer", None, probe(True, flashinfer_ok=False))
     with pytest.raises(errors.UsageError, match="no GPU"):
-        backend_choice.resolve_backend("flashinfer", None, probe(False))
+        backend_choice.resolve_impl_kind("flashinfer", None, probe(False))
     with pytest.raises(errors.UsageError, match="needs a GPU"):
-        backend_choice.resolve_backend("flashinfer", "cpu", probe(True))
+        backend_choice.resolve_impl_kind("flashinfer", "cpu", probe(True))
 
 
 def test_explicit_flashinfer_exit_code_2(capsys):
@@ -269,9 +269,9 @@ def test_explicit_flashinfer_exit_code_2(capsys):
 
 def test_device_cuda_without_gpu_is_an_error():
     with pytest.raises(errors.UsageError, match="no GPU"):
-        backend_choice.resolve_backend("torch", "cuda:0", probe(False))
+        backend_choice.resolve_impl_kind("torch", "cuda:0", probe(False))
     with pytest.raises(errors.UsageError, match="invalid --device"):
-        backend_choice.resolve_backend("torch", "banana", probe(False))
+        backend_choice.resolve_impl_kind("torch", "banana", probe(False))
 
 
 def test_auto_without_gpu_runs_cpu_preset(tmp_path, capsys):
@@ -390,7 +390,7 @@ def check_options(tmp_path, **changes):
     base = sweep_options.RunOptions(
         preset="smoke",
         cases=fake_bench_script.SPEC.presets["smoke"],
-        backend="flashinfer",
+        impl_kind="flashinfer",
         device=torch.device("cpu"),
         dtype_name="float16",
         page_size=16,
@@ -478,7 +478,7 @@ def test_check_catches_perturbed_output(tmp_path):
 
 def test_no_check_and_torch_backend_skip(tmp_path):
     wrong = spec_writing(lambda q, out: torch.mul(q, 2.5, out=out))
-    for changes in ({"check": False}, {"backend": "torch"}):
+    for changes in ({"check": False}, {"impl_kind": "torch"}):
         options = check_options(tmp_path, **changes)
         assert sweep(wrong, options) == 0
         assert {r["check"] for r in read_rows(options.output)} == {"skipped"}

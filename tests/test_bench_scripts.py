@@ -56,12 +56,12 @@ SEED_FIELDS = {
 by_name = pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
 
 
-def _settings(backend: str = "torch", seed: int = 3, page_size: int = 16) -> Settings:
+def _settings(impl_kind: str = "torch", seed: int = 3, page_size: int = 16) -> Settings:
     return Settings(
         device=torch.device("cpu"),
         dtype=torch.float16,
         page_size=page_size,
-        backend=backend,
+        impl_kind=impl_kind,
         seed=seed,
         workspace_bytes=1024,
     )

@@ -87,11 +87,12 @@ def project_command(words: list[str], scripts: dict[str, str]) -> Command | None
 
 def parsers_of(module_name: str) -> list[argparse.ArgumentParser]:
     """Every parser a program's command line is read with (bench_all.py: its own and the
-    scripts')."""
+    scripts'); a program module ``x`` whose parser lives apart reads it from ``x_command_line``."""
     module = importlib.import_module(module_name)
     home = importlib.import_module(module.main.__module__) if hasattr(module, "main") else module
+    own_parsers = [own for own in map(command_line_module_of, (module, home)) if own is not None]
     parsers = []
-    for candidate in {module, home}:
+    for candidate in {module, home, *own_parsers}:
         if hasattr(candidate, "build_parser"):
             parsers.append(candidate.build_parser())
         if hasattr(candidate, "SPEC"):
@@ -99,6 +100,13 @@ def parsers_of(module_name: str) -> list[argparse.ArgumentParser]:
         if hasattr(candidate, "load_specs"):
             parsers += [command_line.build_parser(spec) for spec in candidate.load_specs()]
     return parsers
+
+
+def command_line_module_of(module):
+    try:
+        return importlib.import_module(f"{module.__name__}_command_line")
+    except ModuleNotFoundError:
+        return None
 
 
 def problems_of(command: Command) -> list[str]:

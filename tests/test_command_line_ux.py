@@ -16,7 +16,7 @@ import pytest
 from test_bench_all import run
 
 from fi_attn_bench import VERSION_TEXT
-from fi_attn_bench.device import peaks
+from fi_attn_bench.device import peaks, peaks_command_line
 from fi_attn_bench.results.schema import HARNESS_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +48,7 @@ def test_version_and_program_name_of_the_peaks_command():
     bad = subprocess.run([*command, "--reps", "x"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2
     assert bad.stderr.startswith("usage: python -m fi_attn_bench.device.peaks")
-    assert peaks.program_name("/usr/bin/fi-attn-peaks") == "fi-attn-peaks"
+    assert peaks_command_line.program_name("/usr/bin/fi-attn-peaks") == "fi-attn-peaks"
 
 
 def test_bench_all_list_leaves_out_what_the_run_leaves_out(tmp_path, capsys):
@@ -152,7 +152,7 @@ def test_program_names_follow_what_was_run():
         "bench_batch_decode.py"
     )
     assert program_name("bench_all.py", "/usr/lib/pytest/__main__.py") == "bench_all.py"
-    assert peaks.program_name("/x/peaks.py") == "python -m fi_attn_bench.device.peaks"
+    assert peaks_command_line.program_name("/x/peaks.py") == "python -m fi_attn_bench.device.peaks"
     assert "device_peaks.py" not in peaks.published_table_markdown()
     assert "fi-attn-peaks --save" in peaks.published_table_markdown()
 
@@ -182,11 +182,13 @@ def _decode_options(spec, output: str):
     import torch
 
     from fi_attn_bench import command_line
-    from fi_attn_bench.backends.choice import BackendChoice
+    from fi_attn_bench.backends.choice import ImplKindChoice
     from fi_attn_bench.sweep.run_options import resolve_options
 
     args = command_line.build_parser(spec).parse_args(["--device", "cpu"])
-    options = resolve_options(spec, args, BackendChoice("torch", torch.device("cpu")), listing=True)
+    options = resolve_options(
+        spec, args, ImplKindChoice("torch", torch.device("cpu")), listing=True
+    )
     return dataclasses.replace(options, output=output)
 
 

@@ -37,12 +37,12 @@ def _wrapper(module, name: str):
     return getattr(module, name)(torch.empty(8, dtype=torch.uint8))
 
 
-def _cpu_settings(backend: str = "flashinfer") -> Settings:
+def _cpu_settings(impl_kind: str = "flashinfer") -> Settings:
     return Settings(
         device=torch.device("cpu"),
         dtype=torch.float16,
         page_size=16,
-        backend=backend,
+        impl_kind=impl_kind,
         seed=1,
         workspace_bytes=1024,
     )
@@ -249,7 +249,7 @@ def test_wrapper_class_falls_back_to_the_mla_submodule():
 
 def test_load_flashinfer_reports_the_import_failure(monkeypatch):
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # makes the import raise
-    with pytest.raises(fc.BackendUnavailable, match="flashinfer cannot be imported"):
+    with pytest.raises(fc.FlashInferUnavailable, match="flashinfer cannot be imported"):
         fc.load_flashinfer()
 
 
@@ -342,5 +342,5 @@ def test_torch_backend_never_imports_flashinfer(monkeypatch):
 def test_flashinfer_backend_without_flashinfer_raises_backend_unavailable(monkeypatch):
     monkeypatch.setitem(sys.modules, "flashinfer", None)
     case = bench_batch_decode.SPEC.presets["cpu"][0]
-    with pytest.raises(fc.BackendUnavailable):
+    with pytest.raises(fc.FlashInferUnavailable):
         prepare_case(bench_batch_decode.SPEC, case, _cpu_settings())

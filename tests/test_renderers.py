@@ -26,6 +26,24 @@ def test_each_model_states_its_kind_and_every_format_renders_both():
         assert callable(renderer.summary) and callable(renderer.regression)
 
 
+def test_history_reports_render_through_the_same_interface():
+    """fi-attn-history's dashboard and digest are renderers of a history model; a format
+    asked for a kind it has no function for says so."""
+    from fi_attn_bench.history import report
+
+    assert report.HistoryReport.kind is ReportKind.HISTORY
+    assert isinstance(report.HTML, Renderer) and report.HTML.history is report.render_html
+    assert report.MARKDOWN.history is report.render_markdown
+    assert (report.MARKDOWN.summary, report.MARKDOWN.regression) == (
+        MARKDOWN.summary,
+        MARKDOWN.regression,
+    )
+    with pytest.raises(TypeError, match="the html format renders no summary model"):
+        report.HTML.render(SimpleNamespace(kind=ReportKind.SUMMARY))
+    with pytest.raises(TypeError, match="the terminal format renders no history model"):
+        TERMINAL.render(SimpleNamespace(kind=ReportKind.HISTORY))
+
+
 def test_the_kind_stays_out_of_the_json_report(tmp_path):
     """The kind is the class's, not a field: the JSON keeps the fields it always had."""
     import json

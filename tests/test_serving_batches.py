@@ -461,7 +461,7 @@ def test_varied_batch_through_both_releases_plan(script, release, monkeypatch):
     module = fake_flashinfer.make_module(release)
     monkeypatch.setitem(sys.modules, "flashinfer", module)
     case = varied(script, *SHAPES[script])
-    s = dataclasses.replace(settings(), backend="flashinfer")
+    s = dataclasses.replace(settings(), impl_kind="flashinfer")
     prepared = prepare_case(script.SPEC, case, s)
     expected = _dense(script, case, script.make_inputs(case, s))
     torch.testing.assert_close(prepared.run().float(), expected, rtol=2e-2, atol=2e-2)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "fi_attn_bench"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "fi_attn_bench"
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
 FLAT_PARSER_BUILDERS = {"build_parser"}  # one add_argument after another, nothing to untangle
@@ -27,11 +28,25 @@ FLOORS = {
     "sweep": 4,
     "summarizer": 4,
     "command_line": 5,
+    "suite_command_line": 5,
     "suite_record": 5,
+    "doctor_command_line": 5,
     "doctor": 5,
     "history": 5,
     "suite": 6,
     "seed_api": 7,  # the seed's names, re-exported for the faces: nothing imports it
+}
+
+
+# The modules that read a program's command line; the parsed arguments stop there, every
+# other module takes the frozen request they build.
+COMMAND_LINE_MODULES = {
+    "fi_attn_bench.command_line",
+    "fi_attn_bench.suite_command_line",
+    "fi_attn_bench.doctor_command_line",
+    "fi_attn_bench.device.peaks_command_line",
+    "fi_attn_bench.summarizer.command_line",
+    "fi_attn_bench.history.command_line",
 }
 
 
@@ -199,3 +214,51 @@ def test_every_module_and_function_is_short_enough_to_read_at_once():
                 if length > MAX_FUNCTION_LINES and node.name not in FLAT_PARSER_BUILDERS:
                     too_long.append(f"{path.relative_to(PACKAGE)}:{node.name}: {length} lines")
     assert not too_long, "; ".join(too_long)
+
+
+def parsed_command_line_uses(source: str) -> list[str]:
+    """Where ``source`` touches a parsed command line: an argparse import, a ``Namespace``,
+    an attribute read off ``args``; one ``line: what`` each."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+            found.append(f"{node.lineno}: import argparse")
+        elif isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            found.append(f"{node.lineno}: from argparse import")
+        elif isinstance(node, ast.Attribute) and node.attr == "Namespace":
+            found.append(f"{node.lineno}: Namespace")
+        elif isinstance(node, ast.Name) and node.id == "Namespace":
+            found.append(f"{node.lineno}: Namespace")
+        elif isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "args":
+            found.append(f"{node.lineno}: args.{node.attr}")
+    return found
+
+
+def test_parsed_command_line_uses_finds_argparse_namespace_and_args():
+    source = (
+        "import argparse\nfrom argparse import Namespace\n"
+        "def f(args: argparse.Namespace):\n    return args.output, kwargs.x, SimpleNamespace()\n"
+    )
+    assert parsed_command_line_uses(source) == [
+        "1: import argparse",
+        "2: from argparse import",
+        "3: Namespace",
+        "4: args.output",
+    ]
+    assert parsed_command_line_uses("def f(asked):\n    return asked.output\n") == []
+
+
+def test_the_parsed_command_line_stays_in_the_command_line_modules():
+    """Every other module of the package, and the faces, take a frozen request."""
+    faces = sorted(ROOT.glob("bench_*.py")) + [ROOT / "summarize_results.py"]
+    outside = {
+        name: path for name, path in package_modules().items() if name not in COMMAND_LINE_MODULES
+    }
+    outside.update({path.stem: path for path in faces})
+    assert COMMAND_LINE_MODULES <= set(package_modules())
+    uses = [
+        f"{name}:{use}"
+        for name, path in sorted(outside.items())
+        for use in parsed_command_line_uses(path.read_text())
+    ]
+    assert uses == []

@@ -247,7 +247,7 @@ def _spin_plugin(context, kind: str, spins: Sequence[Callable[[], Spin]]):
 def _flashinfer_prepared(context):
     """The script's own FlashInfer Prepared (wrapper, plan, output) on the plugin's inputs."""
     spec = registry.spec_of_wrapper(context.api)
-    settings = dataclasses.replace(context.settings, backend="flashinfer")
+    settings = dataclasses.replace(context.settings, impl_kind="flashinfer")
     return spec.prepare(context.case, settings, context.inputs)
 
 

@@ -1,4 +1,5 @@
-"""Which backend and device a run uses: FlashInfer when it imports and a GPU exists, else the PyTorch reference."""
+"""Which kind of implementation and device a run uses: FlashInfer when it imports and a GPU
+exists, else the PyTorch reference."""
 
 from __future__ import annotations
 
@@ -24,10 +25,12 @@ class Probe:
 
 
 @dataclass(frozen=True)
-class BackendChoice:
-    backend: str
+class ImplKindChoice:
+    """What ``--backend`` resolved to: the implementation kind (flashinfer or torch) and device."""
+
+    impl_kind: str
     device: torch.device
-    flashinfer: object = None  # the imported module when backend is flashinfer
+    flashinfer: object = None  # the imported module when impl_kind is flashinfer
     note: str = ""  # one line saying why auto fell back to torch
 
 
@@ -54,16 +57,16 @@ def _try_flashinfer(probe: Probe) -> tuple[object, str]:
         return None, f"FlashInfer cannot be imported ({type(exc).__name__}: {exc})"
 
 
-def resolve_backend(
+def resolve_impl_kind(
     requested: str, device_text: str | None, probe: Probe, asked_by: str = ""
-) -> BackendChoice:
+) -> ImplKindChoice:
     """auto -> flashinfer when it imports and a GPU exists, else torch (with a note).
     ``asked_by``: the option that asked for FlashInfer, named in errors (default --backend)."""
     has_gpu = bool(probe.cuda_available())
     device = _parse_device(device_text, has_gpu)
     gpu = torch.device("cuda") if has_gpu else None
     if requested == "torch":
-        return BackendChoice("torch", device or gpu or torch.device("cpu"))
+        return ImplKindChoice("torch", device or gpu or torch.device("cpu"))
     if requested == "flashinfer":
         asked_by = asked_by or "--backend flashinfer"
         if device is not None and device.type == "cpu":
@@ -73,23 +76,23 @@ def resolve_backend(
         module, why = _try_flashinfer(probe)
         if module is None:
             raise UsageError(f"{asked_by}: {why}")
-        return BackendChoice("flashinfer", device or gpu, module)
+        return ImplKindChoice("flashinfer", device or gpu, module)
     if device is not None and device.type == "cpu":
-        return BackendChoice(
+        return ImplKindChoice(
             "torch", device, note="--device cpu: running the torch reference backend"
         )
     if not has_gpu:
-        return BackendChoice(
+        return ImplKindChoice(
             "torch",
             torch.device("cpu"),
             note="no GPU available: running the torch reference backend on the CPU",
         )
     module, why = _try_flashinfer(probe)
     if module is None:
-        return BackendChoice(
+        return ImplKindChoice(
             "torch", device or gpu, note=f"{why}: running the torch reference backend on the GPU"
         )
-    return BackendChoice("flashinfer", device or gpu, module)
+    return ImplKindChoice("flashinfer", device or gpu, module)
 
 
 def concrete_device(device: torch.device) -> torch.device:

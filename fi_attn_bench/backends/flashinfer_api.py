@@ -75,7 +75,7 @@ DIST_NAMES = ("flashinfer-python", "flashinfer", "mcflashinfer", "flashinfer-met
 """Distribution names to ask for a version when ``flashinfer.__version__`` says nothing."""
 
 
-class BackendUnavailable(RuntimeError):
+class FlashInferUnavailable(RuntimeError):
     """FlashInfer cannot be used here (not installed, or its import fails)."""
 
 
@@ -84,11 +84,11 @@ class UnsupportedCase(Exception):
 
 
 def load_flashinfer() -> ModuleType:
-    """Import flashinfer, turning any import failure into one clear BackendUnavailable."""
+    """Import flashinfer, turning any import failure into one clear FlashInferUnavailable."""
     try:
         return importlib.import_module("flashinfer")
     except Exception as exc:  # noqa: BLE001 -- a broken install raises anything
-        raise BackendUnavailable(
+        raise FlashInferUnavailable(
             f"flashinfer cannot be imported ({type(exc).__name__}: {exc})"
         ) from exc
 

@@ -229,8 +229,8 @@ def baseline_index(impls: Sequence[Impl], name: str | None) -> int:
 
 def impl_settings(impl: Impl, settings: Settings) -> Settings:
     """The settings a script's prepare() gets for ``impl``."""
-    backend = TORCH if impl.kind == TORCH else FLASHINFER
-    return replace(settings, backend=backend, wrapper_backend=impl.wrapper_backend)
+    impl_kind = TORCH if impl.kind == TORCH else FLASHINFER
+    return replace(settings, impl_kind=impl_kind, wrapper_backend=impl.wrapper_backend)
 
 
 def prepare_impl(

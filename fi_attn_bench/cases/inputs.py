@@ -201,7 +201,7 @@ def prepare_case(
     else the spec's prepare()."""
     if inputs is None:
         inputs = spec.make_inputs(case, settings)
-    if settings.backend == "torch" and spec.reference is not None:
+    if settings.impl_kind == "torch" and spec.reference is not None:
         return reference_as_run(spec.reference(case, inputs), inputs)
     return spec.prepare(case, settings, inputs)
 

@@ -1,7 +1,7 @@
 """Float32 PyTorch references of the four FlashInfer attention wrappers.
 
 The benchmark scripts compare every timed FlashInfer output with these references (``--check``)
-and time them as the ``torch`` backend.  Layout is NHD throughout:
+and time them for ``--backend torch``.  Layout is NHD throughout:
 
 * paged caches ``[num_pages, page_size, num_kv_heads, head_dim]``; request ``i`` owns pages
   ``kv_indices[kv_indptr[i]:kv_indptr[i + 1]]`` in that order, the last one filled to

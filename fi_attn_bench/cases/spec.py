@@ -21,7 +21,7 @@ class Settings:
     device: torch.device
     dtype: torch.dtype
     page_size: int
-    backend: str  # "flashinfer" | "torch"
+    impl_kind: str  # "flashinfer" | "torch": what prepare() builds (the --backend option)
     seed: int  # RNG seed for this case's inputs (derived from --seed and the case)
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     wrapper_backend: str = "auto"  # FlashInfer's backend= for the wrapper (--impl flashinfer:X)

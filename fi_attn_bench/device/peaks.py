@@ -19,7 +19,6 @@ This module imports torch only inside the functions that measure.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
@@ -33,10 +32,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from fi_attn_bench import VERSION_TEXT
-from fi_attn_bench.program import program_name as shared_program_name
+from fi_attn_bench.device.peaks_command_line import (
+    CACHE_ENV,
+    DTYPE_ALIASES,
+    PeaksRequest,
+    parse_peaks_command_line,
+    prog,
+)
 
-CACHE_ENV = "FI_ATTN_BENCH_CACHE"
 CACHE_FILE_NAME = "peaks.json"
 CACHE_FORMAT_VERSION = 1
 PLAUSIBLE_PCT_LIMIT = 100.0
@@ -44,16 +47,6 @@ PLAUSIBLE_PCT_LIMIT = 100.0
 SOURCE_PUBLISHED = "published"
 SOURCE_OVERRIDE = "override"
 SOURCE_MEASURED_PREFIX = "measured"
-
-DTYPE_ALIASES: Mapping[str, str] = {
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "torch.bfloat16": "bfloat16",
-    "fp16": "float16",
-    "float16": "float16",
-    "half": "float16",
-    "torch.float16": "float16",
-}
 
 
 def normalize_dtype(dtype: str) -> str:
@@ -508,50 +501,14 @@ def measured_table_markdown(
     return "\n".join(lines)
 
 
-def program_name(argv0: str) -> str:
-    """How the user ran this program: the console script's name, or ``python -m ...``."""
-    return shared_program_name("python -m fi_attn_bench.device.peaks", argv0)
-
-
-def _prog() -> str:
-    return program_name(sys.argv[0] if sys.argv else "")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=_prog(),
-        description="Measure a device's copy bandwidth and dense GEMM rate, print them as "
-        "a Markdown table and optionally cache them for pct_peak_* columns.",
-    )
-    parser.add_argument("--version", action="version", version=VERSION_TEXT)
-    parser.add_argument("--device", default="cuda", help="torch device (default: cuda)")
-    parser.add_argument(
-        "--dtype",
-        nargs="+",
-        default=["bf16"],
-        choices=sorted(DTYPE_ALIASES),
-        help="GEMM dtype(s) (default: bf16); the copy is measured once for all",
-    )
-    parser.add_argument("--save", action="store_true", help=f"write to the cache ({CACHE_ENV})")
-    parser.add_argument("--show", action="store_true", help="also print the published peaks table")
-    parser.add_argument("--markdown", type=Path, help="also write the measured table here")
-    parser.add_argument("--copy-mib", type=int, help="copy size in MiB (default 1024 on GPU)")
-    parser.add_argument("--gemm-n", type=int, help="GEMM size n (default 8192 on GPU)")
-    parser.add_argument("--reps", type=int, help="timed calls per measurement")
-    parser.add_argument(
-        "--published-only", action="store_true", help="print the published table; measure nothing"
-    )
-    return parser
-
-
-def _settings(args: argparse.Namespace, is_cpu: bool) -> MeasureSettings:
+def _settings(asked: PeaksRequest, is_cpu: bool) -> MeasureSettings:
     settings = CPU_SETTINGS if is_cpu else GPU_SETTINGS
-    if args.copy_mib is not None:
-        settings = replace(settings, copy_bytes=args.copy_mib << 20)
-    if args.gemm_n is not None:
-        settings = replace(settings, gemm_n=args.gemm_n)
-    if args.reps is not None:
-        settings = replace(settings, reps=args.reps)
+    if asked.copy_mib is not None:
+        settings = replace(settings, copy_bytes=asked.copy_mib << 20)
+    if asked.gemm_n is not None:
+        settings = replace(settings, gemm_n=asked.gemm_n)
+    if asked.reps is not None:
+        settings = replace(settings, reps=asked.reps)
     if min(settings.copy_bytes, settings.gemm_n, settings.reps) < 1:
         raise ValueError("--copy-mib, --gemm-n and --reps must be at least 1")
     return settings
@@ -574,32 +531,32 @@ def _gpu_missing(device: str) -> str | None:
     return None
 
 
-def _run(args: argparse.Namespace) -> int:
-    if args.published_only or args.show:
+def _run(asked: PeaksRequest) -> int:
+    if asked.published_only or asked.show:
         print(published_table_markdown())
         print()
-    if args.published_only:
+    if asked.published_only:
         return 0
-    missing = _gpu_missing(args.device)
+    missing = _gpu_missing(asked.device)
     if missing:
-        print(f"{_prog()}: error: {missing}", file=sys.stderr)
+        print(f"{prog()}: error: {missing}", file=sys.stderr)
         return 2
     import torch
 
-    device = torch.device(args.device)
-    settings = _settings(args, device.type == "cpu")
+    device = torch.device(asked.device)
+    settings = _settings(asked, device.type == "cpu")
     bandwidth = measure_copy_bandwidth(device, settings)
     name = device_name(device)
     measured = []
-    for dtype in dict.fromkeys(normalize_dtype(d) for d in args.dtype):
+    for dtype in dict.fromkeys(normalize_dtype(d) for d in asked.dtypes):
         tflops = measure_gemm_tflops(device, dtype, settings)
         measured.append(Peaks(name, bandwidth, tflops, dtype, f"measured {_today()}"))
     table = measured_table_markdown(measured, settings, torch.__version__)
     print(table)
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(f"# Measured peaks: {name}\n\n{table}\n", encoding="utf-8")
-    if args.save:
+    if asked.markdown is not None:
+        asked.markdown.parent.mkdir(parents=True, exist_ok=True)
+        asked.markdown.write_text(f"# Measured peaks: {name}\n\n{table}\n", encoding="utf-8")
+    if asked.save:
         for peaks in measured:
             save_cached(peaks)
         print(f"\nsaved to {cache_path()}")
@@ -608,11 +565,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: 0 on success, 2 for unusable arguments or no GPU."""
-    args = build_parser().parse_args(argv)
+    asked = parse_peaks_command_line(argv)
     try:
-        return _run(args)
+        return _run(asked)
     except ValueError as exc:
-        print(f"{_prog()}: error: {exc}", file=sys.stderr)
+        print(f"{prog()}: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -185,16 +185,16 @@ def run_detect(args) -> int:
 
 
 def run_report(args) -> int:
-    from fi_attn_bench.history.report import render_html, render_markdown
+    from fi_attn_bench.history.report import HTML, MARKDOWN, HistoryReport
 
     if not args.html and not args.md:
         raise UsageError("report needs --html OUT.html and/or --md OUT.md")
     analysis, terms = load_analysis(args)
-    changes = selected_changes(analysis, terms, args.since)
+    report = HistoryReport(analysis, tuple(selected_changes(analysis, terms, args.since)))
     if args.html:
-        write_text(Path(args.html), render_html(analysis, changes))
+        write_text(Path(args.html), HTML.render(report))
     if args.md:
-        write_text(Path(args.md), render_markdown(analysis, changes))
+        write_text(Path(args.md), MARKDOWN.render(report))
     return EXIT_OK
 
 

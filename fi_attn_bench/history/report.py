@@ -5,11 +5,26 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from fi_attn_bench.history.analysis import Analysis, CaseChange, CaseSeries, change_record
+from fi_attn_bench.summarizer import renderers
+from fi_attn_bench.summarizer.model import ReportKind
 
 MARKDOWN_CHANGES = 10  # rows of the PR digest; the dashboard lists every change
 HTML_TABLE_CHANGES = 200
+
+
+@dataclass(frozen=True)
+class HistoryReport:
+    """What the dashboard and the digest show: the analysis and its selected change points,
+    largest first."""
+
+    kind: ClassVar[ReportKind] = ReportKind.HISTORY
+
+    analysis: Analysis
+    changes: tuple[CaseChange, ...]
 
 
 def series_payload(series: CaseSeries, change_runs: dict) -> dict:
@@ -44,7 +59,8 @@ def html_label(series: CaseSeries) -> str:
     return f"{case_label(series.case)} on {series.device or 'unknown device'}"
 
 
-def render_html(analysis: Analysis, changes: list[CaseChange]) -> str:
+def render_html(report: HistoryReport) -> str:
+    analysis, changes = report.analysis, list(report.changes)
     position = {id(run): index for index, run in enumerate(analysis.runs)}
     payload = {
         "runs": [
@@ -91,7 +107,8 @@ def changes_table_html(changes: list[CaseChange]) -> str:
     return "".join(rows) or '<tr><td colspan="6">no change point</td></tr>'
 
 
-def render_markdown(analysis: Analysis, changes: list[CaseChange]) -> str:
+def render_markdown(report: HistoryReport) -> str:
+    analysis, changes = report.analysis, list(report.changes)
     scaled = sum(series.normalization.scaled for series in analysis.series)
     lines = [
         "## Benchmark history",
@@ -117,6 +134,11 @@ def render_markdown(analysis: Analysis, changes: list[CaseChange]) -> str:
                 f"\n… {len(changes) - MARKDOWN_CHANGES} smaller change(s) on the dashboard."
             )
     return "\n".join(lines) + "\n"
+
+
+# The summarizer's formats, with history's own: the same interface renders every report.
+HTML = renderers.Renderer("html", history=render_html)
+MARKDOWN = replace(renderers.MARKDOWN, history=render_markdown)
 
 
 _PAGE = """<!DOCTYPE html>

@@ -108,10 +108,10 @@ class Column:
         return _check_cell(self, text)
 
 
-CPU_TIMER = "wall"  # the CPU reference backend's wall clock
+CPU_TIMER = "wall"  # the wall clock of the torch reference on the CPU
 TIMERS = ("profiler", "cuda_graph", "events", CPU_TIMER)
 L2_MODES = ("warm", "cold")
-BACKENDS = ("flashinfer", "torch")
+BACKENDS = ("flashinfer", "torch")  # the backend column's values: the implementation kind
 CHECK_OUTCOMES = ("pass", "fail", "skipped")
 # The integrity checks (fi_attn_bench.timing.integrity), named in the ``integrity`` column
 # of a row one of them failed.

@@ -175,10 +175,11 @@ class FileSummary:
 
 
 class ReportKind(enum.Enum):
-    """Which report a model is: every renderer has one function per kind."""
+    """Which report a model is: a renderer has one function per kind it renders."""
 
     SUMMARY = "summary"
     REGRESSION = "regression"
+    HISTORY = "history"  # fi-attn-history's dashboard and digest (history.report)
 
 
 @dataclass

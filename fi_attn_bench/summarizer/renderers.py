@@ -1,5 +1,6 @@
-"""The report formats behind one interface: a renderer turns either model, summary or
-regression, into text; the model's ``kind`` picks the function, no format asks what a model is."""
+"""The report formats behind one interface: a renderer turns a model (summary, regression, or
+history from ``history.report``) into text; the model's ``kind`` picks the function, no format
+asks what a model is."""
 
 from __future__ import annotations
 
@@ -13,14 +14,18 @@ from fi_attn_bench.summarizer.terminal import regression_console, summary_consol
 
 @dataclass(frozen=True)
 class Renderer:
-    """One format: its text of a summary model and of a regression model."""
+    """One format: its text of each kind of model it renders (None: a kind it does not)."""
 
     name: str
-    summary: Callable[..., str]
-    regression: Callable[..., str]
+    summary: Callable[..., str] | None = None
+    regression: Callable[..., str] | None = None
+    history: Callable[..., str] | None = None
 
     def render(self, model, *args, **kwargs) -> str:
-        return getattr(self, model.kind.value)(model, *args, **kwargs)
+        function = getattr(self, model.kind.value)
+        if function is None:
+            raise TypeError(f"the {self.name} format renders no {model.kind.value} model")
+        return function(model, *args, **kwargs)
 
 
 MARKDOWN = Renderer("markdown", summary_markdown, regression_markdown)

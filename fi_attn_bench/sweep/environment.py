@@ -99,7 +99,7 @@ def environment_columns(options: RunOptions, code_dir: str | None = None) -> dic
     else:
         name, capability, runtime = "cpu", "", ""
     return {
-        "backend": options.backend,
+        "backend": options.impl_kind,
         "device": name,
         "compute_capability": capability,
         "runtime": runtime,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from fi_attn_bench.backends import flashinfer_api
-from fi_attn_bench.backends.choice import BackendChoice
+from fi_attn_bench.backends.choice import ImplKindChoice
 from fi_attn_bench.backends.impls import DEFAULT_IMPL, TORCH_IMPL, Impl, default_impl_name
 from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
@@ -53,7 +53,7 @@ class RunOptions:
 
     preset: str
     cases: tuple[Mapping[str, int], ...]
-    backend: str
+    impl_kind: str  # flashinfer or torch: what --backend resolved to
     device: torch.device
     dtype_name: str
     page_size: int
@@ -93,7 +93,7 @@ class RunOptions:
         """The implementations measured per case (``--impl``, else the ``--backend`` one)."""
         if self.chosen_impls:
             return self.chosen_impls
-        return (TORCH_IMPL if self.backend == TORCH_IMPL.kind else DEFAULT_IMPL,)
+        return (TORCH_IMPL if self.impl_kind == TORCH_IMPL.kind else DEFAULT_IMPL,)
 
     @property
     def paired(self) -> bool:
@@ -105,7 +105,7 @@ class RunOptions:
             device=self.device,
             dtype=DTYPES[self.dtype_name],
             page_size=self.page_size,
-            backend=self.backend,
+            impl_kind=self.impl_kind,
             seed=case_seed(self.seed, case, fields),
             workspace_bytes=self.workspace_bytes,
         )
@@ -279,7 +279,7 @@ def _check_resumed_source(asked, recorded: Selection | None, output: str) -> Non
 def resolve_options(
     spec: BenchmarkSpec,
     asked,
-    choice: BackendChoice,
+    choice: ImplKindChoice,
     impls: tuple[Impl, ...] = (),
     baseline: int = 0,
     *,
@@ -304,7 +304,7 @@ def resolve_options(
     return RunOptions(
         preset=selection.preset,
         cases=cases,
-        backend=choice.backend,
+        impl_kind=choice.impl_kind,
         device=device,
         dtype_name=asked.dtype,
         page_size=asked.page_size,
@@ -349,14 +349,14 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
     words = [
         "--dtype", options.dtype_name,
         "--page-size", str(options.page_size),
-        "--backend", options.backend,
+        "--backend", options.impl_kind,
         "--device", str(options.device),
     ]  # fmt: skip
     if options.device.type != "cpu":
         words += ["--timer", timing.timer, "--l2", timing.l2]
     elif options.cpu_threads not in (None, DEFAULT_CPU_THREADS):
         words += ["--threads", str(options.cpu_threads)]
-    if options.paired or options.impls[0].name != options.backend:
+    if options.paired or options.impls[0].name != options.impl_kind:
         for impl in options.impls:
             named = impl.name != default_impl_name(impl.target)
             words += ["--impl", f"{impl.name}={impl.target}" if named else impl.target]

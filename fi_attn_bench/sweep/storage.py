@@ -75,9 +75,9 @@ def row_identity(row: Mapping[str, object]) -> Mapping[str, object]:
 
 def _conflicts(row: Mapping[str, str], options: RunOptions) -> list[str]:
     wanted = {"dtype": options.dtype_name, "page_size": str(options.page_size)}
-    backends = {impl.name: backend_column(impl) or "" for impl in options.impls}
-    if row.get(IMPL_COLUMN, IDENTITY_DEFAULTS[IMPL_COLUMN]) in backends:
-        wanted["backend"] = backends[row.get(IMPL_COLUMN, IDENTITY_DEFAULTS[IMPL_COLUMN])]
+    backend_column_of = {impl.name: backend_column(impl) or "" for impl in options.impls}
+    if row.get(IMPL_COLUMN, IDENTITY_DEFAULTS[IMPL_COLUMN]) in backend_column_of:
+        wanted["backend"] = backend_column_of[row.get(IMPL_COLUMN, IDENTITY_DEFAULTS[IMPL_COLUMN])]
     return [
         f"{name}={row[name]} (now {value})"
         for name, value in wanted.items()
