@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from seed_oracle import benchmark_result as seed_br
 from seed_oracle import summarize_results as seed_sr
 
@@ -714,3 +715,10 @@ def test_the_oracle_runs_as_a_program_with_the_same_exit_codes(tmp_path):
             for script in (ORACLE / "summarize_results.py", root / "summarize_results.py")
         ]
         assert codes[0] == codes[1] == {"summary ok": 0, "summary failed case": 1}.get(name, 2)
+
+
+def test_settings_still_answers_to_its_old_name_backend():
+    from bench_common import Settings
+
+    settings = Settings(torch.device("cpu"), torch.float16, 16, "torch", seed=1)
+    assert settings.backend == settings.impl_kind == "torch"

@@ -26,6 +26,11 @@ class Settings:
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     wrapper_backend: str = "auto"  # FlashInfer's backend= for the wrapper (--impl flashinfer:X)
 
+    @property
+    def backend(self) -> str:
+        """The old name of ``impl_kind``, kept so users' own prepare() functions still run."""
+        return self.impl_kind
+
 
 @dataclass
 class Prepared:
