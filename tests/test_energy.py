@@ -135,7 +135,7 @@ def test_a_traced_recorder_gives_each_batch_its_share_where_raw_reads_are_quanti
     raw = [b.energy_mj for b in recorder.batches]
     assert {round(mj) for mj in raw} <= {0, 8000, 16000}  # whole steps of 40 ms at 200 W
     found = recorder.estimate([True] * len(raw))
-    assert trace._thread is None  # the estimate stopped the polling
+    assert not trace.polling  # the estimate stopped the polling
     assert found.note == "" and found.avg_power_w == pytest.approx(200.0, rel=0.1)
     per_batch = [b.energy_mj / b.wall_s / 1e3 for b in found.batches]
     assert statistics.median(per_batch) == pytest.approx(200.0, rel=0.1)
@@ -163,10 +163,10 @@ def test_recorders_sharing_a_trace_keep_it_polling_until_the_last_one_finishes()
         time.sleep(0.03)
         recorder.stop(1)
     first.finish()
-    assert trace._thread is not None and trace._thread.is_alive()
+    assert trace.polling
     second.finish()
     first.finish()  # idempotent: no second release
-    assert trace._thread is None and trace._holders == 0
+    assert not trace.polling and trace._holders == 0
 
 
 class SimulatedGpu:

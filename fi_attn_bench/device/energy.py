@@ -56,6 +56,35 @@ class CounterStep:
     energy_mj: float
 
 
+class PollingThread:
+    """Calls ``tick`` every ``interval_s`` in a daemon thread between start() and stop()."""
+
+    def __init__(self, tick: Callable[[], None], interval_s: float, name: str):
+        self.tick, self.interval_s, self.name = tick, interval_s, name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.tick()
+
+
 class CounterTrace:
     """The counter's steps, polled every ``poll_s`` in a background thread while at least
     one recorder holds it (the loops of a head-to-head case share one)."""
@@ -71,40 +100,39 @@ class CounterTrace:
         self._steps: list[CounterStep] = []
         self._holders = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = PollingThread(self._poll, poll_s, "energy-trace")
+        self._last: float | None = None
+        self._read_at = 0.0
 
     def acquire(self) -> None:
         with self._lock:
             self._holders += 1
             if self._holders == 1:
                 self._steps, self.failed = [], False
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._poll, name="energy-trace", daemon=True)
-                self._thread.start()
+                self._last, self._read_at = self.counter.energy_mj(), self.clock()
+                self._poller.start()
 
     def release(self) -> None:
         with self._lock:
             self._holders -= 1
-            if self._holders > 0 or self._thread is None:
-                return
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
+            if self._holders <= 0:
+                self._poller.stop()
+
+    @property
+    def polling(self) -> bool:
+        return self._poller.running
 
     def steps(self) -> tuple[CounterStep, ...]:
         return tuple(self._steps)
 
     def _poll(self) -> None:
-        last, read_at = self.counter.energy_mj(), self.clock()
-        while not self._stop.wait(self.poll_s):
-            value, now = self.counter.energy_mj(), self.clock()
-            if value is None:
-                self.failed = True
-            elif value != last:
-                self._steps.append(CounterStep((read_at + now) / 2.0, value))
-                last = value
-            read_at = now
+        value, now = self.counter.energy_mj(), self.clock()
+        if value is None:
+            self.failed = True
+        elif value != self._last:
+            self._steps.append(CounterStep((self._read_at + now) / 2.0, value))
+            self._last = value
+        self._read_at = now
 
 
 class NvmlEnergy:
@@ -222,29 +250,20 @@ class PowerSampler:
     ):
         self.read_watts, self.interval_s, self.clock = read_watts, interval_s, clock
         self.samples: list[PowerSample] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = PollingThread(self.sample_once, interval_s, "power-sampler")
 
     def sample_once(self) -> None:
         watts = self.read_watts()
         if watts is not None:
             self.samples.append(PowerSample(self.clock(), watts))
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample_once()
-            self._stop.wait(self.interval_s)
-
     def __enter__(self) -> PowerSampler:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="power-sampler", daemon=True)
-        self._thread.start()
+        self.sample_once()
+        self._poller.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._poller.stop()
 
     def energy_j(self, start_s: float, end_s: float) -> float | None:
         """Joules between two clock readings; None without samples on both sides."""
