@@ -131,10 +131,16 @@ def _traced_recorder(counter, batches=12, wall_s=0.025):
 
 def test_a_traced_recorder_gives_each_batch_its_share_where_raw_reads_are_quantized():
     counter = SlowCounter(watts=200.0, period_s=0.04)
-    recorder, trace = _traced_recorder(counter)
-    raw = [b.energy_mj for b in recorder.batches]
+    untraced = EnergyRecorder(counter, 0.0)
+    for _ in range(6):
+        untraced.start()
+        time.sleep(0.025)
+        untraced.stop(10)
+    raw = [b.energy_mj for b in untraced.batches]
     assert {round(mj) for mj in raw} <= {0, 8000, 16000}  # whole steps of 40 ms at 200 W
-    found = recorder.estimate([True] * len(raw))
+    recorder, trace = _traced_recorder(counter)
+    assert {b.energy_mj for b in recorder.batches} == {None}  # only the trace reads the counter
+    found = recorder.estimate([True] * len(recorder.batches))
     assert not trace.polling  # the estimate stopped the polling
     assert found.note == "" and found.avg_power_w == pytest.approx(200.0, rel=0.1)
     per_batch = [b.energy_mj / b.wall_s / 1e3 for b in found.batches]

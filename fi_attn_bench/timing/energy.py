@@ -121,14 +121,18 @@ class EnergyRecorder:
         if self.trace is not None and not self._tracing and not self.batches:
             self.trace.acquire()
             self._tracing = True
-        self._start = (self.clock(), self.counter.energy_mj())
+        self._start = (self.clock(), self._read())
 
     def stop(self, calls: int) -> None:
         """Right after the batch's synchronize."""
-        energy, now = self.counter.energy_mj(), self.clock()
+        energy, now = self._read(), self.clock()
         began, before = self._start
         difference = None if energy is None or before is None else energy - before
         self.batches.append(BatchEnergy(calls, began, now, difference))
+
+    def _read(self) -> float | None:
+        """The counter at a batch's edge; None while tracing (the trace gives the energy)."""
+        return None if self._tracing else self.counter.energy_mj()
 
     def finish(self) -> None:
         """After the last batch (also when the loop failed): stop tracing and put the traced
