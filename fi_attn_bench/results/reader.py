@@ -553,9 +553,13 @@ def _stripped_categories(values, already: bool = False):
     import pandas as pd
 
     codes, uniques = pd.factorize(values.to_numpy(dtype=object))
-    texts = [str(text).replace("," + MARKER, "") for text in uniques.tolist()]
+    texts = [str(text) for text in uniques.tolist()]
+    distinct = True  # factorize's uniques are, until a marker taken out makes two equal
+    if MARKER in "".join(texts):
+        texts = [text.replace("," + MARKER, "") for text in texts]
+        distinct = len(set(texts)) == len(texts)
     stripped = texts if already else [text.strip() for text in texts]
-    if stripped == texts and len(set(texts)) == len(texts):
+    if distinct and stripped == texts:
         return pd.Categorical.from_codes(codes, categories=pd.Index(texts, dtype=object))
     merged, inverse = np.unique(np.array(stripped, dtype=object), return_inverse=True)
     categories = pd.Index(merged.tolist(), dtype=object)

@@ -275,6 +275,8 @@ def case_winner(results, baseline: str) -> str:
 
 def _texts(view, name: str):
     """A text column as objects ('' where empty), or None when no input has it."""
-    if view.distinct(name) is None:
+    if not view.has(name):
         return None
-    return np.array(["" if v != v or v is None else str(v) for v in view.objects(name)], object)
+    codes, values = view.codes(name)  # each distinct value made text once; -1 (NaN) is ""
+    texts = np.array(["" if v != v or v is None else str(v) for v in values] + [""], object)
+    return texts[codes]
