@@ -28,7 +28,7 @@ RANK_P = 1.0
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0  # a report's interval is the same every time it is written
-DRAW_BLOCK = 1 << 20  # draws held at once (int32): a block of resamples fits in cache
+DRAW_BLOCK = 1 << 20  # draws held at once (8 MB): a block of resamples, not all 2000
 CONFIDENCE = 0.95
 
 SUSPICIOUS_SPEEDUP = 10.0
@@ -131,8 +131,8 @@ def _faster_matrix(table: CaseTable, impl: str) -> np.ndarray:
 def _resampled_hits(faster: dict, cases: int) -> dict:
     """impl -> [level, resample]: the hits of each bootstrap resample of the cases, the
     resamples being the rows of ``default_rng(BOOTSTRAP_SEED).integers(0, cases,
-    (BOOTSTRAP_RESAMPLES, cases))``, drawn a block of rows at a time (the same stream, in
-    int32) so that 2000 x 100k draws never sit in memory at once."""
+    (BOOTSTRAP_RESAMPLES, cases))``, drawn a block of rows at a time (the same stream) so
+    that 2000 x 100k draws never sit in memory at once."""
     counts = {
         impl: np.zeros((len(FAST_P_LEVELS), BOOTSTRAP_RESAMPLES), np.int64) for impl in faster
     }
@@ -143,7 +143,7 @@ def _resampled_hits(faster: dict, cases: int) -> dict:
     block = max(1, DRAW_BLOCK // cases)
     for start in range(0, BOOTSTRAP_RESAMPLES, block):
         stop = min(start + block, BOOTSTRAP_RESAMPLES)
-        draws = generator.integers(0, cases, size=(stop - start, cases), dtype=np.int32)
+        draws = generator.integers(0, cases, size=(stop - start, cases))
         for impl, code in bits.items():
             drawn = code[draws]
             for level in range(len(FAST_P_LEVELS)):
