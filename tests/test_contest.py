@@ -7,9 +7,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+import tracemalloc
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import summarize_results
@@ -148,3 +150,38 @@ def test_a_suspicious_factor_of_one_or_less_exits_2(tmp_path, capsys):
         summarize_results.main([str(FA), "--suspicious-speedup", "1", "--output", "-"])
     assert stopped.value.code == 2
     assert "not a finite number above 1" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- the bootstrap's cost
+
+
+def _many_cases(count: int) -> ApiComparison:
+    speedups = [1.0 + (index % 7) / 3 for index in range(count)]
+    return _api(
+        [{"a": (s, s - 0.1, s + 0.1)} if index % 9 else {} for index, s in enumerate(speedups)]
+    )
+
+
+def test_the_interval_is_the_bootstrap_over_the_resampled_cases_exactly():
+    api = _many_cases(301)
+    (score,) = contest.contest_scores(NO_VIEW, [api])
+    hits = np.array(
+        [bool(case.results[1:]) and case.results[1].speedup_lo > 1.5 for case in api.cases]
+    )
+    draws = np.random.default_rng(contest.BOOTSTRAP_SEED).integers(
+        0, len(hits), size=(contest.BOOTSTRAP_RESAMPLES, len(hits))
+    )
+    low, high = np.percentile(hits[draws].mean(axis=1), [2.5, 97.5])
+    fast = _fast(score, "a", 1.5)
+    assert (fast.lo, fast.hi, fast.faster_cases) == (low, high, hits.sum())
+
+
+def test_the_bootstrap_of_many_cases_never_holds_all_its_draws():
+    api = _many_cases(20_000)  # all draws at once: 2000 x 20k int64 = 320 MB
+    tracemalloc.start()
+    try:
+        contest.contest_scores(NO_VIEW, [api])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 40 * 2**20

@@ -268,7 +268,7 @@ class _MarkedStream:
         if self._first:
             self._first = False
             chunk = chunk.removeprefix(codecs.BOM_UTF8)
-        if not chunk.isascii():
+        if not chunk.isascii() and (self._decoder.getstate()[0] or not utf8_sequences_ok(chunk)):
             self._decoder.decode(chunk)  # raises UnicodeDecodeError on a bad byte
         data = self._pending + chunk
         if not chunk:
@@ -288,6 +288,34 @@ class _MarkedStream:
             self._stop.set()
             self._thread.join()
         self._file.close()
+
+
+def utf8_sequences_ok(chunk: bytes) -> bool:
+    """True when every non-ASCII byte of ``chunk`` is part of a whole two- or three-byte UTF-8
+    sequence the decoder accepts, checked on an array of those bytes without making a str
+    (much cheaper on mostly-ASCII text).  False says nothing: the decoder then judges."""
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    where = np.flatnonzero(data >= 0x80)
+    high = data[where]
+    follows = (high & 0xC0) == 0x80  # a continuation byte
+    two = (high >= 0xC2) & (high <= 0xDF)
+    three = (high >= 0xE0) & (high <= 0xEF)
+    leads = np.flatnonzero(two | three)
+    sizes = np.where(two[leads], 2, 3)
+    if int(sizes.sum()) != len(high):  # a stray continuation, a four-byte or invalid lead
+        return False
+    for offset, starts in ((1, leads), (2, leads[sizes == 3])):
+        at = starts + offset
+        if len(at) and (at[-1] >= len(high)):  # cut off at the end of the chunk
+            return False
+        if not (follows[at] & (where[at] == where[starts] + offset)).all():
+            return False
+    second = high[leads + 1]
+    first = high[leads]
+    overlong_or_surrogate = ((first == 0xE0) & (second < 0xA0)) | (
+        (first == 0xED) & (second > 0x9F)
+    )
+    return not overlong_or_surrogate.any()
 
 
 def _marked(body: bytes) -> bytes:
@@ -525,9 +553,13 @@ def _stripped_categories(values, already: bool = False):
     import pandas as pd
 
     codes, uniques = pd.factorize(values.to_numpy(dtype=object))
-    texts = [str(text).replace("," + MARKER, "") for text in uniques.tolist()]
+    texts = [str(text) for text in uniques.tolist()]
+    distinct = True  # factorize's uniques are, until a marker taken out makes two equal
+    if MARKER in "".join(texts):
+        texts = [text.replace("," + MARKER, "") for text in texts]
+        distinct = len(set(texts)) == len(texts)
     stripped = texts if already else [text.strip() for text in texts]
-    if stripped == texts and len(set(texts)) == len(texts):
+    if distinct and stripped == texts:
         return pd.Categorical.from_codes(codes, categories=pd.Index(texts, dtype=object))
     merged, inverse = np.unique(np.array(stripped, dtype=object), return_inverse=True)
     categories = pd.Index(merged.tolist(), dtype=object)

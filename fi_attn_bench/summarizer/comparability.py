@@ -76,9 +76,7 @@ def field_differences(
 
 def _value_changes(view_b, view_c, column, rows_b, rows_c) -> tuple[ValueChange, ...]:
     """Each distinct (baseline value, candidate value) pair that differs, most cases first."""
-    if not len(rows_b) or view_b.distinct(column.name) is None:
-        return ()
-    if view_c.distinct(column.name) is None:
+    if not len(rows_b) or not (view_b.has(column.name) and view_c.has(column.name)):
         return ()
     numeric = column.kind not in TEXT_KINDS
     codes_b, texts_b = _comparable_codes(view_b, column.name, numeric)

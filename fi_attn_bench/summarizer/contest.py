@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fi_attn_bench.summarizer.frames import success_mask
+from fi_attn_bench.summarizer.headtohead import CaseTable, case_table
 from fi_attn_bench.summarizer.markdown_text import Block, cell
 
 FAST_P_LEVELS = (0.0, 1.0, 1.5, 2.0)
@@ -28,6 +28,7 @@ RANK_P = 1.0
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0  # a report's interval is the same every time it is written
+DRAW_BLOCK = 1 << 20  # draws held at once (8 MB): a block of resamples, not all 2000
 CONFIDENCE = 0.95
 
 SUSPICIOUS_SPEEDUP = 10.0
@@ -98,41 +99,63 @@ class ContestScore:
 
 def contest_scores(view, comparisons, options: ContestOptions = DEFAULT_CONTEST) -> list:
     """A ContestScore per head-to-head API comparison (``headtohead.head_to_head``)."""
-    return [_score(api, _peak_pcts(view, api), options) for api in comparisons]
+    return [_score(view, api, options) for api in comparisons]
 
 
-def _score(api, peak_pcts: dict, options: ContestOptions) -> ContestScore:
+def _score(view, api, options: ContestOptions) -> ContestScore:
+    table = case_table(api.impls, api.cases)
     others = api.impls[1:]
-    faster = {impl: _faster_matrix(api, impl) for impl in others}
-    draws = _draws(len(api.cases))
-    levels = {impl: _fast_p_levels(faster[impl], draws) for impl in others}
+    faster = {impl: _faster_matrix(table, impl) for impl in others}
+    resampled = _resampled_hits(faster, len(table))
+    levels = {impl: _fast_p_levels(faster[impl], resampled[impl]) for impl in others}
     ranked = sorted(others, key=lambda impl: _rank_key(levels[impl]))
     scores = tuple(
-        ImplScore(impl, levels[impl], rank + 1, _ties(impl, ranked, faster, draws))
+        ImplScore(impl, levels[impl], rank + 1, _ties(impl, ranked, resampled, len(table)))
         for rank, impl in enumerate(ranked)
     )
-    flagged = tuple(_suspicious(api, peak_pcts, options))
-    return ContestScore(api.api, api.baseline_impl, len(api.cases), scores, flagged)
+    flagged = tuple(_suspicious(table, _peak_pcts(view, table), api.baseline_impl, options))
+    return ContestScore(api.api, api.baseline_impl, len(table), scores, flagged)
 
 
-def _faster_matrix(api, impl: str) -> np.ndarray:
+def _faster_matrix(table: CaseTable, impl: str) -> np.ndarray:
     """[level, case]: whether ``impl`` is correct and beyond p on the case (absent: it
     failed there, so it is neither)."""
-    rows = np.zeros((len(FAST_P_LEVELS), len(api.cases)), dtype=bool)
-    for column, case in enumerate(api.cases):
-        result = next((r for r in case.results if r.impl == impl), None)
-        if result is None:
-            continue
-        low = result.speedup_lo if result.speedup_lo == result.speedup_lo else result.speedup
-        for level, p in enumerate(FAST_P_LEVELS):
-            rows[level, column] = low > p if p > 0 else True
-    return rows
+    column = table.impls.index(impl)
+    present = table.present[:, column]
+    lo, speedup = table.speedup_lo[:, column], table.speedup[:, column]
+    low = np.where(np.isnan(lo), speedup, lo)
+    with np.errstate(invalid="ignore"):
+        return np.array([present & (low > p) if p > 0 else present for p in FAST_P_LEVELS])
 
 
-def _draws(cases: int) -> np.ndarray:
-    """[resample, case index]: the bootstrap's resampled cases, shared by every impl."""
+def _resampled_hits(faster: dict, cases: int) -> dict:
+    """impl -> [level, resample]: the hits of each bootstrap resample of the cases, the
+    resamples being the rows of ``default_rng(BOOTSTRAP_SEED).integers(0, cases,
+    (BOOTSTRAP_RESAMPLES, cases))``, drawn a block of rows at a time (the same stream) so
+    that 2000 x 100k draws never sit in memory at once."""
+    counts = {
+        impl: np.zeros((len(FAST_P_LEVELS), BOOTSTRAP_RESAMPLES), np.int64) for impl in faster
+    }
+    if cases == 0:
+        return counts
+    bits = {impl: _level_bits(matrix) for impl, matrix in faster.items()}
     generator = np.random.default_rng(BOOTSTRAP_SEED)
-    return generator.integers(0, max(cases, 1), size=(BOOTSTRAP_RESAMPLES, max(cases, 1)))
+    block = max(1, DRAW_BLOCK // cases)
+    for start in range(0, BOOTSTRAP_RESAMPLES, block):
+        stop = min(start + block, BOOTSTRAP_RESAMPLES)
+        draws = generator.integers(0, cases, size=(stop - start, cases))
+        for impl, code in bits.items():
+            drawn = code[draws]
+            for level in range(len(FAST_P_LEVELS)):
+                hit = drawn & np.uint8(1 << level)
+                counts[impl][level, start:stop] = [np.count_nonzero(row) for row in hit]
+    return counts
+
+
+def _level_bits(faster: np.ndarray) -> np.ndarray:
+    """Per case, one byte whose bit ``level`` says whether it counts at that level."""
+    weights = (1 << np.arange(len(FAST_P_LEVELS))).astype(np.uint8)
+    return (faster.astype(np.uint8) * weights[:, None]).sum(axis=0, dtype=np.uint8)
 
 
 def _interval(resampled: np.ndarray) -> tuple[float, float]:
@@ -141,7 +164,7 @@ def _interval(resampled: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _fast_p_levels(faster: np.ndarray, draws: np.ndarray) -> tuple[FastP, ...]:
+def _fast_p_levels(faster: np.ndarray, resampled: np.ndarray) -> tuple[FastP, ...]:
     cases = faster.shape[1]
     found = []
     for level, p in enumerate(FAST_P_LEVELS):
@@ -149,7 +172,7 @@ def _fast_p_levels(faster: np.ndarray, draws: np.ndarray) -> tuple[FastP, ...]:
         if cases == 0:
             found.append(FastP(p, math.nan, math.nan, math.nan, 0, 0))
             continue
-        low, high = _interval(hits[draws].mean(axis=1))
+        low, high = _interval(resampled[level] / cases)
         found.append(FastP(p, float(hits.mean()), low, high, int(hits.sum()), cases))
     return tuple(found)
 
@@ -159,57 +182,50 @@ def _rank_key(levels: tuple[FastP, ...]) -> tuple[float, ...]:
     return tuple(-level.value for level in levels if level.p >= RANK_P)
 
 
-def _ties(impl: str, ranked: list[str], faster: dict, draws: np.ndarray) -> tuple[str, ...]:
+def _ties(impl: str, ranked: list[str], resampled: dict, cases: int) -> tuple[str, ...]:
     """The implementations whose fast_{RANK_P} differs from ``impl``'s by a bootstrap
     interval that includes 0 (the same resampled cases for both)."""
     level = FAST_P_LEVELS.index(RANK_P)
-    mine = faster[impl][level]
-    if mine.size == 0:
+    if cases == 0:
         return ()
+    mine = resampled[impl][level] / cases
     tied = []
     for other in ranked:
         if other == impl:
             continue
-        difference = mine[draws].mean(axis=1) - faster[other][level][draws].mean(axis=1)
-        low, high = _interval(difference)
+        low, high = _interval(mine - resampled[other][level] / cases)
         if low <= 0.0 <= high:
             tied.append(other)
     return tuple(tied)
 
 
-def _peak_pcts(view, api) -> dict[tuple[str, str], float]:
-    """(case label, impl) -> pct_peak_bw of the API's ok rows (empty where no peak is known)."""
-    if not view.rows or view.distinct("pct_peak_bw") is None:
-        return {}
-    parameters = [name for name in view.case_columns if name != "impl"]
-    rows = np.flatnonzero((view.objects("api") == api.api) & success_mask(view.objects("status")))
-    labels = view.labels(rows, parameters).tolist()
-    impls = view.objects("impl")[rows].tolist()
-    pcts = view.floats("pct_peak_bw")[rows].tolist()
-    return {
-        (str(label), str(impl)): pct for label, impl, pct in zip(labels, impls, pcts, strict=True)
-    }
+def _peak_pcts(view, table: CaseTable) -> np.ndarray:
+    """pct_peak_bw of each case's row of each implementation (NaN where none is known)."""
+    if not view.rows:
+        return np.full(table.present.shape, np.nan)
+    rows = table.rows  # floats() is all NaN where the run has no such column
+    return np.where(rows >= 0, view.floats("pct_peak_bw")[np.maximum(rows, 0)], np.nan)
 
 
-def _suspicious(api, peak_pcts: dict, options: ContestOptions):
-    for case in api.cases:
-        for result in case.results:
-            if result.impl == api.baseline_impl:
-                continue
-            pct = peak_pcts.get((case.case, result.impl), math.nan)
-            reasons = []
-            if result.speedup > options.suspicious_speedup:
-                reasons.append(
-                    f"speedup {result.speedup:.3g}x over {api.baseline_impl} is above "
-                    f"{options.suspicious_speedup:g}x"
-                )
-            if pct == pct and pct > ROOFLINE_PCT:
-                reasons.append(
-                    f"{pct:.3g}% of the device's peak bandwidth: faster than the case's bytes "
-                    "can move"
-                )
-            if reasons:
-                yield Suspicious(case.case, result.impl, result.speedup, pct, "; ".join(reasons))
+def _suspicious(table: CaseTable, pcts: np.ndarray, baseline: str, options: ContestOptions):
+    judged = table.present & (np.array(table.impls, dtype=object) != baseline)
+    with np.errstate(invalid="ignore"):
+        too_fast = table.speedup > options.suspicious_speedup
+        beyond = pcts > ROOFLINE_PCT
+    for index, column in zip(*np.nonzero(judged & (too_fast | beyond)), strict=True):
+        speedup, pct = float(table.speedup[index, column]), float(pcts[index, column])
+        reasons = []
+        if speedup > options.suspicious_speedup:
+            reasons.append(
+                f"speedup {speedup:.3g}x over {baseline} is above {options.suspicious_speedup:g}x"
+            )
+        if pct == pct and pct > ROOFLINE_PCT:
+            reasons.append(
+                f"{pct:.3g}% of the device's peak bandwidth: faster than the case's bytes can move"
+            )
+        yield Suspicious(
+            table.label(int(index)), table.impls[column], speedup, pct, "; ".join(reasons)
+        )
 
 
 # ---------------------------------------------------------------------- Markdown

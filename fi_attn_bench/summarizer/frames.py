@@ -57,6 +57,9 @@ def codes_of(frame, name: str) -> tuple[np.ndarray, list]:
     column = frame[name]
     if isinstance(column.dtype, pd.CategoricalDtype):
         return column.cat.codes.to_numpy(), list(column.cat.categories)
+    if column.dtype == np.float64:  # the reader's numbers: no Python float per row
+        codes, uniques = pd.factorize(column.to_numpy())
+        return codes, uniques.tolist()
     codes, uniques = pd.factorize(column.to_numpy(dtype=object))
     return codes, list(uniques)
 
@@ -167,6 +170,10 @@ class FrameView:
         if not values:
             return None
         return [values[0]] if len(values) == 1 else [values[0], values[-1]]
+
+    def has(self, name: str) -> bool:
+        """Whether the run's frame has the column (filled or not)."""
+        return name in self.frame.columns
 
     def distinct(self, name: str) -> list[str] | None:
         """Sorted distinct non-empty values of a column; None when the frame lacks it."""

@@ -49,13 +49,17 @@ class CaseComparison:
 
 class CaseTable(Sequence):
     """The cases of one API as columns: ``winners`` one per case; ``present``, ``time_ms``,
-    ``speedup``, ``speedup_lo``, ``speedup_hi`` and ``verdicts`` one row per case and one
-    column per implementation (``impls`` order; absent cells are NaN / "").  Case labels
-    are made a block at a time as cases are read (a report shows a few thousand)."""
+    ``speedup``, ``speedup_lo``, ``speedup_hi``, ``verdicts`` and ``rows`` (the view's row,
+    -1 where absent) one row per case and one column per implementation (``impls`` order;
+    absent cells are NaN / "").  Case labels are made a block at a time as cases are read
+    (a report shows a few thousand)."""
 
-    def __init__(self, impls, labeller, present, time_ms, speedup, lo, hi, verdicts, winners):
+    def __init__(
+        self, impls, labeller, present, time_ms, speedup, lo, hi, verdicts, winners, rows=None
+    ):
         self.impls = tuple(impls)
         self.present = present
+        self.rows = np.full(present.shape, -1, dtype=np.int64) if rows is None else rows
         self.time_ms = time_ms
         self.speedup = speedup
         self.speedup_lo = lo
@@ -203,7 +207,30 @@ def _case_table(view, order, rows, cell, parameters, starts) -> CaseTable:
     def labeller(positions: np.ndarray) -> np.ndarray:
         return view.labels(rows[starts[positions]], parameters)
 
-    return CaseTable(order, labeller, present, time_ms, speedup, lo, hi, verdicts, winners)
+    rows_of = np.where(present, picked, -1)
+    return CaseTable(order, labeller, present, time_ms, speedup, lo, hi, verdicts, winners, rows_of)
+
+
+def case_table(impls, cases) -> CaseTable:
+    """``cases`` as a CaseTable: itself, or the columns of a sequence of CaseComparison."""
+    if isinstance(cases, CaseTable):
+        return cases
+    shape = (len(cases), len(impls))
+    present = np.zeros(shape, dtype=bool)
+    numbers = {name: np.full(shape, np.nan) for name in ("time_ms", "speedup", "lo", "hi")}
+    verdicts = np.full(shape, "", dtype=object)
+    for index, case in enumerate(cases):
+        for result in case.results:
+            column = impls.index(result.impl)
+            present[index, column] = True
+            numbers["time_ms"][index, column] = result.time_ms
+            numbers["speedup"][index, column] = result.speedup
+            numbers["lo"][index, column] = result.speedup_lo
+            numbers["hi"][index, column] = result.speedup_hi
+            verdicts[index, column] = result.verdict
+    labels = np.array([case.case for case in cases], dtype=object)
+    winners = np.array([case.winner for case in cases], dtype=object)
+    return CaseTable(impls, labels.__getitem__, present, *numbers.values(), verdicts, winners)
 
 
 def _last_row_per_cell(case_of_row, column_of_row, cases: int, columns: int) -> np.ndarray:
@@ -248,6 +275,8 @@ def case_winner(results, baseline: str) -> str:
 
 def _texts(view, name: str):
     """A text column as objects ('' where empty), or None when no input has it."""
-    if view.distinct(name) is None:
+    if not view.has(name):
         return None
-    return np.array(["" if v != v or v is None else str(v) for v in view.objects(name)], object)
+    codes, values = view.codes(name)  # each distinct value made text once; -1 (NaN) is ""
+    texts = np.array(["" if v != v or v is None else str(v) for v in values] + [""], object)
+    return texts[codes]
