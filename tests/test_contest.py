@@ -162,18 +162,31 @@ def _many_cases(count: int) -> ApiComparison:
     )
 
 
-def test_the_interval_is_the_bootstrap_over_the_resampled_cases_exactly():
+def test_the_interval_is_the_bootstrap_over_the_resampled_cases():
     api = _many_cases(301)
     (score,) = contest.contest_scores(NO_VIEW, [api])
     hits = np.array(
         [bool(case.results[1:]) and case.results[1].speedup_lo > 1.5 for case in api.cases]
     )
-    draws = np.random.default_rng(contest.BOOTSTRAP_SEED).integers(
+    draws = np.random.default_rng(1).integers(
         0, len(hits), size=(contest.BOOTSTRAP_RESAMPLES, len(hits))
     )
     low, high = np.percentile(hits[draws].mean(axis=1), [2.5, 97.5])
     fast = _fast(score, "a", 1.5)
-    assert (fast.lo, fast.hi, fast.faster_cases) == (low, high, hits.sum())
+    assert fast.faster_cases == hits.sum()
+    assert fast.lo == pytest.approx(low, abs=0.02) and fast.hi == pytest.approx(high, abs=0.02)
+
+
+def test_resampled_hits_have_the_case_resampling_mean_and_spread_and_share_their_draws():
+    cases, share = 1000, 0.3
+    hit = np.arange(cases) < share * cases
+    levels = len(contest.FAST_P_LEVELS)
+    faster = {"a": np.tile(hit, (levels, 1)), "b": np.tile(hit, (levels, 1))}
+    counts = contest._resampled_hits(faster, cases)
+    mean, spread = counts["a"][1].mean(), counts["a"][1].std()
+    assert mean == pytest.approx(share * cases, abs=1.5)  # 3 standard errors of 2000 draws
+    assert spread == pytest.approx(math.sqrt(cases * share * (1 - share)), rel=0.06)
+    assert (counts["a"] == counts["b"]).all()  # the same resampled cases for both
 
 
 def test_the_bootstrap_of_many_cases_never_holds_all_its_draws():

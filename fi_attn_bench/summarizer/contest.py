@@ -28,7 +28,6 @@ RANK_P = 1.0
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0  # a report's interval is the same every time it is written
-DRAW_BLOCK = 1 << 20  # draws held at once (8 MB): a block of resamples, not all 2000
 CONFIDENCE = 0.95
 
 SUSPICIOUS_SPEEDUP = 10.0
@@ -129,26 +128,24 @@ def _faster_matrix(table: CaseTable, impl: str) -> np.ndarray:
 
 
 def _resampled_hits(faster: dict, cases: int) -> dict:
-    """impl -> [level, resample]: the hits of each bootstrap resample of the cases, the
-    resamples being the rows of ``default_rng(BOOTSTRAP_SEED).integers(0, cases,
-    (BOOTSTRAP_RESAMPLES, cases))``, drawn a block of rows at a time (the same stream) so
-    that 2000 x 100k draws never sit in memory at once."""
+    """impl -> [level, resample]: the hits of each bootstrap resample of the cases.  A
+    resample of n cases with replacement draws each joint pattern of hits (every impl's bits
+    of a case) as many times as a multinomial of n over the patterns' shares; drawing those
+    counts takes the same distribution at a cost of patterns, not cases (2000 x 100k draws
+    took 0.85 s)."""
     counts = {
         impl: np.zeros((len(FAST_P_LEVELS), BOOTSTRAP_RESAMPLES), np.int64) for impl in faster
     }
     if cases == 0:
         return counts
-    bits = {impl: _level_bits(matrix) for impl, matrix in faster.items()}
+    impls = list(faster)
+    bits = np.stack([_level_bits(faster[impl]) for impl in impls])  # [impl, case]
+    patterns, occurrences = np.unique(bits, axis=1, return_counts=True)  # [impl, pattern]
     generator = np.random.default_rng(BOOTSTRAP_SEED)
-    block = max(1, DRAW_BLOCK // cases)
-    for start in range(0, BOOTSTRAP_RESAMPLES, block):
-        stop = min(start + block, BOOTSTRAP_RESAMPLES)
-        draws = generator.integers(0, cases, size=(stop - start, cases))
-        for impl, code in bits.items():
-            drawn = code[draws]
-            for level in range(len(FAST_P_LEVELS)):
-                hit = drawn & np.uint8(1 << level)
-                counts[impl][level, start:stop] = [np.count_nonzero(row) for row in hit]
+    drawn = generator.multinomial(cases, occurrences / cases, size=BOOTSTRAP_RESAMPLES)
+    for row, impl in enumerate(impls):
+        for level in range(len(FAST_P_LEVELS)):
+            counts[impl][level] = drawn @ ((patterns[row] >> level) & 1).astype(np.int64)
     return counts
 
 
