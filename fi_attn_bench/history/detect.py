@@ -47,9 +47,9 @@ class DetectionSettings:
     drift_passes: int = 2  # re-estimates of the run-wide factor against each case's levels
     median_filter: bool = True
     min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
-    min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
-    min_change_sigmas: float = 2.5  # a reported change is also this many noise levels large
-    false_alarm_p: float = 1e-3  # one-sided p of the shift test (noise from the series itself)
+    min_confidence: float = 0.8  # Welch confidence between the segments; drops most chance levels
+    min_change_sigmas: float = 2.0  # a reported change is also this many noise levels large
+    false_alarm_p: float = 1e-4  # one-sided p of the shift test (noise from the series itself)
     outlier_sigmas: float = (
         2.5  # in the shift test, a run this far from its neighbours is pulled in
     )
