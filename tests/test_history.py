@@ -19,8 +19,8 @@ from fi_attn_bench.history.detect import (
     DetectionSettings,
     clock_normalization,
     detect,
-    shared_drift,
     series_change_points,
+    shared_drift,
     shift_p_value,
 )
 from fi_attn_bench.results import run_store as store_module
