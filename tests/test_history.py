@@ -318,9 +318,9 @@ def split_at_run_20(signal, penalty, min_size):
     return [20]
 
 
-def noisy_series_with_a_shift(runs, shift):
+def noisy_series_with_a_shift(runs, shift, noise=0.012):
     rng = np.random.default_rng(0)
-    series = rng.normal(0, 0.012, runs)  # about 0.9 % run-to-run noise
+    series = rng.normal(0, noise, runs)  # 0.012: about 0.9 % run-to-run noise
     series[20:] += shift
     return series
 
@@ -332,6 +332,16 @@ def test_a_shift_that_three_runs_barely_support_is_not_reported():
     assert series_change_points(series, DetectionSettings(), split_at_run_20) == []
     looser = DetectionSettings(false_alarm_p=1e-3)
     assert [run for run, _, _ in series_change_points(series, looser, split_at_run_20)] == [20]
+
+
+def test_a_large_shift_needs_less_proof():
+    """3.1 % over 3 runs in 1.4 % noise (p about 2e-4) is reported: a change of 3 % or more
+    passes the shift test at 1e-3."""
+    series = noisy_series_with_a_shift(23, 0.03, noise=0.018)
+    found = series_change_points(series, DetectionSettings(), split_at_run_20)
+    assert [(run, round(size, 1)) for run, size, _ in found] == [(20, 3.1)]
+    strict = DetectionSettings(large_change_p=1e-4)
+    assert series_change_points(series, strict, split_at_run_20) == []
 
 
 def test_a_two_percent_step_in_noisy_series_clears_the_size_floor():
