@@ -19,6 +19,7 @@ from fi_attn_bench.history.detect import (
     DetectionSettings,
     clock_normalization,
     detect,
+    series_change_points,
     shared_drift,
     shift_p_value,
 )
@@ -303,13 +304,55 @@ def test_run_wide_drift_is_measured_against_the_cases_own_levels():
 
 
 def test_the_shift_test_asks_more_of_a_short_series():
-    """1 % over 4 runs in 0.5 % noise passes the default p-value with the noise estimated
+    """1.2 % over 4 runs in 0.5 % noise passes the default p-value with the noise estimated
     on 48 degrees of freedom, not on 8; 2 % passes on either."""
     limit = DetectionSettings().false_alarm_p
     before = np.zeros(20)
-    assert shift_p_value(before, np.full(4, 0.01), 0.005, 48) < limit
-    assert shift_p_value(before, np.full(4, 0.01), 0.005, 8) > limit
+    assert shift_p_value(before, np.full(4, 0.012), 0.005, 48) < limit
+    assert shift_p_value(before, np.full(4, 0.012), 0.005, 8) > limit
     assert shift_p_value(before, np.full(4, 0.02), 0.005, 8) < limit
+
+
+def split_at_run_20(signal, penalty, min_size):
+    """A search that always proposes one change, at run 20, so only the reporting rules decide."""
+    return [20]
+
+
+def noisy_series_with_a_shift(runs, shift, noise=0.012):
+    rng = np.random.default_rng(0)
+    series = rng.normal(0, noise, runs)  # 0.012: about 0.9 % run-to-run noise
+    series[20:] += shift
+    return series
+
+
+def test_a_shift_that_three_runs_barely_support_is_not_reported():
+    """2 % over 3 runs in 0.9 % noise has a one-sided p of about 2e-4: a chance level of that
+    strength would come once in a few hundred series, so the default asks for 1e-4."""
+    series = noisy_series_with_a_shift(23, 0.02)
+    assert series_change_points(series, DetectionSettings(), split_at_run_20) == []
+    looser = DetectionSettings(false_alarm_p=1e-3)
+    assert [run for run, _, _ in series_change_points(series, looser, split_at_run_20)] == [20]
+
+
+def test_a_large_shift_needs_less_proof():
+    """3.1 % over 3 runs in 1.4 % noise (p about 2e-4) is reported: a change of 3 % or more
+    passes the shift test at 1e-3."""
+    series = noisy_series_with_a_shift(23, 0.03, noise=0.018)
+    found = series_change_points(series, DetectionSettings(), split_at_run_20)
+    assert [(run, round(size, 1)) for run, size, _ in found] == [(20, 3.1)]
+    strict = DetectionSettings(large_change_p=1e-4)
+    assert series_change_points(series, strict, split_at_run_20) == []
+
+
+def test_a_two_percent_step_in_noisy_series_clears_the_size_floor():
+    """A step measured at 2.1 % and held for 6 runs in 0.9 % noise is reported: 2.4 noise
+    levels, above the floor of 2 and below the 2.5 that would hide it."""
+    series = noisy_series_with_a_shift(26, 0.016)
+    found = series_change_points(series, DetectionSettings(), split_at_run_20)
+    assert [run for run, _, _ in found] == [20]
+    assert found[0][1] == pytest.approx(2.1, abs=0.05)
+    stricter = DetectionSettings(min_change_sigmas=2.5)
+    assert series_change_points(series, stricter, split_at_run_20) == []
 
 
 def test_series_that_ignore_the_clock_are_not_scaled():

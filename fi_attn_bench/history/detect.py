@@ -17,7 +17,8 @@ A change point is the first run at a new level, its size the ratio of the median
 it, its confidence one minus Welch's t-test p-value between the two segments.  It is
 reported when it is large (in % and in noise levels), confident, and its shift passes a
 one-sided t test whose noise is estimated from the series itself (so a short series, with
-an uncertain noise, needs a larger shift).
+an uncertain noise, needs a larger shift); a change of 3 % or more passes that test at a
+looser p, since chance levels that large are rare.
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ class DetectionSettings:
     median_filter: bool = True
     min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
     min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
-    min_change_sigmas: float = 2.5  # a reported change is also this many noise levels large
-    false_alarm_p: float = 1e-3  # one-sided p of the shift test (noise from the series itself)
+    min_change_sigmas: float = 2.0  # a reported change is also this many noise levels large
+    false_alarm_p: float = 1e-4  # one-sided p of the shift test (noise from the series itself)
+    large_change_pct: float = 3.0  # a change this large passes the shift test at large_change_p
+    large_change_p: float = 1e-3  # chance levels are small, so a large one needs less proof
     outlier_sigmas: float = (
         2.5  # in the shift test, a run this far from its neighbours is pulled in
     )
@@ -247,10 +250,17 @@ def series_change_points(
         if (
             abs(size) >= floor
             and not confidence < settings.min_confidence
-            and p_value <= settings.false_alarm_p
+            and p_value <= shift_p_limit(size, settings)
         ):
             found.append((int(positions[start]), size, confidence))
     return found
+
+
+def shift_p_limit(size_pct: float, settings: DetectionSettings) -> float:
+    """The largest p-value of the shift test that reports a change of this size."""
+    if abs(size_pct) >= settings.large_change_pct:
+        return max(settings.false_alarm_p, settings.large_change_p)
+    return settings.false_alarm_p
 
 
 def shift_p_value(before: np.ndarray, after: np.ndarray, sigma: float, degrees: int) -> float:
