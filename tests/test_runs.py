@@ -173,3 +173,54 @@ def test_a_resumed_sweep_keeps_its_csvs_run_id(tmp_path):
     assert decode.main([*CPU, "--resume", str(path)]) == 0
     rows = read_stored_rows(path).rows
     assert len(rows) == len(lines) and {row["run_id"] for row in rows} == {run_id}
+
+
+REAL = Path(__file__).parent / "fixtures" / "real_csv"
+
+
+def _sides():
+    return [
+        ([str(REAL / "h100_decode_default.csv")], "baseline"),
+        ([str(REAL / "h100_paged_serving.csv"), "missing.csv"], "candidate"),
+    ]
+
+
+def _same_runs(found, expected) -> None:
+    assert len(found) == len(expected)
+    for got, want in zip(found, expected, strict=True):
+        assert (got.group, got.paths, got.issues) == (want.group, want.paths, want.issues)
+        assert [f.source for f in got.files] == [f.source for f in want.files]
+        for got_file, want_file in zip(got.files, want.files, strict=True):
+            assert got_file.columns == want_file.columns
+            assert got_file.frame.equals(want_file.frame)
+
+
+def test_large_sides_read_in_a_forked_process_equal_reading_them_in_turn(monkeypatch):
+    from fi_attn_bench.results import runs
+
+    expected = [read_run(paths, group) for paths, group in _sides()]
+    monkeypatch.setattr(runs, "PARALLEL_READ_BYTES", 0)
+    assert runs._worth_forking(_sides())
+    _same_runs(runs.read_runs(_sides()), expected)
+
+
+def test_a_broken_pool_falls_back_to_reading_here(monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    from fi_attn_bench.results import runs
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            raise BrokenProcessPool("a child was killed")
+
+    expected = [read_run(paths, group) for paths, group in _sides()]
+    monkeypatch.setattr(runs, "PARALLEL_READ_BYTES", 0)
+    monkeypatch.setattr(runs, "ProcessPoolExecutor", Broken)
+    _same_runs(runs.read_runs(_sides()), expected)
+
+
+def test_small_or_single_runs_are_not_worth_a_fork():
+    from fi_attn_bench.results import runs
+
+    assert not runs._worth_forking(_sides())  # the fixtures are far under 16 MB
+    assert not runs._worth_forking(_sides()[:1])

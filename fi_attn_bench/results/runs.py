@@ -8,7 +8,12 @@ its cases; runs of other cases (bench_all.py's scripts, a sweep's shards) are al
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import os
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from fi_attn_bench.results.reader import LEGACY_SCHEMAS, InputIssue, ResultFile, read_file
@@ -80,6 +85,52 @@ def read_run(
         superseded,
         kept,
     )
+
+
+PARALLEL_READ_BYTES = 16 << 20
+"""Run arguments at least this large each are read at once (smaller: a fork costs more)."""
+
+
+def read_runs(
+    arguments: Sequence[tuple[Sequence, str]],
+    *,
+    all_runs: bool = False,
+    keep=None,
+    layouts=LEGACY_SCHEMAS,
+) -> list[ResultRun]:
+    """read_run of each (paths, group), in order.  Large ones are read at once, each but
+    the last in a forked process and the last in this one (pandas holds the GIL while it
+    makes the text cells, so threads would take turns)."""
+    read = functools.partial(read_run, all_runs=all_runs, keep=keep, layouts=layouts)
+    if not _worth_forking(arguments):
+        return [read(paths, group) for paths, group in arguments]
+    context = multiprocessing.get_context("fork")
+    try:
+        with ProcessPoolExecutor(len(arguments) - 1, mp_context=context) as pool:
+            others = [pool.submit(read, paths, group) for paths, group in arguments[:-1]]
+            last = read(*arguments[-1])
+            return [*(future.result() for future in others), last]
+    except BrokenProcessPool:  # a child killed (out of memory): read them here instead
+        return [read(paths, group) for paths, group in arguments]
+
+
+def _worth_forking(arguments) -> bool:
+    if len(arguments) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) >= 2 and all(
+        _total_bytes(paths) >= PARALLEL_READ_BYTES for paths, _ in arguments
+    )
+
+
+def _total_bytes(paths) -> int:
+    total = 0
+    for path in paths:
+        try:
+            total += os.path.getsize(path)
+        except OSError:
+            pass  # read_run reports it
+    return total
 
 
 RUN_ID_COLUMN = "run_id"

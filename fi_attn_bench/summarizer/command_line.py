@@ -36,7 +36,7 @@ from fi_attn_bench.summarizer.contest import (
     SUSPICIOUS_SPEEDUP,
     ContestOptions,
 )
-from fi_attn_bench.summarizer.loading import load_run
+from fi_attn_bench.summarizer.loading import load_run, load_runs
 from fi_attn_bench.summarizer.markdown_text import DEFAULT_MAX_REPORT_BYTES
 from fi_attn_bench.summarizer.model import (
     EXIT_BENCHMARK_FAILURE,
@@ -372,10 +372,9 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
         allowed_differences=tuple(args.allow_difference or ()),
         energy_threshold_pct=args.fail_on_energy_regression,
     )
-    sides = [
-        load_run(paths, group, all_runs=args.all_runs)
-        for paths, group in ((args.baseline, "baseline"), (args.candidate, "candidate"))
-    ]
+    sides = load_runs(
+        [(args.baseline, "baseline"), (args.candidate, "candidate")], all_runs=args.all_runs
+    )
     for side in sides:
         _print_note(side.note, options)
     return compare(*sides, gate, samples)

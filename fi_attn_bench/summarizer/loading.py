@@ -18,7 +18,7 @@ from fi_attn_bench.results.reader import (
     read_file,
     result_layout,
 )
-from fi_attn_bench.results.runs import ResultRun, read_run
+from fi_attn_bench.results.runs import read_runs
 
 __all__ = [
     "INTERNAL_COLUMNS",
@@ -31,6 +31,7 @@ __all__ = [
     "load_csv",
     "load_inputs",
     "load_run",
+    "load_runs",
     "parse_float",
 ]
 
@@ -114,11 +115,19 @@ def load_inputs(paths, group: str = "input") -> LoadResult:
 
 
 def load_run(paths, group: str = "input", *, all_runs: bool = False) -> LoadResult:
-    """The newest run among ``paths`` (see results.reader.read_run) for a report."""
-    run: ResultRun = read_run(
-        paths, group, all_runs=all_runs, keep=_reported_columns(), layouts=known_layouts()
+    """The newest run among ``paths`` (see results.runs.read_run) for a report."""
+    return load_runs([(paths, group)], all_runs=all_runs)[0]
+
+
+def load_runs(arguments, *, all_runs: bool = False) -> list[LoadResult]:
+    """load_run of each (paths, group) (a baseline and a candidate), large ones at once."""
+    runs = read_runs(
+        arguments, all_runs=all_runs, keep=_reported_columns(), layouts=known_layouts()
     )
-    return LoadResult(group, paths, issues=run.issues, tables=run.files, note=run.note)
+    return [
+        LoadResult(run.group, paths, issues=run.issues, tables=run.files, note=run.note)
+        for run, (paths, _) in zip(runs, arguments, strict=True)
+    ]
 
 
 def known_layouts() -> tuple[frozenset[str], ...]:
