@@ -95,7 +95,8 @@ def test_integrity_report_lists_each_flagged_row_and_the_cost_of_the_checks():
     off = {"api": "decode", "case": "a", "status": "ok", "integrity": "off"}
     sweeps = [
         Sweep("float16 default, checks on #0", 0, 30.0, 22.0, (honest, flagged)),
-        Sweep("float16 default, checks off #1", 0, 28.0, 20.0, (off, off)),
+        Sweep("float16 default, checks off #1", 0, 28.0, 20.0, (off, off), checks=False),
+        Sweep("float16 x.py --impl torch", 0, 9.0, 5.0, (honest,), default_preset=False),
     ]
     text = report(sweeps, exploits_exit=0)
     assert "## Flagged rows: 1" in text and "case b" not in text and "b integrity=timeline" in text
