@@ -12,7 +12,6 @@ machine: ``python benchmarks/shard_balance.py WORK_DIR``.  Exit: bench_all.py's.
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import subprocess
 import tempfile
@@ -21,8 +20,7 @@ from pathlib import Path
 
 from validation.jit import gpu_available, warm_jit
 from validation.running import ROOT, SCRIPTS, python, run_logged
-
-SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
+from validation.sweep_log import sweep_wall_s
 
 
 def predicted(shard: str, extra: Sequence[str]) -> str:
@@ -51,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench_all.py", "--preset", "full", "--output-dir", str(args.out), *shard, *extra
     )
     done = run_logged(sweep, log)
-    sweeps_s = sum(float(m) for m in SWEEP_WALL.findall(log.read_text(errors="replace")))
+    sweeps_s = sweep_wall_s(log.read_text(errors="replace"))
     print(f"predicted: {predicted(args.shard or '0/1', extra)}")
     csvs = len(list(args.out.glob("*.csv")))
     print(

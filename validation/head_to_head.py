@@ -33,7 +33,6 @@ import collections
 import csv
 import json
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -43,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from validation.spin_impls import SPIN_FRACTION, SPIN_PLUGINS
+from validation.sweep_log import SWEEP_WALL
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = "validation.spin_impls"  # the sweeps' --impl targets are PLUGINS:FACTORY
@@ -59,7 +59,6 @@ SPIN_MIN_MS = 0.050
 AA_BAND = 0.005  # the A/A target: every ratio within +-0.5 %
 AA_ONE = "aaone"  # the CSV prefix of the one-instance A/A
 MARGINS_PCT = (0.0, 0.1, 0.25, 0.5)  # --same-within values the reports recount verdicts at
-SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 
 
 # ---------------------------------------------------------------- running the scripts

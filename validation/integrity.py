@@ -18,7 +18,6 @@ what finished.  Exit 0 when every step ran, no row was flagged and the exploits 
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import tempfile
@@ -30,8 +29,8 @@ from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.schema import INTEGRITY_PASS
 from validation.jit import gpu_available, warm_jit
 from validation.running import SCRIPTS, python, run_logged, tail
+from validation.sweep_log import sweep_wall_s
 
-SWEEP_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 PLUGINS = {"bench_batch_decode.py": ("examples/sdpa_decode_plugin.py:make",)}
 
 
@@ -63,17 +62,22 @@ def csv_rows(folder: Path) -> tuple[dict[str, str], ...]:
 
 
 def run_sweep(
-    label: str, argv: Sequence[str], folder: Path, timeout_s: float, **kind: bool
+    label: str,
+    argv: Sequence[str],
+    folder: Path,
+    timeout_s: float,
+    checks: bool = True,
+    default_preset: bool = True,
 ) -> Sweep:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "run.log"
     done = run_logged(argv, log, timeout_s)
-    text = log.read_text(errors="replace")
-    sweep_s = sum(float(value) for value in SWEEP_WALL.findall(text))
+    sweep_s = sweep_wall_s(log.read_text(errors="replace"))
     print(f"{label}: exit {done.exit_code}, {done.wall_s:.1f} s wall, sweeps {sweep_s:.1f} s")
     if done.exit_code not in (0, 1):
         print(tail(log, 5))
-    return Sweep(label, done.exit_code, done.wall_s, sweep_s, csv_rows(folder), **kind)
+    rows = csv_rows(folder)
+    return Sweep(label, done.exit_code, done.wall_s, sweep_s, rows, checks, default_preset)
 
 
 def default_sweep(out: Path, dtype: str, checks: bool, index: int, timeout_s: float) -> Sweep:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from fi_attn_bench.results.reader import read_stored_rows
 from fi_attn_bench.results.schema import case_columns
+from validation.sweep_log import sweep_wall_s
 
-_WALL = re.compile(r"Sweep wall time ([0-9.]+) s")
 _DEVICE = re.compile(r"--device (cuda:\d+|cuda|cpu)")
 
 
@@ -55,11 +55,6 @@ def read_shard_file(path: Path) -> ShardFile:
     return ShardFile(
         path, ",".join(shards), len(rows), tuple(devices), tuple(indices), tuple(_keys(rows))
     )
-
-
-def sweep_wall_s(text: str) -> float:
-    """The sum of a log's "Sweep wall time X s" lines (one per script)."""
-    return sum(float(m.group(1)) for m in _WALL.finditer(text))
 
 
 def shard_wall_s(shard_file: ShardFile) -> float | None:
