@@ -198,7 +198,7 @@ SPEC = BenchmarkSpec(
         shape_fields=lambda batch: {
             "batch_size": len(batch.requests),
             "seq_len_q": 1,
-            "seq_len_kv": serving.mean_length(sum(batch.kv_lens), len(batch.requests)),
+            "seq_len_kv": serving.mean_kv_length(batch),
         },
         decode_only=True,
         presets={"serving": SERVING},

@@ -215,10 +215,7 @@ SPEC = BenchmarkSpec(
     flops=flops,
     varied=VariedBatches(
         heads=mla_case(1, 1, 128),
-        shape_fields=lambda batch: {
-            "batch_size": len(batch.requests),
-            "seq_len": serving.mean_length(sum(batch.kv_lens), len(batch.requests)),
-        },
+        shape_fields=serving.batch_size_and_seq_len,
         decode_only=True,
         presets={"serving": SERVING},
     ),

@@ -52,6 +52,16 @@ def mean_length(total: int, count: int) -> int:
     return (2 * total + count) // (2 * count)
 
 
+def mean_kv_length(batch: Batch) -> int:
+    """A varied batch's mean KV length, rounded half up."""
+    return mean_length(sum(batch.kv_lens), len(batch.requests))
+
+
+def batch_size_and_seq_len(batch: Batch) -> dict[str, int]:
+    """The shape fields of a varied case whose length field is ``seq_len`` (the KV length)."""
+    return {"batch_size": len(batch.requests), "seq_len": mean_kv_length(batch)}
+
+
 def resolve(spec: BenchmarkSpec, case: Mapping[str, object], seed: int) -> dict[str, object]:
     """A case with its workload drawn and checked against the script, or the case itself."""
     raw = case.get(WORKLOAD_FIELD)
