@@ -661,3 +661,28 @@ def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monke
     raw = json.loads((tmp_path / "e_raw.json").read_text())
     assert len(raw["sweeps"]) == 2 and all(row["batches"] for row in raw["sweeps"][0])
     assert raw["power"] and raw["power_averaged"] and raw["counter"]
+
+
+def test_energy_check_allows_for_a_power_reading_averaged_over_the_trailing_second(energy_check):
+    """Idle at 100 W, then a case at 600 W for 4 s; the reading is the true power's mean over
+    the trailing second, as nvmlDeviceGetPowerUsage reports it.  Integrated over the batches
+    as they are, it misses the rise; over the steady batches half a window later it agrees."""
+
+    def true_watts(t):
+        return 600.0 if 10.0 <= t < 14.0 else 100.0
+
+    def averaged(t, step=0.001):
+        return statistics.fmean(true_watts(t - k * step) for k in range(1000))
+
+    samples = [de.PowerSample(t / 100, averaged(t / 100)) for t in range(800, 1700)]
+    times = [s.time_s for s in samples]
+    batches = [
+        BatchEnergy(10, 10.0 + 0.1 * i, 10.1 + 0.1 * i, 600.0 * 0.1 * 1e3) for i in range(40)
+    ]
+    as_is = sum(de.integrate_power(samples, b.start_s, b.end_s, times) for b in batches)
+    assert sum(b.energy_mj for b in batches) / (as_is * 1e3) - 1 > 0.05
+    steady = energy_check.steady_agreement_pct(batches, samples, times, averaged_s=1.0)
+    assert steady == pytest.approx(0.0, abs=0.5)
+    without_lag = energy_check.steady_agreement_pct(batches, samples, times, averaged_s=0.0)
+    assert without_lag > 5.0  # point samples are integrated as they are, start included
+    assert energy_check.steady_agreement_pct(batches[:5], samples, times, 1.0) is None  # 0.5 s
