@@ -663,6 +663,39 @@ def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monke
     assert raw["power"] and raw["power_averaged"] and raw["counter"]
 
 
+def test_energy_check_keeps_the_report_of_the_sweeps_done_when_cut_short(
+    energy_check, tmp_path, monkeypatch
+):
+    import torch
+
+    access = de.EnergyAccess(WallPowerCounter(300.0), period_s=0.0005)
+    monkeypatch.setattr(sweep_run, "open_energy_counter", lambda device: access)
+    monkeypatch.setattr(de, "open_energy_counter", lambda device: access)
+    monkeypatch.setattr(
+        de,
+        "open_power_sampler",
+        lambda device, interval_s, averaged=False: de.PowerSampler(lambda: 300.0, 0.001),
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(energy_check, "versions", lambda device: ["- GPU: stand-in"])
+    monkeypatch.setitem(energy_check.SCRIPTS, "ragged", "fake_bench_script")
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.002")
+    sweeps = energy_check.run_sweep
+
+    def cut_at_the_second(main, argv):
+        if (tmp_path / "e_sweep1.csv").exists():
+            raise KeyboardInterrupt  # the call's time limit
+        return sweeps(main, argv)
+
+    monkeypatch.setattr(energy_check, "run_sweep", cut_at_the_second)
+    out = tmp_path / "e.md"
+    argv = ["--script", "ragged", "--sweeps", "2", "--out", str(out), "--", "--preset", "smoke"]
+    with pytest.raises(KeyboardInterrupt):
+        energy_check.main([*argv, "--device", "cpu"])
+    text = out.read_text()
+    assert "Sweeps: 1 of 2" in text and text.count("| batch_size=") == 2
+
+
 def test_energy_check_allows_for_a_power_reading_averaged_over_the_trailing_second(energy_check):
     """Idle at 100 W, then a case at 600 W for 4 s; the reading is the true power's mean over
     the trailing second, as nvmlDeviceGetPowerUsage reports it.  Integrated over the batches

@@ -17,7 +17,7 @@ Usage on a GPU machine (nvidia-ml-py installed):
     python -m validation energy --script ragged --sweeps 5 --out energy.md \\
         --h2h flashinfer:fa2 flashinfer:fa3 -- --preset default
 
-Writes the Markdown report to ``--out``, each sweep's CSV beside it
+Writes the Markdown report to ``--out`` after each sweep, each sweep's CSV beside it
 (``<out stem>_sweep<N>.csv``, ``<out stem>_h2h.csv``) and, after each sweep, the raw power
 samples, counter readings and rows' batches (``<out stem>_raw.json``); refuses to overwrite
 any of them.
@@ -53,7 +53,7 @@ SCRIPTS = {
 CV_LIMIT_PCT = 3.0  # the issue's repeatability target, for cases >= MIN_CASE_MS
 AGREEMENT_LIMIT_PCT = 5.0  # the issue's agreement target with integrated power samples
 # nvmlDeviceGetPowerUsage is a mean over the trailing second on Ampere and newer (NVML's docs;
-# on an H100 it matched the counter's trailing 1 s mean best, DESIGN "Energy per call")
+# on an H100 it matched the counter's trailing 1 s mean best, DESIGN "Energy")
 AVERAGED_WINDOW_S = 1.0
 MIN_CASE_MS = 1.0
 ROUND_MARGIN = 1.1  # head-to-head rounds this much longer than the counter needs
@@ -458,6 +458,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     per_sweep, h2h_rows, codes = [], [], []
     longer = sweep_arguments(access.period_s, extra)
+
+    def write_report() -> None:
+        """The report of the sweeps done so far (a call cut short keeps them)."""
+        checks = combine(per_sweep)
+        elapsed = time.monotonic() - started
+        source = "instantaneous field" if point_samples else "averaged power"
+        lines = [
+            f"# Energy check: {SCRIPTS[args.script]}",
+            "",
+            f"- Command: `python -m validation energy {' '.join(argv)}`",
+            *versions(device),
+            f"- Energy counter: NVML total energy, update period {access.period_s * 1e3:.2f} ms "
+            f"(windows of >= {access.window_s * 1e3:.0f} ms); power samples every "
+            f"{args.interval_ms:g} ms ({source}, {len(sampler.samples)} samples)",
+            f"- Sweeps: {len(per_sweep)} of {args.sweeps} (added options: "
+            f"`{' '.join(longer) or 'none'}`), exit codes {codes}; wall {elapsed:.0f} s",
+            "",
+            "## Repeatability and agreement",
+            "",
+            *energy_table(checks, len(per_sweep)),
+        ]
+        if h2h_rows:
+            argv_text = " ".join(h2h_arguments(args.h2h, access.period_s))
+            lines += ["", f"## Head to head (`{argv_text}`)", "", *h2h_table(h2h_rows, args.h2h[0])]
+        args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
     with sampler, counter_log, other_log:
         for index in range(args.sweeps):
             sweep_argv = [*extra, *longer, "--output", str(paths[index])]
@@ -467,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_sweep.append(case_sweeps(rows, samples, times, averaged_window_s))
             raw.append(raw_sweep(rows))
             write_raw(raw_path, access.period_s, logs, raw)
+            write_report()
             print(f"sweep {index + 1}/{args.sweeps}: exit {code}, {len(rows)} rows", flush=True)
         if args.h2h:
             h2h_argv = [
@@ -480,28 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             h2h_rows = [record for record, _ in rows]
             raw.append(raw_sweep(rows))
             write_raw(raw_path, access.period_s, logs, raw)
-    checks = combine(per_sweep)
-    elapsed = time.monotonic() - started
-    source = "instantaneous field" if point_samples else "averaged power"
-    lines = [
-        f"# Energy check: {SCRIPTS[args.script]}",
-        "",
-        f"- Command: `python -m validation energy {' '.join(argv)}`",
-        *versions(device),
-        f"- Energy counter: NVML total energy, update period {access.period_s * 1e3:.2f} ms "
-        f"(windows of >= {access.window_s * 1e3:.0f} ms); power samples every "
-        f"{args.interval_ms:g} ms ({source}, {len(sampler.samples)} samples)",
-        f"- Sweeps: {args.sweeps} (added options: `{' '.join(longer) or 'none'}`), exit codes "
-        f"{codes}; wall {elapsed:.0f} s",
-        "",
-        "## Repeatability and agreement",
-        "",
-        *energy_table(checks, args.sweeps),
-    ]
-    if args.h2h:
-        argv_text = " ".join(h2h_arguments(args.h2h, access.period_s))
-        lines += ["", f"## Head to head (`{argv_text}`)", "", *h2h_table(h2h_rows, args.h2h[0])]
-    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_report()
     print(f"Report saved to {args.out}")
     return 0 if all(code == 0 for code in codes) else 1
 
