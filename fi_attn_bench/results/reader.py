@@ -14,7 +14,6 @@ never be mistaken for data; the stream is checked to be UTF-8 as it passes.
 from __future__ import annotations
 
 import codecs
-import ctypes
 import math
 import queue
 import re
@@ -567,6 +566,20 @@ def _stripped_categories(values, already: bool = False):
     return pd.Categorical.from_codes(inverse.reshape(-1)[codes], categories=categories)
 
 
+class _CellAddresses:
+    """A read-only integer view of an object array's cell pointers (numpy refuses ``view``
+    on references); the view keeps this holder, and so the cells, alive."""
+
+    def __init__(self, cells: np.ndarray):
+        self.cells = cells
+        self.__array_interface__ = {
+            "shape": cells.shape,
+            "typestr": np.dtype(np.intp).str,
+            "data": (cells.__array_interface__["data"][0], True),
+            "version": 3,
+        }
+
+
 def factorize_text(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``pd.factorize`` of an object array of str, by the cells' addresses first: pandas'
     parser gives equal cells of one chunk one object, so hashing addresses and then the few
@@ -575,9 +588,7 @@ def factorize_text(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     if cells.ndim != 1 or not cells.flags.c_contiguous or len(cells) == 0:
         return pd.factorize(cells)
-    addresses = np.ctypeslib.as_array(
-        (ctypes.c_ssize_t * len(cells)).from_address(cells.__array_interface__["data"][0])
-    )
+    addresses = np.asarray(_CellAddresses(cells))
     object_codes, distinct_addresses = pd.factorize(addresses)
     if 2 * len(distinct_addresses) > len(cells):
         return pd.factorize(cells)  # mostly distinct texts: hashing them once is cheaper
