@@ -635,7 +635,9 @@ def test_energy_check_lengthens_the_sweeps_only_for_a_slow_counter(energy_check)
     assert energy_check.sweep_arguments(0.1, ["--min-time-ms", "100"]) == []
 
 
-def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monkeypatch):
+@pytest.fixture
+def stand_in_gpu(energy_check, monkeypatch):
+    """A CUDA device that is not there, a 300 W counter and sampler, and the fake script."""
     import torch
 
     access = de.EnergyAccess(WallPowerCounter(300.0), period_s=0.0005)
@@ -650,6 +652,9 @@ def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monke
     monkeypatch.setattr(energy_check, "versions", lambda device: ["- GPU: stand-in"])
     monkeypatch.setitem(energy_check.SCRIPTS, "ragged", "fake_bench_script")
     monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.002")
+
+
+def test_energy_check_writes_its_report_end_to_end(energy_check, stand_in_gpu, tmp_path):
     out = tmp_path / "e.md"
     argv = ["--script", "ragged", "--sweeps", "2", "--out", str(out), "--", "--preset", "smoke"]
     assert energy_check.main([*argv, "--device", "cpu"]) == 0
@@ -664,22 +669,8 @@ def test_energy_check_writes_its_report_end_to_end(energy_check, tmp_path, monke
 
 
 def test_energy_check_keeps_the_report_of_the_sweeps_done_when_cut_short(
-    energy_check, tmp_path, monkeypatch
+    energy_check, stand_in_gpu, tmp_path, monkeypatch
 ):
-    import torch
-
-    access = de.EnergyAccess(WallPowerCounter(300.0), period_s=0.0005)
-    monkeypatch.setattr(sweep_run, "open_energy_counter", lambda device: access)
-    monkeypatch.setattr(de, "open_energy_counter", lambda device: access)
-    monkeypatch.setattr(
-        de,
-        "open_power_sampler",
-        lambda device, interval_s, averaged=False: de.PowerSampler(lambda: 300.0, 0.001),
-    )
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(energy_check, "versions", lambda device: ["- GPU: stand-in"])
-    monkeypatch.setitem(energy_check.SCRIPTS, "ragged", "fake_bench_script")
-    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.002")
     sweeps = energy_check.run_sweep
 
     def cut_at_the_second(main, argv):
