@@ -14,6 +14,8 @@ from fi_attn_bench.results.reader import factorize_text
     [
         ["ok", "failed", "ok", "é", "", "ok"] * 50,  # equal texts that are one object
         ["".join(["x", t])[1:] for t in ["ok", "failed", "ok", "é", "ok"] * 50],  # many objects
+        [copy for copy in ("".join(["o", "k"]) for _ in range(3)) for _ in range(50)]
+        + ["failed"] * 10,  # one text in a few objects, as pandas' chunks hand it out
         [f"case {i}" for i in range(300)] + ["case 1"] * 10,  # mostly distinct texts
         ["ok", float("nan"), "ok", None],  # missing cells keep pandas' rules
         [],
