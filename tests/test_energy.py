@@ -568,7 +568,7 @@ def test_energy_check_compares_the_rows_with_integrated_power_over_the_same_batc
     assert [c.case for c in checks] == ["batch_size=1,seq_len=8", "batch_size=2,seq_len=8"]
     for check in checks:
         assert check.sweeps == 2 and check.energy_mj > 0 and check.cv_pct is not None
-        assert abs(check.agreement_pct) < 1.0  # the counter and the samples saw 300 W alike
+        assert abs(check.window_pct) < 1.0  # the counter and the samples saw 300 W alike
     table = "\n".join(energy_check.energy_table(checks, 2))
     assert "| batch_size=1,seq_len=8 | 1.0000 |" in table and "yes" in table
 

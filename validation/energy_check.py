@@ -67,7 +67,7 @@ class CaseSweep:
     case: str
     time_ms: float
     energy_mj: float | None
-    integrated_mj: float | None  # same windows, power samples instead of the counter
+    window_pct: float | None  # counter against power over the row's own windows, %
     steady_pct: float | None  # counter against power over the case's steady batches, %
     windows: int
     note: str
@@ -81,7 +81,7 @@ class CaseCheck:
     time_ms: float
     energy_mj: float | None  # mean over sweeps
     cv_pct: float | None
-    agreement_pct: float | None  # worst |counter / integrated - 1| over sweeps, signed
+    window_pct: float | None  # worst |counter / integrated - 1| over sweeps, signed, in %
     steady_pct: float | None  # the same over the steady batches, the reading's lag allowed for
     sweeps: int
     note: str
@@ -144,12 +144,13 @@ def case_sweeps(captured, samples, times, averaged_s: float = 0.0) -> list[CaseS
             continue
         energy = result.measurement.energy
         has = energy is not None and energy.energy_mj is not None
+        integrated = integrated_per_call(energy, samples, times) if has else None
         found.append(
             CaseSweep(
                 case=record["repro_case"],
                 time_ms=float(record["time_ms"]),
                 energy_mj=energy.energy_mj if has else None,
-                integrated_mj=integrated_per_call(energy, samples, times) if has else None,
+                window_pct=(energy.energy_mj / integrated - 1.0) * 100.0 if integrated else None,
                 steady_pct=(
                     steady_agreement_pct(list(energy.batches), samples, times, averaged_s)
                     if has
@@ -171,16 +172,8 @@ def combine(sweeps: Sequence[Sequence[CaseSweep]]) -> list[CaseCheck]:
     checks = []
     for case, entries in by_case.items():
         energies = [e.energy_mj for e in entries if e.energy_mj is not None]
-        agreements = [
-            (e.energy_mj / e.integrated_mj - 1.0) * 100.0
-            for e in entries
-            if e.energy_mj is not None and e.integrated_mj
-        ]
-        steady = [e.steady_pct for e in entries if e.steady_pct is not None]
         mean = statistics.fmean(energies) if energies else None
         cv = statistics.stdev(energies) / mean * 100.0 if len(energies) > 1 and mean else None
-        worst = max(agreements, key=abs) if agreements else None
-        worst_steady = max(steady, key=abs) if steady else None
         notes = sorted({e.note for e in entries if e.note})
         checks.append(
             CaseCheck(
@@ -188,13 +181,19 @@ def combine(sweeps: Sequence[Sequence[CaseSweep]]) -> list[CaseCheck]:
                 statistics.median(e.time_ms for e in entries),
                 mean,
                 cv,
-                worst,
-                worst_steady,
+                _worst(e.window_pct for e in entries),
+                _worst(e.steady_pct for e in entries),
                 len(energies),
                 "; ".join(notes),
             )
         )
     return checks
+
+
+def _worst(percents) -> float | None:
+    """The percent farthest from 0 (sign kept), None when there is none."""
+    found = [pct for pct in percents if pct is not None]
+    return max(found, key=abs) if found else None
 
 
 def sweep_arguments(period_s: float, extra: Sequence[str]) -> list[str]:
@@ -252,7 +251,7 @@ def energy_table(checks: Sequence[CaseCheck], sweeps: int) -> list[str]:
     for c in checks:
         lines.append(
             f"| {c.case} | {c.time_ms:.4f} | {_number(c.energy_mj, 3)} | {_number(c.cv_pct)} | "
-            f"{_mark(c.repeats, c.judged)} | {_number(c.agreement_pct)} | "
+            f"{_mark(c.repeats, c.judged)} | {_number(c.window_pct)} | "
             f"{_number(c.steady_pct)} | {_mark(c.agrees, c.judged)} | {c.note} |"
         )
     judged = [c for c in checks if c.judged]

@@ -212,11 +212,11 @@ def _suspicious(table: CaseTable, pcts: np.ndarray, baseline: str, options: Cont
     for index, column in zip(*np.nonzero(judged & (too_fast | beyond)), strict=True):
         speedup, pct = float(table.speedup[index, column]), float(pcts[index, column])
         reasons = []
-        if speedup > options.suspicious_speedup:
+        if too_fast[index, column]:
             reasons.append(
                 f"speedup {speedup:.3g}x over {baseline} is above {options.suspicious_speedup:g}x"
             )
-        if pct == pct and pct > ROOFLINE_PCT:
+        if beyond[index, column]:
             reasons.append(
                 f"{pct:.3g}% of the device's peak bandwidth: faster than the case's bytes can move"
             )
