@@ -156,6 +156,7 @@ class EnergyAccess:
     period_s: float = 0.0
     reason: str = ""
     trace: CounterTrace | None = None  # the counter's steps while batches run
+    clock: Callable[[], float] = time.perf_counter  # what the batches' edges are stamped with
 
     @property
     def window_s(self) -> float:

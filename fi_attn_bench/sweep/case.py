@@ -277,7 +277,11 @@ class CaseRunner:
         if access is None or access.counter is None:
             return None
         return EnergyRecorder(
-            access.counter, access.window_s, trace=access.trace, round_s=access.round_s
+            access.counter,
+            access.window_s,
+            clock=access.clock,
+            trace=access.trace,
+            round_s=access.round_s,
         )
 
     def _energy_note(self, measurement: Measurement) -> str:

@@ -125,7 +125,9 @@ class EnergyRecorder:
 
     def stop(self, calls: int) -> None:
         """Right after the batch's synchronize."""
-        energy, now = self._read(), self.clock()
+        # stamped before the read as at the start, so the counter's interval lasts the batch's
+        now = self.clock()
+        energy = self._read()
         began, before = self._start
         difference = None if energy is None or before is None else energy - before
         self.batches.append(BatchEnergy(calls, began, now, difference))
