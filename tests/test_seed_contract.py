@@ -16,6 +16,8 @@ import math
 import sys
 from pathlib import Path
 
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 import torch
 from seed_oracle import benchmark_result as seed_br
@@ -173,6 +175,12 @@ def test_parse_float(value):
      "", 1.5, None, "trailing\n"],
 )  # fmt: skip
 def test_escape_markdown(value):
+    assert product_sr.escape_markdown(value) == seed_sr.escape_markdown(value)
+
+
+@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.given(st.text(alphabet=st.sampled_from("\\|`*_#[]<>\r\n&a ü中…"), max_size=40))
+def test_escape_markdown_any_text(value):
     assert product_sr.escape_markdown(value) == seed_sr.escape_markdown(value)
 
 

@@ -29,7 +29,6 @@ _ESCAPES = (
 )
 
 
-_ESCAPE_TABLE = str.maketrans(dict(_ESCAPES))  # one pass; each character escaped once
 _NEEDS_WORK = re.compile(r"[\\|`*_#\[\]<>\r\n]")  # most cells have none: returned as they are
 
 
@@ -40,8 +39,17 @@ def escape_markdown(value) -> str:
         return text
     if "\r" in text or "\n" in text:
         parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        return "<br>".join(part.translate(_ESCAPE_TABLE) for part in parts)
-    return text.translate(_ESCAPE_TABLE)
+        return "<br>".join(_escaped(part) for part in parts)
+    return _escaped(text)
+
+
+def _escaped(text: str) -> str:
+    # Backslash first, so no later escape is escaped again; str.replace beat one
+    # str.translate pass 2.5-5x on report cells (DESIGN, "Reader and speed").
+    for old, new in _ESCAPES:
+        if old in text:
+            text = text.replace(old, new)
+    return text
 
 
 def clip(value, limit: int = MAX_CELL_CHARS) -> str:
