@@ -302,3 +302,16 @@ def test_the_guides_point_to_the_workflow():
     for page in ("README.md", "docs/CI.md"):
         with open(os.path.join(ROOT, page), encoding="utf-8") as handle:
             assert "ci/attention-bench.yml" in handle.read(), page
+
+
+def test_the_ci_guide_names_what_the_workflow_makes_and_runs():
+    """docs/CI.md once described an artifact the workflow had stopped making."""
+    with open(os.path.join(ROOT, "docs/CI.md"), encoding="utf-8") as handle:
+        guide = handle.read()
+    workflow = load_workflow()
+    made = {step["with"]["name"] for step in uses(workflow, "actions/upload-artifact")}
+    named = set(re.findall(r"attention-bench-[a-z]+\b(?!\.)", guide))
+    assert named and named <= made, named - made
+    runs = {c.words[0] for c in workflow_commands(workflow) if c.program == "fi-attn-history"}
+    described = set(re.findall(r"fi-attn-history (\w+)", guide))
+    assert described and described <= runs, described - runs
