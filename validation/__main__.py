@@ -40,6 +40,9 @@ PARTS = {
         "shard_report", "a sharded run's shards and cases against one process (no GPU)"
     ),
     "full-preset": Part("full_preset", "the full preset's predicted and measured sweep time"),
+    "history-series": Part(
+        "history_series", "the same sweep in fresh processes again and again: a real run history"
+    ),
     "features": Part(
         "features", "head to head, serving and sharding at reduced scope, in one call"
     ),
