@@ -131,6 +131,28 @@ def test_run_id_column_splits_and_identifies_runs(tmp_path, capsys):
     assert "added 0 run(s)" in capsys.readouterr().out
 
 
+def test_a_run_written_as_one_csv_per_api_is_stored_whole(tmp_path, capsys):
+    """bench_all.py writes one CSV per script, every row with the sweep's run_id."""
+    store = tmp_path / "h.sqlite"
+    paths = []
+    for name in ("h100_decode_default.csv", "h100_ragged_fa2_vs_fa3.csv"):
+        frame = pd.read_csv(REAL / name, dtype=str, keep_default_na=False)
+        frame["run_id"] = "sweep-1"
+        paths.append(tmp_path / name)
+        frame.to_csv(paths[-1], index=False)
+    assert main(["add", str(paths[0]), "--store", str(store)]) == 0
+    assert main(["add", str(tmp_path), "--store", str(store)]) == 0
+    assert "added 1 run(s), 40 result(s)" in capsys.readouterr().out
+    assert stored_runs(store) == [("sweep-1", 67, 67)]
+    with RunStore.open(store, create=False) as opened:
+        (run,) = opened.runs()
+        assert {"seq_len_kv", "head_dim_qk"} <= set(run.columns)  # both files' case columns
+        assert len({case.api for case in opened.cases()}) == 2
+    assert main(["add", str(tmp_path), "--store", str(store)]) == 0
+    assert "added 0 run(s), 0 result(s)" in capsys.readouterr().out
+    assert stored_runs(store) == [("sweep-1", 67, 67)]
+
+
 def test_a_csv_that_is_not_a_run_is_refused_before_any_write(tmp_path, capsys):
     bad = tmp_path / "notes.csv"
     bad.write_text("name,value\na,1\n")

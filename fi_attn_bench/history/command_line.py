@@ -111,11 +111,15 @@ def run_add(args) -> int:
     runs = [run for path in paths for run in runs_in_file(path)]  # every file read before any write
     store_path = Path(args.store) if args.store else default_add_store(args.inputs[0])
     branch = args.branch if args.branch is not None else default_branch()
-    added = 0
+    added: dict[str, int] = {}  # per run id, results new to the store
     with RunStore.open(store_path, create=True) as store:
         for run in runs:
-            added += store.add_run(run, branch)
-    print(f"added {added} run(s) to {store_path} ({len(runs) - added} already stored)")
+            added[run.run_id] = added.get(run.run_id, 0) + store.add_run(run, branch)
+    grown = sum(1 for count in added.values() if count)
+    print(
+        f"added {grown} run(s), {sum(added.values())} result(s), to {store_path}"
+        f" ({len(added) - grown} already stored)"
+    )
     return EXIT_OK
 
 

@@ -199,16 +199,29 @@ class RunStore:
     def transaction(self):
         return _Transaction(self.connection, self.path)
 
-    def add_run(self, run: ParsedRun, branch: str) -> bool:
-        """Store one run in one transaction; False when its run_id is stored already."""
+    def add_run(self, run: ParsedRun, branch: str) -> int:
+        """Store one run's results in one transaction; how many were new.  A run written as
+        several files (``bench_all.py``: one CSV per API; shards) is one run: a later file of
+        it adds its cases to the stored run, and a case the run holds already is kept as is."""
         with self.transaction():
             known = self.connection.execute(
-                "SELECT 1 FROM runs WHERE run_id=?", (run.run_id,)
+                "SELECT run_seq FROM runs WHERE run_id=?", (run.run_id,)
             ).fetchone()
-            if known:
-                return False
-            run_seq = self._insert_run(run, branch)
+            run_seq = known[0] if known else self._insert_run(run, branch)
             case_ids = self._case_ids(run)
+            stored = {
+                case_id
+                for (case_id,) in self.connection.execute(
+                    "SELECT case_id FROM results WHERE run_seq=?", (run_seq,)
+                )
+            }
+            new = []
+            for result in run.results:
+                if case_ids[result.case_key] not in stored:
+                    stored.add(case_ids[result.case_key])
+                    new.append(result)
+            if not new:
+                return 0
             self.connection.executemany(
                 "INSERT INTO results VALUES (?,?,?,?,?,?)",
                 [
@@ -220,14 +233,16 @@ class RunStore:
                         r.sm_clock_mean_MHz,
                         r.power_capped_pct,
                     )
-                    for r in run.results
+                    for r in new
                 ],
             )
             self.connection.executemany(
                 "INSERT INTO result_rows VALUES (?,?,?)",
-                [(run_seq, case_ids[r.case_key], r.row_json) for r in run.results],
+                [(run_seq, case_ids[r.case_key], r.row_json) for r in new],
             )
-        return True
+            if known:
+                self._extend_run(run_seq, run, len(new))
+        return len(new)
 
     def _insert_run(self, run: ParsedRun, branch: str) -> int:
         cursor = self.connection.execute(
@@ -246,6 +261,31 @@ class RunStore:
             ),
         )
         return int(cursor.lastrowid)
+
+    def _extend_run(self, run_seq: int, run: ParsedRun, added: int) -> None:
+        """A stored run's span, columns and metadata widened by another file of it."""
+        started, finished, metadata, columns = self.connection.execute(
+            "SELECT started_utc, finished_utc, metadata, columns FROM runs WHERE run_seq=?",
+            (run_seq,),
+        ).fetchone()
+        stamps = [
+            stamp for stamp in (started, finished, run.started_utc, run.finished_utc) if stamp
+        ]
+        names = json.loads(columns)
+        names += [name for name in run.columns if name not in names]
+        merged = {**dict(run.metadata), **json.loads(metadata)}  # the first file's values win
+        self.connection.execute(
+            "UPDATE runs SET started_utc=?, finished_utc=?, metadata=?, columns=?,"
+            " cases=cases+? WHERE run_seq=?",
+            (
+                min(stamps, default=""),
+                max(stamps, default=""),
+                json.dumps(merged, sort_keys=True),
+                json.dumps(names),
+                added,
+                run_seq,
+            ),
+        )
 
     def _case_ids(self, run: ParsedRun) -> dict[str, int]:
         self.connection.executemany(
