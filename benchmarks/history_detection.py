@@ -12,6 +12,12 @@ within one run of it is reported by the time the third run after it is added.
     python benchmarks/history_detection.py [--histories 400] [--seed 1] [--workers 16]
     python benchmarks/history_detection.py --otava        # otava-test-data's series
     python benchmarks/history_detection.py --engines      # ruptures vs e-divisive
+    python benchmarks/history_detection.py --real [--histories 200]
+
+--real measures on real noise instead: the 48 runs of tests/fixtures/h100_history/ (the same
+sweep in 48 fresh processes on an H100, ``python -m validation history-series``), in their own
+order for the first history and shuffled for the others, with the same steps injected into
+half the cases; ``--save-real RUNS_DIR`` rebuilds that fixture from such runs.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from fi_attn_bench.history.detect import (  # noqa: E402
 )
 
 REAL_CSV = ROOT / "tests" / "fixtures" / "real_csv"
+REAL_HISTORY = ROOT / "tests" / "fixtures" / "h100_history" / "runs.csv.gz"
 RUNS, CASES = 60, 30
 FIRST_STEP_RUN, REPORT_DELAY = 10, 3  # a step lands at run >= 10; found by run k + 3
 FIRST_CHECK_RUNS = 6  # the first online check sees this many runs
@@ -78,6 +85,7 @@ class History:
     outliers: list[tuple[int, int]]  # (run, case)
     large: np.ndarray  # case >= 50 us
     clock_drop_run: int = -1
+    decode: np.ndarray | None = None  # real runs: the case is BatchDecode's
 
 
 def real_cases() -> list[RealCase]:
@@ -153,6 +161,70 @@ def simulate(
     )
 
 
+@dataclass(frozen=True)
+class RealRuns:
+    """The real run-history fixture as runs x cases matrices."""
+
+    time_ms: np.ndarray
+    clock_MHz: np.ndarray
+    decode: np.ndarray  # per case: BatchDecode's (memory-bound), else ragged prefill
+
+
+def real_runs(path: Path = REAL_HISTORY) -> RealRuns:
+    frame = pd.read_csv(path)
+    time_ms = frame.pivot(index="run", columns="case", values="time_ms")
+    clock = frame.pivot(index="run", columns="case", values="sm_clock_mean_MHz")
+    decode = time_ms.columns.str.startswith("BatchDecode")
+    return RealRuns(time_ms.to_numpy(), clock[time_ms.columns].to_numpy(), np.asarray(decode))
+
+
+def real_history(rng, real: RealRuns, shuffled: bool) -> History:
+    """The real runs (in a random order when ``shuffled``) with a 2, 3 or 5 % slowdown from
+    a random run on in half the cases; the clock stays as measured (the work changed)."""
+    order = rng.permutation(len(real.time_ms)) if shuffled else np.arange(len(real.time_ms))
+    times = real.time_ms[order].copy()
+    runs, cases = times.shape
+    step_run = np.full(cases, -1)
+    step_size = np.zeros(cases)
+    stepped = rng.permutation(cases)[: cases // 2]
+    step_run[stepped] = rng.integers(FIRST_STEP_RUN, runs - REPORT_DELAY, size=len(stepped))
+    step_size[stepped] = rng.choice(STEP_SIZES, size=len(stepped))
+    for case in stepped:
+        times[step_run[case] :, case] *= 1 + step_size[case]
+    large = np.nanmedian(real.time_ms, axis=0) >= LARGE_CASE_MS
+    return History(times, real.clock_MHz[order], step_run, step_size, [], large, decode=real.decode)
+
+
+def save_real_history(runs_dir: Path, path: Path = REAL_HISTORY) -> str:
+    """The fixture: every ok result of the runs under ``runs_dir``, one row per run and case."""
+    import tempfile
+
+    from fi_attn_bench.history.analysis import case_label
+    from fi_attn_bench.history.command_line import main as history_main
+    from fi_attn_bench.results.run_store import RunStore
+
+    with tempfile.TemporaryDirectory() as scratch:
+        store = Path(scratch) / "runs.sqlite"
+        runs = sorted(str(run) for run in runs_dir.iterdir() if run.is_dir())
+        if history_main(["add", *runs, "--store", str(store), "--branch", "main"]) != 0:
+            raise SystemExit(f"could not read the runs in {runs_dir}")
+        with RunStore.open(store, create=False) as opened:
+            history = opened.history()
+    frame = pd.DataFrame(
+        {
+            "run": history.run_index,
+            "run_id": [history.runs[i].run_id for i in history.run_index],
+            "case": [case_label(history.cases[i]) for i in history.case_index],
+            "time_ms": history.time_ms,
+            "sm_clock_mean_MHz": history.clock_MHz,
+            "power_capped_pct": history.power_capped_pct,
+        }
+    ).sort_values(["run", "case"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False, float_format="%.9g")
+    return f"{path}: {frame['run'].nunique()} runs x {frame['case'].nunique()} cases"
+
+
 Reports = list[
     list[tuple[int, int]]
 ]  # per case: (run of the change, runs seen when first reported)
@@ -160,8 +232,9 @@ Reports = list[
 
 def online_series_detector(settings: DetectionSettings, engine=kernel_cpd_breakpoints):
     def reports(history: History) -> Reports:
-        found: list[dict[int, int]] = [{} for _ in range(CASES)]
-        for seen in range(FIRST_CHECK_RUNS, RUNS + 1):
+        runs, cases = history.time_ms.shape
+        found: list[dict[int, int]] = [{} for _ in range(cases)]
+        for seen in range(FIRST_CHECK_RUNS, runs + 1):
             result = detect(history.time_ms[:seen], history.clock_MHz[:seen], settings, engine)
             for point in result.change_points:
                 if point.series >= 0:
@@ -179,7 +252,7 @@ def threshold_gate(threshold: float):
         flagged = np.abs(ratio) > threshold
         return [
             [(run + 1, run + 2) for run in np.flatnonzero(flagged[:, case])]
-            for case in range(CASES)
+            for case in range(history.time_ms.shape[1])
         ]
 
     return reports
@@ -193,9 +266,10 @@ class Tally:
     drop_quiet: list = field(default_factory=lambda: [0, 0])
     outlier_quiet: list = field(default_factory=lambda: [0, 0])
 
-    def add(self, history: History, reports: Reports, large_only: bool = True) -> None:
+    def add(self, history: History, reports: Reports, cases: np.ndarray) -> None:
+        """Count the cases where ``cases`` (a mask) is true."""
         for case, points in enumerate(reports):
-            if large_only != bool(history.large[case]):
+            if not cases[case]:
                 continue
             step = history.step_run[case]
             if step >= 0:
@@ -293,30 +367,50 @@ def history_pair_reports(job: tuple[int, int, str]) -> list[tuple[History, dict[
     return [(history, {name: of(history) for name, of in chosen.items()}) for history in pair]
 
 
-def quality_tables(histories: int, seed: int, engine_name: str, workers: int) -> str:
+def real_history_reports(job: tuple[int, int, str]) -> list[tuple[History, dict[str, Reports]]]:
+    """One history of the real runs (the first in their own order), seeded by (seed, index)."""
+    seed, index, engine_name = job
+    rng = np.random.default_rng([seed, index])
+    history = real_history(rng, real_runs(), shuffled=index > 0)
+    return [(history, {name: of(history) for name, of in methods(engine_name).items()})]
+
+
+def quality_tables(
+    histories: int, seed: int, engine_name: str, workers: int, real: bool = False
+) -> str:
     import multiprocessing
 
     jobs = [(seed, index, engine_name) for index in range(histories)]
+    reports_of = real_history_reports if real else history_pair_reports
     if workers > 1:
         with multiprocessing.Pool(workers) as workers_pool:
-            results = workers_pool.map(history_pair_reports, jobs, chunksize=1)
+            results = workers_pool.map(reports_of, jobs, chunksize=1)
     else:
-        results = [history_pair_reports(job) for job in jobs]
+        results = [reports_of(job) for job in jobs]
     names = list(methods(engine_name))
-    tallies = {name: (Tally(), Tally()) for name in names}
+    groups = case_groups(real)
+    tallies = {(group, name): Tally() for group in groups for name in names}
     for pair in results:
         for history, reports in pair:
-            for name in names:
-                tallies[name][0].add(history, reports[name], large_only=True)
-                tallies[name][1].add(history, reports[name], large_only=False)
-    large = pd.DataFrame({name: t[0].row() for name, t in tallies.items()})
-    small = pd.DataFrame({name: t[1].row() for name, t in tallies.items()})
-    return (
-        "Cases >= 50 us:\n\n"
-        + markdown_table(large)
-        + "\n\nCases < 50 us:\n\n"
-        + markdown_table(small)
-    )
+            for (group, name), tally in tallies.items():
+                tally.add(history, reports[name], groups[group](history))
+    tables = []
+    for group in groups:
+        frame = pd.DataFrame({name: tallies[group, name].row() for name in names})
+        tables.append(f"{group}:\n\n" + markdown_table(frame))
+    return "\n\n".join(tables)
+
+
+def case_groups(real: bool) -> dict[str, Callable[[History], np.ndarray]]:
+    """The tables' case groups, each a mask of a history's cases."""
+    groups = {
+        "Cases >= 50 us": lambda history: history.large,
+        "Cases < 50 us": lambda history: ~history.large,
+    }
+    if real:  # the real runs hold two APIs: memory-bound decode, power-capped ragged prefill
+        groups["Decode cases >= 50 us"] = lambda history: history.large & history.decode
+        groups["Ragged prefill cases >= 50 us"] = lambda history: history.large & ~history.decode
+    return groups
 
 
 def otava_scores(tolerance: int = 5) -> str:
@@ -444,14 +538,18 @@ def main(argv=None) -> int:
         help="edivisive: signal-processing-algorithms (pins numpy<2: use its own venv)",
     )
     parser.add_argument("--workers", type=int, default=1, help="processes (histories in parallel)")
+    parser.add_argument("--real", action="store_true", help="real H100 runs, steps injected")
+    parser.add_argument("--save-real", metavar="RUNS_DIR", type=Path, help="rebuild that fixture")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    if args.speed:
+    if args.save_real:
+        print(save_real_history(args.save_real))
+    elif args.speed:
         print(speed(Path(args.speed)))
     elif args.otava:
         print(otava_scores())
     else:
-        print(quality_tables(args.histories, args.seed, args.engine, args.workers))
+        print(quality_tables(args.histories, args.seed, args.engine, args.workers, args.real))
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 

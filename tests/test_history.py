@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from fi_attn_bench.history.detect import (
     series_change_points,
     shared_drift,
     shift_p_value,
+    welch_confidence,
 )
 from fi_attn_bench.results import run_store as store_module
 from fi_attn_bench.results.run_store import STORE_VERSION, RunStore
@@ -129,6 +131,23 @@ def test_run_id_column_splits_and_identifies_runs(tmp_path, capsys):
         assert connection.execute("SELECT COUNT(*) FROM cases").fetchone() == (27,)
     assert main(["add", str(paths[1]), "--store", str(store)]) == 0
     assert "added 0 run(s)" in capsys.readouterr().out
+
+
+def test_welch_confidence_is_scipys_test_and_quiet_on_near_constant_runs():
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        before = rng.normal(0, 1, rng.integers(2, 20))
+        after = rng.normal(rng.normal(), rng.uniform(0.1, 2), rng.integers(2, 20))
+        expected = 1 - stats.ttest_ind(before, after, equal_var=False).pvalue
+        assert welch_confidence(before, after) == pytest.approx(expected, abs=1e-9)
+    level = np.log(0.109)  # a memory-bound case whose runs repeat to the last digit
+    before = np.full(6, level)
+    after = level + 0.02 + np.array([0.0, 1e-4, -1e-4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert welch_confidence(before, after) > 0.999
 
 
 def test_a_run_written_as_one_csv_per_api_is_stored_whole(tmp_path, capsys):

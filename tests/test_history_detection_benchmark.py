@@ -1,0 +1,61 @@
+"""benchmarks/history_detection.py --real: real H100 runs with injected steps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.history_detection import (
+    FIRST_STEP_RUN,
+    REPORT_DELAY,
+    STEP_SIZES,
+    Tally,
+    real_history,
+    real_runs,
+)
+
+
+def test_the_fixture_holds_every_case_of_every_run_with_its_clock():
+    real = real_runs()
+    assert real.time_ms.shape == real.clock_MHz.shape == (48, 47)
+    assert np.isfinite(real.time_ms).all() and (real.time_ms > 0).all()
+    assert real.decode.sum() == 27  # the decode preset; the other 20 are ragged prefill
+
+
+def test_steps_are_injected_into_half_the_cases_and_the_clock_is_left_as_measured():
+    real = real_runs()
+    history = real_history(np.random.default_rng(0), real, shuffled=True)
+    stepped = history.step_run >= 0
+    assert stepped.sum() == real.time_ms.shape[1] // 2
+    assert set(history.step_size[stepped]) <= set(STEP_SIZES)
+    runs = len(real.time_ms)
+    assert (history.step_run[stepped] >= FIRST_STEP_RUN).all()
+    assert (history.step_run[stepped] < runs - REPORT_DELAY).all()
+    for case in np.flatnonzero(stepped):
+        k, size = history.step_run[case], history.step_size[case]
+        before = np.sort(history.time_ms[:k, case])
+        after = np.sort(history.time_ms[k:, case] / (1 + size))
+        assert np.allclose(np.sort(np.concatenate([before, after])), np.sort(real.time_ms[:, case]))
+    unshuffled = real_history(np.random.default_rng(0), real, shuffled=False)
+    assert np.array_equal(unshuffled.clock_MHz, real.clock_MHz)
+    flat = unshuffled.step_run < 0
+    assert np.array_equal(unshuffled.time_ms[:, flat], real.time_ms[:, flat])
+
+
+def test_a_step_counts_as_found_only_near_its_run_and_by_the_third_run_after():
+    real = real_runs()
+    history = real_history(np.random.default_rng(1), real, shuffled=False)
+    case = int(np.flatnonzero(history.step_run >= 0)[0])
+    k = int(history.step_run[case])
+    everything = np.ones(len(history.step_run), dtype=bool)
+
+    def found(points) -> int:
+        reports = [[] for _ in history.step_run]
+        reports[case] = points
+        tally = Tally()
+        tally.add(history, reports, everything)
+        return sum(hits for hits, _ in tally.found.values())
+
+    assert found([(k, k + REPORT_DELAY + 1)]) == 1
+    assert found([(k + 1, k + 2)]) == 1
+    assert found([(k, k + REPORT_DELAY + 2)]) == 0  # too late
+    assert found([(k + 2, k + 3)]) == 0  # the wrong run
