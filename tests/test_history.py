@@ -20,9 +20,11 @@ from fi_attn_bench.history.detect import (
     DetectionSettings,
     clock_normalization,
     detect,
+    kernel_cpd_breakpoints,
     series_change_points,
     shared_drift,
     shift_p_value,
+    smallest_step_pct,
     welch_confidence,
 )
 from fi_attn_bench.results import run_store as store_module
@@ -505,6 +507,55 @@ def test_report_writes_a_dashboard_and_a_short_markdown(tmp_path, capsys):
     digest = md.read_text()
     assert "20 runs, 27 case series" in digest and "| +7." in digest
     assert main(["report", "--store", str(store)]) == 2
+
+
+def test_the_smallest_step_grows_with_noise_and_shrinks_with_history():
+    assert smallest_step_pct(0.001, 20) == DetectionSettings().min_change_pct  # the size floor
+    assert smallest_step_pct(0.005, 8) > smallest_step_pct(0.005, 40)
+    sizes = [smallest_step_pct(noise, 20) for noise in (0.005, 0.01, 0.02, 0.03)]
+    assert sizes == sorted(sizes) and sizes[-1] > 3 * sizes[0]
+    assert np.isnan(smallest_step_pct(float("nan"), 20))
+
+
+def test_steps_well_under_the_smallest_step_are_missed_and_well_over_it_found():
+    """On Gaussian noise of 1 % per run, 20 runs before the step and the third run after it."""
+    settings, noise, before = DetectionSettings(), 0.01, 20
+    floor = smallest_step_pct(noise, before, settings)
+    rng = np.random.default_rng(11)
+
+    def found(multiple: float) -> int:
+        hits = 0
+        for _ in range(40):
+            series = rng.normal(0, noise, before + 4)
+            series[before:] += np.log1p(floor * multiple / 100)
+            points = series_change_points(series, settings, kernel_cpd_breakpoints)
+            hits += any(abs(run - before) <= 1 for run, _, _ in points)
+        return hits
+
+    assert found(0.7) <= 8
+    assert found(1.4) >= 28
+
+
+def test_detect_and_report_name_the_series_too_noisy_for_a_two_percent_step(tmp_path, capsys):
+    factors = noisy_factors(16, 27, seed=9)
+    factors[:, 3] = noisy_factors(16, 1, seed=10, sd=0.03)[:, 0]  # one case as noisy as 3 %
+    store = tmp_path / "h.sqlite"
+    main(["add", *map(str, write_runs(tmp_path / "in", factors)), "--store", str(store)])
+    capsys.readouterr()
+    assert main(["detect", "--store", str(store)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "sensitivity: 1 of 27 series cannot show a 2 % step by the third run after it" in lines
+    noisy = pd.read_csv(DECODE).iloc[3]
+    (named,) = [line for line in lines if line.startswith("  steps under ")]
+    assert f"batch_size={noisy['batch_size']}," in named
+    assert f"seq_len_kv={noisy['seq_len_kv']}," in named
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    assert main(["report", "--store", str(store), "--md", str(md), "--html", str(html)]) == 0
+    assert "Sensitivity: 1 of 27 series cannot show a 2 % step" in md.read_text()
+    text = html.read_text()
+    payload = json.loads(text.split('type="application/json">')[1].split("</script>")[0])
+    notes = [s["sensitivity"] for s in payload["series"]]
+    assert all(note.startswith("steps under ") for note in notes)
 
 
 def test_runs_of_other_schema_and_harness_versions_are_kept_with_their_versions(tmp_path):

@@ -12,6 +12,7 @@ from fi_attn_bench.history.detect import (
     DetectionSettings,
     SeriesNormalization,
     detect,
+    smallest_step_pct,
 )
 from fi_attn_bench.results.run_store import CaseInfo, History, RunInfo
 
@@ -46,6 +47,8 @@ class CaseSeries:
     power_capped_pct: np.ndarray
     normalization: SeriesNormalization
     changes: tuple[CaseChange, ...]
+    noise_pct: float  # noise per run after cleaning, in % (NaN: too few runs to tell)
+    smallest_step_pct: float  # a new step under this is not reported within three runs
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,42 @@ def analyze_device(history: History, device: str, run_positions: np.ndarray, set
                 power_capped_pct=matrices["power_capped_pct"][present, column],
                 normalization=result.normalization[column],
                 changes=tuple(changes_of.get(column, ())),
+                noise_pct=float(np.expm1(result.noise[column]) * 100),
+                smallest_step_pct=smallest_step_pct(
+                    float(result.noise[column]), int(present.sum()), settings
+                ),
             )
         )
     return series, shared
+
+
+SENSITIVITY_STEP_PCT = 2.0  # the step size sensitivity is quoted for (issue 36's smallest)
+
+
+def sensitivity_summary(analysis: Analysis) -> str:
+    """How many series are too noisy to show a 2 % step within three runs ("" when no series
+    is long enough to tell)."""
+    known = [s for s in analysis.series if s.smallest_step_pct == s.smallest_step_pct]
+    if not known:
+        return ""
+    blunt = sum(s.smallest_step_pct > SENSITIVITY_STEP_PCT for s in known)
+    return (
+        f"{blunt} of {len(known)} series cannot show a {SENSITIVITY_STEP_PCT:g} % step"
+        " by the third run after it"
+    )
+
+
+def least_sensitive(analysis: Analysis, count: int) -> list[CaseSeries]:
+    """The series that need the largest step to show one, beyond the quoted step size."""
+    blunt = [s for s in analysis.series if s.smallest_step_pct > SENSITIVITY_STEP_PCT]
+    return sorted(blunt, key=lambda s: -s.smallest_step_pct)[:count]
+
+
+def sensitivity_note(series: CaseSeries) -> str:
+    return (
+        f"steps under {series.smallest_step_pct:.1f} % not shown,"
+        f" noise {series.noise_pct:.2f} % per run"
+    )
 
 
 def change_record(change: CaseChange) -> dict:

@@ -162,8 +162,17 @@ def since_position(runs, since: str | None) -> int:
     return len(runs)
 
 
+LEAST_SENSITIVE_SHOWN = 3
+
+
 def run_detect(args) -> int:
-    from fi_attn_bench.history.analysis import change_record
+    from fi_attn_bench.history.analysis import (
+        case_label,
+        change_record,
+        least_sensitive,
+        sensitivity_note,
+        sensitivity_summary,
+    )
 
     analysis, terms = load_analysis(args)
     changes = selected_changes(analysis, terms, args.since)
@@ -185,6 +194,11 @@ def run_detect(args) -> int:
             f"{record['size_pct']:+7.2f} %  confidence {record['confidence'] or 0:.3f}  "
             f"commit {record['commit'][:12] or '?'}  {record['started_utc']}  {record['case']}  ({scaled})"
         )
+    summary = sensitivity_summary(analysis)
+    if summary:
+        print(f"sensitivity: {summary}")
+        for series in least_sensitive(analysis, LEAST_SENSITIVE_SHOWN):
+            print(f"  {sensitivity_note(series)}  {case_label(series.case)}")
     return EXIT_OK
 
 

@@ -35,6 +35,7 @@ MAX_CLOCK_EXPONENT = 1.5
 MIN_CLOCK_T = 2.0  # a case is scaled where its exponent is this many standard errors above 0
 SIGMA_FLOOR = 5e-4  # 0.05 %: below this, noise is rounding and a penalty would explode
 MIN_SERIES_RUNS = 10  # fewer runs give no trustworthy noise estimate
+REPORT_DELAY_RUNS = 3  # sensitivity is quoted for a step seen by the third run after it
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Detection:
     change_points: tuple[ChangePoint, ...]
     normalization: tuple[SeriesNormalization, ...]
     shared_drift: np.ndarray  # per run, log factor removed from every case (0 if none)
+    noise: np.ndarray  # per series, its noise per run as the search saw it (log; NaN: too short)
 
 
 DEFAULT_SETTINGS = DetectionSettings()
@@ -128,7 +130,40 @@ def detect(
             ChangePoint(-1, run, size, confidence)
             for run, size, confidence in series_change_points(drift, settings, engine)
         ]
-    return Detection(tuple(points), normalization, drift)
+    noise = np.array([series_noise(residual[:, column]) for column in range(residual.shape[1])])
+    return Detection(tuple(points), normalization, drift, noise)
+
+
+def series_noise(values: np.ndarray) -> float:
+    """The noise per run ``series_change_points`` estimates for a series (NaN: too short)."""
+    series = values[np.isfinite(values)]
+    return noise_level(series) if len(series) >= MIN_SERIES_RUNS else float("nan")
+
+
+def smallest_step_pct(
+    noise: float, runs_before: int, settings: DetectionSettings = DEFAULT_SETTINGS
+) -> float:
+    """The size floor (in %) a step must clear to be reported by the time the third run after
+    it is added, in a series with this noise per run (log units) and ``runs_before`` runs
+    before it: the size gates and the shift test's limit (smaller steps are seldom reported;
+    the search and the Welch gate make steps at it a coin toss)."""
+    from scipy import stats
+
+    if not noise == noise or runs_before < 1:
+        return float("nan")
+    runs_after = REPORT_DELAY_RUNS + 1
+    spread = noise * np.sqrt(1 / runs_before + 1 / runs_after)
+    degrees = runs_before + runs_after - 2
+    floor = max(settings.min_change_pct, settings.min_change_sigmas * noise * 100)
+
+    def passing(p_limit: float) -> float:
+        return max(floor, float(np.expm1(stats.t.isf(p_limit, degrees) * spread) * 100))
+
+    small = passing(settings.false_alarm_p)
+    if small < settings.large_change_pct:
+        return small
+    large_p = max(settings.false_alarm_p, settings.large_change_p)
+    return max(settings.large_change_pct, passing(large_p))
 
 
 def clock_normalization(

@@ -8,11 +8,20 @@ import json
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from fi_attn_bench.history.analysis import Analysis, CaseChange, CaseSeries, change_record
+from fi_attn_bench.history.analysis import (
+    Analysis,
+    CaseChange,
+    CaseSeries,
+    change_record,
+    least_sensitive,
+    sensitivity_note,
+    sensitivity_summary,
+)
 from fi_attn_bench.summarizer import renderers
 from fi_attn_bench.summarizer.model import ReportKind
 
 MARKDOWN_CHANGES = 10  # rows of the PR digest; the dashboard lists every change
+MARKDOWN_LEAST_SENSITIVE = 3
 HTML_TABLE_CHANGES = 200
 
 
@@ -39,6 +48,9 @@ def series_payload(series: CaseSeries, change_runs: dict) -> dict:
         "clock": [None if v != v else round(v) for v in series.clock_MHz.tolist()],
         "capped": [None if v != v else round(v, 1) for v in series.power_capped_pct.tolist()],
         "scaled": series.normalization.scaled,
+        "sensitivity": sensitivity_note(series)
+        if series.smallest_step_pct == series.smallest_step_pct
+        else "",
         "exponent": round(series.normalization.clock_exponent, 2),
         "changes": [
             {
@@ -51,6 +63,12 @@ def series_payload(series: CaseSeries, change_runs: dict) -> dict:
             for change in series.changes
         ],
     }
+
+
+def case_label_md(series: CaseSeries) -> str:
+    from fi_attn_bench.history.analysis import case_label
+
+    return case_label(series.case).replace("|", "/")
 
 
 def html_label(series: CaseSeries) -> str:
@@ -117,6 +135,16 @@ def render_markdown(report: HistoryReport) -> str:
         f"({scaled} scaled to the SM clock), {len(changes)} change point(s).",
         "",
     ]
+    summary = sensitivity_summary(analysis)
+    if summary:
+        blunt = [
+            f"{case_label_md(series)} ({sensitivity_note(series)})"
+            for series in least_sensitive(analysis, MARKDOWN_LEAST_SENSITIVE)
+        ]
+        lines += [
+            f"Sensitivity: {summary}." + (" Least: " + "; ".join(blunt) + "." if blunt else ""),
+            "",
+        ]
     if changes:
         lines += [
             "| change | confidence | case | commit | clock-scaled |",
@@ -203,7 +231,7 @@ D.series.forEach(s => {
   box.dataset.api = s.api;
   box.dataset.fields = JSON.stringify(Object.assign({api: s.api, impl: s.impl}, s.fields));
   const h = document.createElement('h3');
-  const note = s.scaled ? ` (clock-scaled, exponent ${s.exponent})` : '';
+  const note = (s.scaled ? ` (clock-scaled, exponent ${s.exponent})` : '') + (s.sensitivity ? `; ${s.sensitivity}` : '');
   h.textContent = s.label + note + (s.changes.length ? ` - ${s.changes.map(c => (c.size > 0 ? '+' : '') + c.size + ' %').join(', ')}` : '');
   box.appendChild(h);
   draw(s, box);
