@@ -109,3 +109,24 @@ def test_integrity_part_refuses_a_folder_that_holds_results(tmp_path):
     done = validation("integrity", str(tmp_path))
     assert done.returncode == 2 and "nothing is overwritten" in done.stderr
     assert (tmp_path / "old.csv").read_text() == "kept\n"
+
+
+def test_history_series_runs_fresh_sweeps_that_become_a_real_history(tmp_path):
+    from benchmarks.history_detection import real_runs, save_real_history
+
+    sweep = CPU_SWEEP + " --filter batch_size=1 --min-time-ms 10"
+    done = validation("history-series", str(tmp_path), "--runs", "2", "--sweep-args", sweep)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(": exit 0,") == 2
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and all(len(list(run.glob("*.csv"))) == 1 for run in runs)
+    fixture = tmp_path / "runs.csv.gz"
+    assert save_real_history(tmp_path / "runs", fixture).endswith("2 runs x 2 cases")
+    real = real_runs(fixture)
+    assert real.time_ms.shape == (2, 2) and real.decode.all()
+
+
+def test_history_series_stops_at_sweep_options_the_scripts_refuse(tmp_path):
+    done = validation("history-series", str(tmp_path), "--runs", "3", "--sweep-args=--bogus")
+    assert done.returncode == 2
+    assert done.stdout.count("exit 2") == 1

@@ -8,7 +8,7 @@ Each run is ``bench_all.py SWEEP_ARGS --output-dir OUT_DIR/runs/<UTC time>``; no
 starts once ``--for-seconds`` have passed, so a device call cut at its limit keeps every whole
 run.  ``benchmarks/history_detection.py --real OUT_DIR/runs`` reads them (steps are injected
 there; the runs themselves are step-free).  Exit 0 when every run exited 0, else 1; 2 bad
-arguments.
+arguments, or sweep options the first run refused.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for index in range(arguments.runs):
         if time.monotonic() >= deadline:
             break
-        name = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        name = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{index:03d}"  # sorts by time
         argv = python(
             "bench_all.py", *shlex.split(arguments.sweep_args), "--output-dir", str(runs / name)
         )
@@ -59,4 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"run {index + 1} ({name}): exit {done.exit_code}, {done.wall_s:.1f} s", flush=True)
         if done.exit_code:
             print(tail(arguments.out / "logs" / f"{name}.log", 5))
+        if done.exit_code == 2:  # the sweep's options were refused: every run would be
+            return 2
     return 1 if failed else 0
