@@ -315,3 +315,35 @@ def test_the_ci_guide_names_what_the_workflow_makes_and_runs():
     runs = {c.words[0] for c in workflow_commands(workflow) if c.program == "fi-attn-history"}
     described = set(re.findall(r"fi-attn-history (\w+)", guide))
     assert described and described <= runs, described - runs
+
+
+def test_mains_history_gives_a_pull_request_a_baseline_of_every_api_the_sweep_ran(tmp_path):
+    """The workflow's path on the CPU: main's bench_all run (one CSV per API) into the store,
+    then a pull request's run against ``baseline --branch main``."""
+    import sys
+
+    sweep = [sys.executable, os.path.join(ROOT, "bench_all.py")]
+    sweep += ["--scripts", "bench_batch_decode", "bench_batch_prefill_paged"]
+    sweep += ["--device", "cpu", "--backend", "torch", "--preset", "cpu", "--filter"]
+    sweep += ["batch_size=1", "--min-time-ms", "10"]
+    history = [sys.executable, "-m", "fi_attn_bench.history"]
+    store = str(tmp_path / "history" / "fi-attn-history.sqlite")
+
+    def run(*argv: str, code: int = 0) -> subprocess.CompletedProcess:
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == code, done.stdout + done.stderr
+        return done
+
+    run(*sweep, "--output-dir", "main-results")
+    run(*history, "add", "main-results", "--store", store, "--branch", "main")
+    run(*sweep, "--output-dir", "pr-results")
+    run(*history, "baseline", "--branch", "main", "--store", store, "--out", "baseline")
+    assert len(list((tmp_path / "baseline").glob("*.csv"))) == 2  # decode and paged prefill
+    compared = run(
+        sys.executable, os.path.join(ROOT, "summarize_results.py"), "--baseline", "baseline",
+        "--candidate", "pr-results", "--output", "regression.md", "--json", "regression.json",
+    )  # fmt: skip
+    assert "missing" not in compared.stdout.lower()
+    report = (tmp_path / "regression.json").read_text()
+    for api in ("BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper"):
+        assert api in report
