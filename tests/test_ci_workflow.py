@@ -268,6 +268,7 @@ def test_main_keeps_its_history_as_an_artifact_and_pull_requests_compare_against
     samples = option_value(compare, "--baseline-samples")
     assert os.path.dirname(samples) == kept and samples in step_of(workflow, add)["run"]
     assert float(option_value(compare, "--fail-on-regression")) > 0
+    assert option_value(compare, "--noise-from") == store  # main's run-to-run noise per case
 
     # both Markdown reports reach the job's step summary
     for written in (option_value(compare, "--output"), option_value(report, "--md")):

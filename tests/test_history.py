@@ -570,3 +570,58 @@ def test_runs_of_other_schema_and_harness_versions_are_kept_with_their_versions(
         ]
     assert "harness_version" not in pd.read_csv(older).columns  # written before the column
     assert sorted(versions) == [("", ""), ("1", ""), ("1", "0.6.0")]
+
+
+def test_noise_from_a_store_excuses_a_noisy_cases_move_and_keeps_a_quiet_cases_regression(
+    tmp_path,
+):
+    from summarize_results import main as summarize
+
+    factors = noisy_factors(12, 27, seed=12)
+    factors[:, 3] = noisy_factors(12, 1, seed=13, sd=0.03)[:, 0]  # a case moving 3 % per run
+    store = tmp_path / "h.sqlite"
+    assert (
+        main(["add", *map(str, write_runs(tmp_path / "history", factors)), "--store", str(store)])
+        == 0
+    )
+    slower = np.ones((1, 27))
+    slower[0, [3, 5]] = 1.07  # both 7 % slower than the baseline run
+    candidate = write_runs(tmp_path / "candidate", slower)[0]
+    baseline = write_runs(tmp_path / "baseline", np.ones((1, 27)))[0]
+    gate = ["--baseline", str(baseline), "--candidate", str(candidate), "--fail-on-regression", "5"]
+    times = pd.read_csv(DECODE)["time_ms"].tolist()
+
+    def states(*extra: str) -> tuple[int, dict[int, str], list[dict]]:
+        report = tmp_path / "r.json"
+        code = summarize([*gate, "--output", str(tmp_path / "r.md"), "--json", str(report), *extra])
+        matched = json.loads(report.read_text())["matched"]
+        report.unlink()
+        by_row = {times.index(case["time_ms_baseline"]): case["state"] for case in matched}
+        return code, by_row, matched
+
+    code, by_row, _ = states()
+    assert code == 1 and by_row[3] == by_row[5] == "regression"
+    code, by_row, matched = states("--noise-from", str(store))
+    assert code == 1
+    assert by_row[3] == "within noise" and by_row[5] == "regression"
+    assert [state for row, state in by_row.items() if row not in (3, 5)] == ["compared"] * 25
+    noise = {times.index(case["time_ms_baseline"]): case["run_noise_pct"] for case in matched}
+    assert noise[3] > 2 and max(value for row, value in noise.items() if row != 3) < 1
+
+
+def test_noise_from_a_missing_store_is_one_line_and_exit_2(tmp_path, capsys):
+    from summarize_results import main as summarize
+
+    run = write_runs(tmp_path / "runs", np.ones((1, 27)))[0]
+    missing = tmp_path / "no.sqlite"
+    code = summarize(
+        ["--baseline", str(run), "--candidate", str(run), "--noise-from", str(missing),
+         "--output", str(tmp_path / "r.md")]
+    )  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --noise-from: ")
+    assert not (tmp_path / "r.md").exists()
+    with pytest.raises(SystemExit) as stopped:
+        summarize([str(run), "--noise-from", str(missing)])
+    assert stopped.value.code == 2

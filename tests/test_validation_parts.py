@@ -115,15 +115,19 @@ def test_history_series_runs_fresh_sweeps_that_become_a_real_history(tmp_path):
     from benchmarks.history_detection import real_runs, save_real_history
 
     sweep = CPU_SWEEP + " --filter batch_size=1 --min-time-ms 10"
-    done = validation("history-series", str(tmp_path), "--runs", "2", "--sweep-args", sweep)
+    done = validation("history-series", str(tmp_path), "--runs", "3", "--sweep-args", sweep)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count(": exit 0,") == 2
+    assert done.stdout.count(": exit 0,") == 3
     runs = sorted((tmp_path / "runs").iterdir())
-    assert len(runs) == 2 and all(len(list(run.glob("*.csv"))) == 1 for run in runs)
+    assert len(runs) == 3 and all(len(list(run.glob("*.csv"))) == 1 for run in runs)
     fixture = tmp_path / "runs.csv.gz"
-    assert save_real_history(tmp_path / "runs", fixture).endswith("2 runs x 2 cases")
+    assert save_real_history(tmp_path / "runs", fixture).endswith("3 runs x 2 cases")
     real = real_runs(fixture)
-    assert real.time_ms.shape == (2, 2) and real.decode.all()
+    assert real.time_ms.shape == (3, 2) and real.decode.all()
+    gated = validation("history-series", str(tmp_path), "--gate", "5")
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    table = (tmp_path / "gate.md").read_text()
+    assert "A/A pairs: 2 " in table and "| alone |" in table and "| --noise-from |" in table
 
 
 def test_history_series_stops_at_sweep_options_the_scripts_refuse(tmp_path):

@@ -181,6 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="Raw samples of the candidate (see --baseline-samples).",
     )
     parser.add_argument(
+        "--noise-from",
+        type=Path,
+        metavar="STORE",
+        help="Regression mode: a fi-attn-history store; a case with 10 or more runs there "
+        "regresses only past 3 x sqrt(2) x its run-to-run noise (what two runs of the same "
+        "code show), besides the gate and the significance test.",
+    )
+    parser.add_argument(
         "--allow-difference",
         type=column_list,
         action="extend",
@@ -241,7 +249,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.max_report_bytes < MIN_REPORT_BYTES:
         parser.error(f"--max-report-bytes must be at least {MIN_REPORT_BYTES}")
     if not regression_mode:
-        for name in ("only_changed", "baseline_samples", "candidate_samples", "allow_difference"):
+        for name in (
+            "only_changed",
+            "baseline_samples",
+            "candidate_samples",
+            "allow_difference",
+            "noise_from",
+        ):
             if getattr(args, name):
                 parser.error(f"--{name.replace('_', '-')} requires regression mode")
     if (args.baseline_samples is None) != (args.candidate_samples is None):
@@ -367,6 +381,11 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
         samples = _run_samples(args.baseline_samples or [], args.candidate_samples or [])
         if samples is None:
             return None
+    run_noise = None
+    if args.noise_from is not None:
+        run_noise = _run_noise(args.noise_from)
+        if run_noise is None:
+            return None
     gate = Gate(
         args.fail_on_regression,
         allowed_differences=tuple(args.allow_difference or ()),
@@ -377,7 +396,7 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
     )
     for side in sides:
         _print_note(side.note, options)
-    return compare(*sides, gate, samples)
+    return compare(*sides, gate, samples, run_noise)
 
 
 def _print_note(note: str, options: ReportOptions) -> None:
@@ -394,6 +413,17 @@ def _run_samples(baseline, candidate):
         return RunSamples(read_samples(baseline), read_samples(candidate))
     except SamplesError as exc:
         print(f"error: samples: {exc}", file=sys.stderr)
+        return None
+
+
+def _run_noise(store: Path):
+    """The cases' run-to-run noise from a history store, or None after printing why not."""
+    from fi_attn_bench.summarizer.run_noise import NoiseError, read_run_noise
+
+    try:
+        return read_run_noise(store)
+    except NoiseError as exc:
+        print(f"error: --noise-from: {exc}", file=sys.stderr)
         return None
 
 

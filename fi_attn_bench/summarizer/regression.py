@@ -45,6 +45,7 @@ from fi_attn_bench.summarizer.model import (
     plural,
 )
 from fi_attn_bench.summarizer.paths import missing_shards
+from fi_attn_bench.summarizer.run_noise import NOISE_SIGMAS
 
 CONDITION_COLUMNS = ("power_capped_pct", "sm_clock_mean_MHz")
 MISSING_CASES_NAMED = 3  # missing candidate cases named in the warning line
@@ -163,7 +164,7 @@ class RegressionModel:
 
 
 def compare(
-    baseline: LoadResult, candidate: LoadResult, gate: Gate, samples=None
+    baseline: LoadResult, candidate: LoadResult, gate: Gate, samples=None, run_noise=None
 ) -> RegressionModel:
     """Match baseline and candidate cases by api + case parameters and judge each."""
     import pandas as pd
@@ -177,7 +178,7 @@ def compare(
         Run("baseline", baseline.paths, views[0], ids_b, _frame_labels(base, keys[1:])),
         Run("candidate", candidate.paths, views[1], ids_c, _frame_labels(cand, keys[1:])),
     )
-    model = judge(runs, gate, [*baseline.issues, *candidate.issues], keys[1:], samples)
+    model = judge(runs, gate, [*baseline.issues, *candidate.issues], keys[1:], samples, run_noise)
     model.run_notes = [side.note for side in (baseline, candidate) if side.note]
     return model
 
@@ -195,7 +196,7 @@ class Run:
 
 
 def judge(
-    runs: tuple[Run, Run], gate: Gate, input_issues, case_columns, samples=None
+    runs: tuple[Run, Run], gate: Gate, input_issues, case_columns, samples=None, run_noise=None
 ) -> RegressionModel:
     """The model of two runs: match unique cases by id, judge, aggregate."""
     base, cand = runs
@@ -212,7 +213,10 @@ def judge(
     p_value = np.full(int(both.sum()), np.nan)
     if samples is not None:
         p_value = samples.p_values(base, cand, rows_b[at_b[both]], rows_c[at_c[both]], case_columns)
-    matched = _matched_table(base.view.table, ids[both], side_b, side_c, gate, p_value)
+    noise_pct = np.full(int(both.sum()), np.nan)
+    if run_noise is not None:
+        noise_pct = run_noise.pct(cand.view, rows_c[at_c[both]], case_columns)
+    matched = _matched_table(base.view.table, ids[both], side_b, side_c, gate, p_value, noise_pct)
     missing = _side_table(base, rows_b[at_b[only_b]], ids[only_b])
     new = _side_table(cand, rows_c[at_c[only_c]], ids[only_c])
     status_b, status_c = base.view.objects("status"), cand.view.objects("status")
@@ -399,7 +403,7 @@ def percent_delta(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
     return np.where(zero, np.where(cand == 0, 0.0, np.inf), delta)
 
 
-def _matched_table(make_table, ids, base: dict, cand: dict, gate: Gate, p_value):
+def _matched_table(make_table, ids, base: dict, cand: dict, gate: Gate, p_value, noise_pct):
     """One row per matched case: both sides' numbers, deltas, state, reason, speedup."""
     ok_b, ok_c = success_mask(base["status"]), success_mask(cand["status"])
     both_ok = ok_b & ok_c
@@ -412,6 +416,7 @@ def _matched_table(make_table, ids, base: dict, cand: dict, gate: Gate, p_value)
     uncertainty = np.hypot(base["ci"], cand["ci"])
     table["uncertainty_pct"] = np.where(both_ok, uncertainty, np.nan)
     table["p_value"] = np.where(both_ok, p_value, np.nan)
+    table["run_noise_pct"] = noise_pct
     # A CPU run's spread from one run to the next dwarfs what its own samples show, so no
     # change between two CPU-timed rows is called significant (reported, never failing).
     significant = _significant(table, gate.rules) & ~(base["wall_clock"] & cand["wall_clock"])
@@ -485,12 +490,16 @@ def energy_cases(matched) -> tuple[np.ndarray, int]:
 def _significant(table, rules) -> np.ndarray:
     """Whether each case's time change is real: the rank test where both sides had
     samples, else the change past the medians' combined uncertainty, else (no
-    statistics) True: the gate alone decides."""
+    statistics) True: the gate alone decides; and, where a history gave the case's
+    run-to-run noise, past what two runs of the same code show (NOISE_SIGMAS)."""
     delta = np.abs(table["time_ms_delta_pct"])
     p_value, uncertainty = table["p_value"], table["uncertainty_pct"]
+    noise = table["run_noise_pct"]
     with np.errstate(invalid="ignore"):
         by_interval = np.isnan(uncertainty) | (delta > uncertainty)
-        return np.where(np.isnan(p_value), by_interval, p_value < rules.alpha)
+        within_run = np.where(np.isnan(p_value), by_interval, p_value < rules.alpha)
+        beyond_runs = np.isnan(noise) | (delta > NOISE_SIGMAS * np.sqrt(2) * noise)
+        return within_run & beyond_runs
 
 
 def _mark_changes(table, gate: Gate, significant: np.ndarray) -> None:

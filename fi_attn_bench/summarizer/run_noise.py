@@ -1,0 +1,98 @@
+"""Each case's run-to-run noise, read from a ``fi-attn-history`` store, for the regression gate.
+
+A row's own interval says how well one process measured its case; two processes of the same
+code can differ by far more (power-capped cases on an H100: 1-2.5 % per run).  With
+``--noise-from STORE`` a slower case also has to move beyond what its own history shows
+between runs to count as a regression.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fi_attn_bench.results.schema import IDENTITY_DEFAULTS
+
+NOISE_SIGMAS = 3.0  # a change within 3 x sqrt(2) x one run's noise is what two runs often show
+MIN_HISTORY_RUNS = 10  # fewer results of a case on a device give no trustworthy noise
+
+CaseKey = tuple[str, str, frozenset]  # (device, api, the case's non-empty fields)
+
+
+class NoiseError(Exception):
+    """The store cannot be read (missing, newer, corrupt, locked): exit 2."""
+
+
+def case_key(device: str, api: str, fields: dict) -> CaseKey:
+    """One identity for a case in the store and in a CSV row, whichever columns the file had:
+    empty fields left out, the identity defaults filled in."""
+    filled = {**IDENTITY_DEFAULTS, **{k: v for k, v in fields.items() if v != ""}}
+    return device, api, frozenset((k, v) for k, v in filled.items() if v != "")
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """Noise per run (log units) of every case the store has enough runs of, per device."""
+
+    source: str
+    by_case: dict[CaseKey, float]
+
+    def pct(self, view, rows: np.ndarray, case_columns) -> np.ndarray:
+        """Each row's case noise per run in % (NaN where the store has too few of its runs)."""
+        if len(rows) == 0:
+            return np.zeros(0)
+        columns = {
+            name: view.objects(name)[rows]
+            for name in ("device", "api", *case_columns)
+            if name in view.frame.columns
+        }
+        noise = np.full(len(rows), np.nan)
+        for index in range(len(rows)):
+            fields = {
+                name: _text(values[index])
+                for name, values in columns.items()
+                if name not in ("device", "api")
+            }
+            device = _text(columns["device"][index]) if "device" in columns else ""
+            key = case_key(device, _text(columns["api"][index]), fields)
+            sigma = self.by_case.get(key)
+            if sigma is not None:
+                noise[index] = math.expm1(sigma) * 100
+        return noise
+
+
+def _text(value) -> str:
+    return "" if value is None or value != value else str(value).strip()
+
+
+def read_run_noise(path) -> RunNoise:
+    """Every case's noise per run from the store at ``path``: the spread of successive runs'
+    log times, as ``fi-attn-history detect`` estimates it (steps touch one difference each)."""
+    from fi_attn_bench.history.detect import noise_level
+    from fi_attn_bench.results.run_store import RunStore, StoreError
+
+    try:
+        with RunStore.open(path, create=False) as store:
+            history = store.history()
+    except StoreError as exc:
+        raise NoiseError(str(exc)) from None
+    order = np.argsort(history.run_index, kind="stable")  # runs are in time order
+    series: dict[CaseKey, list[float]] = {}
+    identities = [case_key("", case.api, case.fields)[1:] for case in history.cases]
+    for position in order:
+        time_ms = history.time_ms[position]
+        if not time_ms > 0:  # a failed case, or no time
+            continue
+        device = history.runs[history.run_index[position]].device
+        api, fields = identities[history.case_index[position]]
+        series.setdefault((device, api, fields), []).append(math.log(time_ms))
+    return RunNoise(
+        str(path),
+        {
+            key: noise_level(np.asarray(values))
+            for key, values in series.items()
+            if len(values) >= MIN_HISTORY_RUNS
+        },
+    )
