@@ -607,6 +607,9 @@ def test_noise_from_a_store_excuses_a_noisy_cases_move_and_keeps_a_quiet_cases_r
     assert [state for row, state in by_row.items() if row not in (3, 5)] == ["compared"] * 25
     noise = {times.index(case["time_ms_baseline"]): case["run_noise_pct"] for case in matched}
     assert noise[3] > 2 and max(value for row, value in noise.items() if row != 3) < 1
+    report = (tmp_path / "r.md").read_text()
+    assert "With --noise-from, a case with a history (27 here)" in report
+    assert f"run-to-run noise {noise[5]:.2f}% (history)" in report  # the regression's reason
 
 
 def test_noise_from_a_missing_store_is_one_line_and_exit_2(tmp_path, capsys):

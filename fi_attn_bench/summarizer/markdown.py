@@ -27,6 +27,7 @@ from fi_attn_bench.summarizer.model import (
     values_text,
 )
 from fi_attn_bench.summarizer.regression import Selection, condition_text, energy_cases
+from fi_attn_bench.summarizer.run_noise import NOISE_SIGMAS
 
 GATE_RULE = (
     "A case is a `regression` when time_ms grows, or bandwidth_GB_s or tflops shrink, "
@@ -36,6 +37,10 @@ GATE_RULE = (
     "`drift_pct`, else {notch:g} × IQR / √samples). A change past the gate that is not "
     "significant is `within noise` and does not fail the run. Rows without statistics "
     "are judged by the gate alone. Improvements never fail."
+)
+RUN_NOISE_RULE = (
+    " With --noise-from, a case with a history ({known} here) must also move more than "
+    "{sigmas:g} × √2 × its run-to-run noise there: two runs of the same code differ that much."
 )
 COMPATIBILITY_NOTE = (
     "- `legacy_inferred_ok` means the legacy CSV had no explicit status column; success "
@@ -342,7 +347,11 @@ def _regression_head(model) -> list[str]:
             "of a hardware peak (e.g. L2 cache hits); their bandwidth is not a speed"
         )
     rules = model.gate.rules
-    return [*lines, "", f"Gate rule: {GATE_RULE.format(alpha=rules.alpha, notch=rules.notch)}", ""]
+    rule = GATE_RULE.format(alpha=rules.alpha, notch=rules.notch)
+    noise = np.asarray(model.matched["run_noise_pct"], dtype=float)
+    if np.isfinite(noise).any():
+        rule += RUN_NOISE_RULE.format(sigmas=NOISE_SIGMAS, known=int(np.isfinite(noise).sum()))
+    return [*lines, "", f"Gate rule: {rule}", ""]
 
 
 def warning_lines(warnings) -> list[str]:
@@ -519,22 +528,26 @@ def _delta_text(value: float) -> str:
 
 
 def _regression_lines(model, rows) -> Iterator[str]:
-    names = ("api", "speedup", "reason_metric", "uncertainty_pct", "p_value")
+    names = ("api", "speedup", "reason_metric", "uncertainty_pct", "p_value", "run_noise_pct")
     for chunk, labels in _labelled_chunks(model, rows):
         deltas = {metric: chunk[f"{metric}_delta_pct"].tolist() for metric in NUMERIC_COLUMNS}
         notes = _condition_texts(model, chunk)
-        for index, (api, speedup, metric, uncertainty, p_value) in enumerate(
+        for index, (api, speedup, metric, uncertainty, p_value, noise) in enumerate(
             zip(*(chunk[name].tolist() for name in names), strict=True)
         ):
             conditions = notes[index]
-            why = reason_text(metric or "time_ms", deltas, index, uncertainty, p_value, model.gate)
+            why = reason_text(
+                metric or "time_ms", deltas, index, uncertainty, p_value, model.gate, noise
+            )
             yield (
                 f"| {cell(api)} | {cell(labels[index])} | {_ratio(speedup)} | {cell(why)} | "
                 f"{cell(conditions)} |"
             )
 
 
-def reason_text(metric: str, deltas, index: int, uncertainty, p_value, gate) -> str:
+def reason_text(
+    metric: str, deltas, index: int, uncertainty, p_value, gate, noise=float("nan")
+) -> str:
     """Why a case is listed: its change, the gate, and the evidence it is real."""
     text = f"{metric} {_delta_text(deltas[metric][index])}"
     if gate.threshold_pct is not None:
@@ -543,6 +556,8 @@ def reason_text(metric: str, deltas, index: int, uncertainty, p_value, gate) -> 
         text += f"; Mann–Whitney p = {p_value:.2g}"
     elif uncertainty == uncertainty:
         text += f"; medians' uncertainty ±{uncertainty:.2f}%"
+    if noise == noise:
+        text += f"; run-to-run noise {noise:.2f}% (history)"
     return text
 
 
