@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fi_attn_bench.results.series_noise import MIN_SERIES_RUNS, SIGMA_FLOOR, mad, noise_level
+
 SHARED_DRIFT_MIN_CASES = 8  # fewer cases cannot tell a run-wide factor from a case's change
 MIN_CLOCK_SPREAD = 1e-4  # log-clock spread below this: the clock did not move, nothing to fit
 MAX_CLOCK_EXPONENT = 1.5
 MIN_CLOCK_T = 2.0  # a case is scaled where its exponent is this many standard errors above 0
-SIGMA_FLOOR = 5e-4  # 0.05 %: below this, noise is rounding and a penalty would explode
-MIN_SERIES_RUNS = 10  # fewer runs give no trustworthy noise estimate
 REPORT_DELAY_RUNS = 3  # sensitivity is quoted for a step seen by the third run after it
 
 
@@ -250,13 +250,6 @@ def piecewise_levels(series: np.ndarray, settings: DetectionSettings, engine: En
     return levels
 
 
-def mad(values: np.ndarray) -> float:
-    """Median absolute deviation scaled to a normal standard deviation."""
-    if len(values) == 0:
-        return 0.0
-    return float(1.4826 * np.median(np.abs(values - np.median(values))))
-
-
 def series_change_points(
     values: np.ndarray, settings: DetectionSettings, engine: Engine
 ) -> list[tuple[int, float, float]]:
@@ -306,18 +299,6 @@ def shift_p_value(before: np.ndarray, after: np.ndarray, sigma: float, degrees: 
     shift = abs(float(np.mean(after) - np.mean(before)))
     z = shift / (sigma * np.sqrt(1 / len(before) + 1 / len(after)))
     return float(stats.t.sf(z, degrees))
-
-
-def noise_level(series: np.ndarray) -> float:
-    """Run-to-run noise of a series: the spread of its successive differences (steps
-    touch one difference each), winsorized at four robust deviations so a blip counts
-    but cannot dominate, and a bimodal case shows its full spread."""
-    differences = np.diff(series)
-    scale = max(mad(differences), SIGMA_FLOOR)
-    clipped = np.clip(
-        differences, np.median(differences) - 4 * scale, np.median(differences) + 4 * scale
-    )
-    return max(float(np.std(clipped)) / np.sqrt(2), SIGMA_FLOOR)
 
 
 def running_median3(series: np.ndarray) -> np.ndarray:

@@ -210,12 +210,9 @@ def judge(
     both, only_b, only_c = in_b & in_c, in_b & ~in_c, in_c & ~in_b
     side_b = _side_columns(base, rows_b[at_b[both]], gate.rules)
     side_c = _side_columns(cand, rows_c[at_c[both]], gate.rules)
-    p_value = np.full(int(both.sum()), np.nan)
-    if samples is not None:
-        p_value = samples.p_values(base, cand, rows_b[at_b[both]], rows_c[at_c[both]], case_columns)
-    noise_pct = np.full(int(both.sum()), np.nan)
-    if run_noise is not None:
-        noise_pct = run_noise.pct(cand.view, rows_c[at_c[both]], case_columns)
+    p_value, noise_pct = _evidence(
+        runs, rows_b[at_b[both]], rows_c[at_c[both]], case_columns, samples, run_noise
+    )
     matched = _matched_table(base.view.table, ids[both], side_b, side_c, gate, p_value, noise_pct)
     missing = _side_table(base, rows_b[at_b[only_b]], ids[only_b])
     new = _side_table(cand, rows_c[at_c[only_c]], ids[only_c])
@@ -280,6 +277,19 @@ def judge(
 
 
 _FAILING = FAILING_STATES
+
+
+def _evidence(runs, rows_b, rows_c, case_columns, samples, run_noise):
+    """Per matched case: the samples' rank-test p-value and the history's run-to-run noise
+    in % (NaN where there is none)."""
+    base, cand = runs
+    p_value = np.full(len(rows_b), np.nan)
+    if samples is not None:
+        p_value = samples.p_values(base, cand, rows_b, rows_c, case_columns)
+    noise_pct = np.full(len(rows_c), np.nan)
+    if run_noise is not None:
+        noise_pct = run_noise.pct(cand.view, rows_c, case_columns)
+    return p_value, noise_pct
 
 
 class Selection:

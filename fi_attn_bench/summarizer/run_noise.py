@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS
+from fi_attn_bench.results.series_noise import MIN_SERIES_RUNS, noise_level
 
 NOISE_SIGMAS = 3.0  # a change within 3 x sqrt(2) x one run's noise is what two runs often show
-MIN_HISTORY_RUNS = 10  # fewer results of a case on a device give no trustworthy noise
 
 CaseKey = tuple[str, str, frozenset]  # (device, api, the case's non-empty fields)
 
@@ -70,7 +70,6 @@ def _text(value) -> str:
 def read_run_noise(path) -> RunNoise:
     """Every case's noise per run from the store at ``path``: the spread of successive runs'
     log times, as ``fi-attn-history detect`` estimates it (steps touch one difference each)."""
-    from fi_attn_bench.history.detect import noise_level
     from fi_attn_bench.results.run_store import RunStore, StoreError
 
     try:
@@ -93,6 +92,6 @@ def read_run_noise(path) -> RunNoise:
         {
             key: noise_level(np.asarray(values))
             for key, values in series.items()
-            if len(values) >= MIN_HISTORY_RUNS
+            if len(values) >= MIN_SERIES_RUNS
         },
     )
