@@ -342,7 +342,8 @@ def test_mains_history_gives_a_pull_request_a_baseline_of_every_api_the_sweep_ra
     assert len(list((tmp_path / "baseline").glob("*.csv"))) == 2  # decode and paged prefill
     compared = run(
         sys.executable, os.path.join(ROOT, "summarize_results.py"), "--baseline", "baseline",
-        "--candidate", "pr-results", "--output", "regression.md", "--json", "regression.json",
+        "--candidate", "pr-results", "--noise-from", store, "--output", "regression.md",
+        "--json", "regression.json",
     )  # fmt: skip
     assert "missing" not in compared.stdout.lower()
     report = (tmp_path / "regression.json").read_text()
