@@ -7,8 +7,8 @@ CI job would run it, so the change-point detector can be measured on real noise.
 
 Each run is ``bench_all.py SWEEP_ARGS --output-dir OUT_DIR/runs/<UTC time>``; no new run
 starts once ``--for-seconds`` have passed, so a device call cut at its limit keeps every whole
-run.  ``benchmarks/history_detection.py --real OUT_DIR/runs`` reads them (steps are injected
-there; the runs themselves are step-free).  Exit 0 when every run exited 0, else 1; 2 bad
+run.  ``benchmarks/history_detection.py --save-real OUT_DIR/runs`` makes them the fixture its
+``--real`` reads (steps are injected there; the runs themselves are step-free).  Exit 0 when every run exited 0, else 1; 2 bad
 arguments, or sweep options the first run refused.
 
 ``--gate PCT`` runs nothing on the GPU: it compares each run of OUT_DIR/runs with the next

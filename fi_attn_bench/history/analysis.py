@@ -148,7 +148,7 @@ def analyze_device(history: History, device: str, run_positions: np.ndarray, set
     return series, shared
 
 
-SENSITIVITY_STEP_PCT = 2.0  # the step size sensitivity is quoted for (issue 36's smallest)
+SENSITIVITY_STEP_PCT = 2.0  # the step size sensitivity is quoted for: the smallest one measured
 
 
 def sensitivity_summary(analysis: Analysis) -> str:

@@ -12,6 +12,7 @@ from fi_attn_bench.history.analysis import (
     Analysis,
     CaseChange,
     CaseSeries,
+    case_label,
     change_record,
     least_sensitive,
     sensitivity_note,
@@ -66,14 +67,10 @@ def series_payload(series: CaseSeries, change_runs: dict) -> dict:
 
 
 def case_label_md(series: CaseSeries) -> str:
-    from fi_attn_bench.history.analysis import case_label
-
     return case_label(series.case).replace("|", "/")
 
 
 def html_label(series: CaseSeries) -> str:
-    from fi_attn_bench.history.analysis import case_label
-
     return f"{case_label(series.case)} on {series.device or 'unknown device'}"
 
 

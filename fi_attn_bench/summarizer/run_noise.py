@@ -36,7 +36,6 @@ def case_key(device: str, api: str, fields: dict) -> CaseKey:
 class RunNoise:
     """Noise per run (log units) of every case the store has enough runs of, per device."""
 
-    source: str
     by_case: dict[CaseKey, float]
 
     def pct(self, view, rows: np.ndarray, case_columns) -> np.ndarray:
@@ -88,7 +87,6 @@ def read_run_noise(path) -> RunNoise:
         api, fields = identities[history.case_index[position]]
         series.setdefault((device, api, fields), []).append(math.log(time_ms))
     return RunNoise(
-        str(path),
         {
             key: noise_level(np.asarray(values))
             for key, values in series.items()
