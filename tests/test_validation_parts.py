@@ -134,3 +134,9 @@ def test_history_series_stops_at_sweep_options_the_scripts_refuse(tmp_path):
     done = validation("history-series", str(tmp_path), "--runs", "3", "--sweep-args=--bogus")
     assert done.returncode == 2
     assert done.stdout.count("exit 2") == 1
+
+
+def test_history_series_gate_without_runs_is_one_line_and_exit_2(tmp_path):
+    done = validation("history-series", str(tmp_path / "none"), "--gate", "5")
+    assert done.returncode == 2 and done.stdout.startswith("--gate: fewer than 3 runs in ")
+    assert "Traceback" not in done.stderr

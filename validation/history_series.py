@@ -79,7 +79,8 @@ def gate_table(out: Path, gate_pct: float) -> int:
     import subprocess
     import tempfile
 
-    runs = sorted(path for path in (out / "runs").iterdir() if path.is_dir())
+    folder = out / "runs"
+    runs = sorted(path for path in folder.iterdir() if path.is_dir()) if folder.is_dir() else []
     if len(runs) < 3:
         print(f"--gate: fewer than 3 runs in {out / 'runs'}")
         return 2
