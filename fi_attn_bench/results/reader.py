@@ -589,6 +589,10 @@ def factorize_text(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if cells.ndim != 1 or not cells.flags.c_contiguous or len(cells) == 0:
         return pd.factorize(cells)
     addresses = np.asarray(_CellAddresses(cells))
+    starts = np.flatnonzero(np.concatenate(([True], addresses[1:] != addresses[:-1])))
+    if 8 * len(starts) <= len(cells):  # runs of one object (a column of one value): one cell each
+        run_codes, uniques = factorize_text(cells[starts])
+        return np.repeat(run_codes, np.diff(np.append(starts, len(cells)))), uniques
     object_codes, distinct_addresses = pd.factorize(addresses)
     if 2 * len(distinct_addresses) > len(cells):
         return pd.factorize(cells)  # mostly distinct texts: hashing them once is cheaper
