@@ -485,6 +485,54 @@ def test_baseline_median_of_k(tmp_path):
     assert np.allclose(written["time_ms"][1:], real["time_ms"][1:])
 
 
+def median_baseline(tmp_path, paths, last: int):
+    store, out = tmp_path / "h.sqlite", tmp_path / "baseline"
+    assert main(["add", *map(str, paths), "--store", str(store), "--branch", "main"]) == 0
+    command = ["baseline", "--store", str(store), "--branch", "main", "--median-of", str(last)]
+    assert main([*command, "--out", str(out)]) == 0
+    return out
+
+
+def rewrite(path: Path, **columns) -> None:
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for name, value in columns.items():
+        frame[name] = value
+    frame.to_csv(path, index=False)
+
+
+def test_baseline_median_of_runs_whose_notes_differ_is_one_row_per_case(tmp_path):
+    """Real runs differ in cells beside the times (an energy note in one run, not the next):
+    the median is still taken per case, and the summarizer reads the baseline."""
+    factors = np.ones((3, 27))
+    factors[:, 0] = [1.0, 1.3, 1.1]
+    paths = write_runs(tmp_path / "in", factors)
+    for run, path in enumerate(paths):
+        rewrite(path, notes=f"energy: the counter stepped {run} times")
+    out = median_baseline(tmp_path, paths, 3)
+    written = pd.read_csv(out / "baseline_BatchDecodeWithPagedKVCacheWrapper.csv")
+    real = pd.read_csv(DECODE)
+    assert len(written) == 27
+    assert written["time_ms"][0] == pytest.approx(real["time_ms"][0] * 1.1)
+    summary = subprocess.run(
+        [sys.executable, "summarize_results.py", "--baseline", str(out), "--candidate",
+         str(DECODE), "--output", str(tmp_path / "r.md")],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert summary.returncode == 0, summary.stdout + summary.stderr
+    assert "27 matched cases" in summary.stdout
+
+
+def test_baseline_median_takes_only_runs_measured_as_the_newest(tmp_path):
+    factors = np.ones((3, 27))
+    factors[:, 0] = [1.0, 1.3, 1.1]
+    paths = write_runs(tmp_path / "in", factors)
+    rewrite(paths[-1], dtype="bfloat16")  # the newest run measured another dtype
+    out = median_baseline(tmp_path, paths, 3)
+    written = pd.read_csv(out / "baseline_BatchDecodeWithPagedKVCacheWrapper.csv")
+    assert len(written) == 27 and set(written["dtype"]) == {"bfloat16"}
+    assert written["time_ms"][0] == pytest.approx(pd.read_csv(DECODE)["time_ms"][0] * 1.1)
+
+
 def test_baseline_of_an_unknown_branch_is_exit_2(tmp_path, capsys):
     store = branch_store(tmp_path, np.ones((2, 27)))
     capsys.readouterr()

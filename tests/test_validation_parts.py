@@ -130,6 +130,42 @@ def test_history_series_runs_fresh_sweeps_that_become_a_real_history(tmp_path):
     assert "A/A pairs: 2 " in table and "| alone |" in table and "| --noise-from |" in table
 
 
+def write_history_runs(folder: Path, factors: list[float]) -> None:
+    """One run folder per factor: the real H100 decode rows with times scaled by it."""
+    import pandas as pd
+
+    real = pd.read_csv(ROOT / "tests/fixtures/real_csv/h100_decode_default.csv", dtype=str)
+    for index, factor in enumerate(factors):
+        frame = real.fillna("")
+        frame["time_ms"] = [repr(float(t) * factor) for t in real["time_ms"]]
+        frame["timestamp_utc"] = f"2026-01-01T00:{index:02d}:00Z"
+        frame["notes"] = f"energy: run {index}"  # real runs differ beside their times
+        run = folder / "runs" / f"run{index:02d}"
+        run.mkdir(parents=True)
+        frame.to_csv(run / "decode.csv", index=False)
+
+
+def test_history_series_gate_compares_medians_of_runs(tmp_path):
+    # Baselines: medians of [1, 1.3] [1.3, 1] [1, 1]; candidates: 1, 1, 1.3: the third fails.
+    write_history_runs(tmp_path, [1.0, 1.3, 1.0, 1.0, 1.3])
+    gate = ("--gate", "15", "--baseline-runs", "2", "--candidate-runs", "1")
+    done = validation("history-series", str(tmp_path), *gate)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = (tmp_path / "gate-2x1.md").read_text()
+    assert "A/A pairs: 3 (baseline the median of 2 runs, candidate a run after it, " in table
+    assert "| alone | 1 | 27 |" in table
+
+
+def test_history_series_gate_stops_at_a_pair_the_summarizer_refuses(tmp_path):
+    write_history_runs(tmp_path, [1.0, 1.0, 1.0])
+    broken = tmp_path / "runs" / "run01" / "decode.csv"
+    broken.write_text(broken.read_text().replace(",float16,", ",bfloat16,"))
+    done = validation("history-series", str(tmp_path), "--gate", "5")
+    assert done.returncode == 1
+    assert done.stdout.startswith("--gate: ") and ": exit 2: " in done.stdout
+    assert not (tmp_path / "gate.md").exists()
+
+
 def test_history_series_stops_at_sweep_options_the_scripts_refuse(tmp_path):
     done = validation("history-series", str(tmp_path), "--runs", "3", "--sweep-args=--bogus")
     assert done.returncode == 2

@@ -14,7 +14,10 @@ arguments, or sweep options the first run refused.
 ``--gate PCT`` runs nothing on the GPU: it compares each run of OUT_DIR/runs with the next
 (A/A pairs) by ``summarize_results.py --fail-on-regression PCT``, once alone and once with
 ``--noise-from`` a history store of every other run (the pair left out), and writes
-OUT_DIR/gate.md: how many pairs and cases failed each way.
+OUT_DIR/gate.md: how many pairs and cases failed each way.  ``--baseline-runs K``
+``--candidate-runs C``: each baseline is the per-case median of K consecutive runs, and its
+candidate the median of the C runs after them (``fi-attn-history baseline --median-of``),
+one pair per start run; the table goes to OUT_DIR/gate-KxC.md.
 """
 
 from __future__ import annotations
@@ -43,16 +46,20 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--run-timeout", type=float, default=240.0, help="seconds per run")
     parser.add_argument("--sweep-args", default=SWEEP_ARGS)
     parser.add_argument("--gate", type=float, metavar="PCT", help="the A/A gate table instead")
+    parser.add_argument("--baseline-runs", type=int, default=1, metavar="K", help="--gate")
+    parser.add_argument("--candidate-runs", type=int, default=1, metavar="C", help="--gate")
     arguments = parser.parse_args(argv)
-    if arguments.runs < 1 or arguments.for_seconds <= 0:
-        parser.error("--runs and --for-seconds must be positive")
+    counts = (arguments.runs, arguments.baseline_runs, arguments.candidate_runs)
+    if min(counts) < 1 or arguments.for_seconds <= 0:
+        parser.error("--runs, --for-seconds, --baseline-runs and --candidate-runs must be positive")
     return arguments
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = parse_args(argv or [])
     if arguments.gate is not None:
-        return gate_table(arguments.out, arguments.gate)
+        sides = (arguments.baseline_runs, arguments.candidate_runs)
+        return gate_table(arguments.out, arguments.gate, sides)
     runs = arguments.out / "runs"
     deadline = time.monotonic() + arguments.for_seconds
     failed = 0
@@ -73,44 +80,105 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def gate_table(out: Path, gate_pct: float) -> int:
-    """The A/A gate over consecutive runs, without and with --noise-from; OUT/gate.md."""
-    import json
-    import subprocess
-    import tempfile
+class GateError(Exception):
+    """An A/A comparison the summarizer refused (exit 2)."""
 
+
+def gate_table(out: Path, gate_pct: float, sides: tuple[int, int] = (1, 1)) -> int:
+    """The A/A gate over consecutive runs (or medians of them), without and with
+    --noise-from; OUT/gate.md."""
     folder = out / "runs"
     runs = sorted(path for path in folder.iterdir() if path.is_dir()) if folder.is_dir() else []
-    if len(runs) < 3:
-        print(f"--gate: fewer than 3 runs in {out / 'runs'}")
+    width = sum(sides)
+    pairs = [(runs[i : i + sides[0]], runs[i + sides[0] : i + width]) for i in range(len(runs))]
+    pairs = [pair for pair in pairs if len(pair[1]) == sides[1]]
+    if len(pairs) < 2:
+        print(f"--gate: fewer than {width + 1} runs in {out / 'runs'}")
         return 2
-    counts = {"alone": [0, 0], "--noise-from": [0, 0]}  # failing pairs, failing cases
-    with tempfile.TemporaryDirectory() as scratch:
-        for first, second in zip(runs, runs[1:], strict=False):
-            store = Path(scratch) / f"{first.name}.sqlite"
-            others = [str(run) for run in runs if run not in (first, second)]
-            add = ["-m", "fi_attn_bench.history", "add", *others, "--store", str(store)]
-            subprocess.run(python(*add), check=True, capture_output=True)
-            for way, extra in (("alone", []), ("--noise-from", ["--noise-from", str(store)])):
-                report = Path(scratch) / "r.json"
-                command = python(
-                    "summarize_results.py", "--baseline", str(first), "--candidate", str(second),
-                    "--fail-on-regression", f"{gate_pct:g}", "--output", str(report.with_suffix(".md")),
-                    "--json", str(report), *extra,
-                )  # fmt: skip
-                code = subprocess.run(command, capture_output=True).returncode
-                matched = json.loads(report.read_text())["matched"]
-                counts[way][0] += code == 1
-                counts[way][1] += sum(case["state"] == "regression" for case in matched)
-                report.unlink()
+    try:
+        counts = _gate_counts(runs, pairs, gate_pct)
+    except GateError as exc:
+        print(f"--gate: {exc}")
+        return 1
     lines = [
-        f"A/A pairs: {len(runs) - 1} (each run of {out / 'runs'} against the next), "
-        f"gate {gate_pct:g} %",
+        f"A/A pairs: {len(pairs)} (baseline {_side_name(sides[0])}, candidate "
+        f"{_side_name(sides[1])} after it, of {out / 'runs'}), gate {gate_pct:g} %",
         "",
         "| gate | pairs failing | cases failing |",
         "|---|---:|---:|",
-        *(f"| {way} | {pairs} | {cases} |" for way, (pairs, cases) in counts.items()),
+        *(f"| {way} | {failed} | {cases} |" for way, (failed, cases) in counts.items()),
     ]
-    (out / "gate.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    name = "gate.md" if sides == (1, 1) else f"gate-{sides[0]}x{sides[1]}.md"
+    (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0
+
+
+def _side_name(count: int) -> str:
+    return "a run" if count == 1 else f"the median of {count} runs"
+
+
+def _gate_counts(runs: list[Path], pairs: list[tuple[list[Path], list[Path]]], gate_pct: float):
+    """Per way of gating, [pairs failing, cases failing]."""
+    import tempfile
+
+    counts = {"alone": [0, 0], "--noise-from": [0, 0]}
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        sides: dict[tuple[Path, ...], Path] = {}
+        for index, (baseline, candidate) in enumerate(pairs):
+            for block in (baseline, candidate):
+                if tuple(block) not in sides:
+                    sides[tuple(block)] = _side(block, work / f"side{len(sides)}")
+            others = [run for run in runs if run not in (*baseline, *candidate)]
+            store = _store(others, work / f"noise{index}.sqlite")
+            for way, extra in (("alone", []), ("--noise-from", ["--noise-from", str(store)])):
+                failed, cases = _gate(
+                    sides[tuple(baseline)], sides[tuple(candidate)], gate_pct, extra, work
+                )
+                counts[way][0] += failed
+                counts[way][1] += cases
+    return counts
+
+
+def _store(runs: list[Path], path: Path, branch: str = "main") -> Path:
+    """A history store of these runs (fi-attn-history add)."""
+    import subprocess
+
+    add = ["-m", "fi_attn_bench.history", "add", *map(str, runs), "--store", str(path)]
+    subprocess.run(python(*add, "--branch", branch), check=True, capture_output=True)
+    return path
+
+
+def _side(block: list[Path], folder: Path) -> Path:
+    """One side of a pair: the run itself, or the per-case median of the block's runs."""
+    import subprocess
+
+    if len(block) == 1:
+        return block[0]
+    store = _store(block, folder.with_suffix(".sqlite"), branch="side")
+    baseline = ["-m", "fi_attn_bench.history", "baseline", "--branch", "side"]
+    median = ["--median-of", str(len(block)), "--store", str(store), "--out", str(folder)]
+    subprocess.run(python(*baseline, *median), check=True, capture_output=True)
+    return folder
+
+
+def _gate(baseline: Path, candidate: Path, gate_pct: float, extra: list[str], work: Path):
+    """(whether the gate failed, how many cases regressed) of one A/A pair."""
+    import json
+    import subprocess
+
+    report = work / "r.json"
+    command = python(
+        "summarize_results.py", "--baseline", str(baseline), "--candidate", str(candidate),
+        "--fail-on-regression", f"{gate_pct:g}", "--output", str(report.with_suffix(".md")),
+        "--json", str(report), *extra,
+    )  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode not in (0, 1):  # a comparison that did not happen is no A/A result
+        said = (done.stdout or done.stderr).strip().splitlines() or [""]
+        raise GateError(f"{baseline} against {candidate}: exit {done.returncode}: {said[0]}")
+    matched = json.loads(report.read_text())["matched"]
+    report.unlink()
+    report.with_suffix(".md").unlink()
+    return done.returncode == 1, sum(case["state"] == "regression" for case in matched)

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from fi_attn_bench.results.run_store import RunInfo, RunStore
-from fi_attn_bench.results.schema import STATUS_OK, ResultCsvWriter
+from fi_attn_bench.results.schema import MUST_MATCH_COLUMNS, STATUS_OK, ResultCsvWriter
 
 SCALED_WITH_TIME = ("bandwidth_GB_s", "tflops")  # rates: divided by the time ratio
 
@@ -42,39 +42,30 @@ def latest_complete_rows(store: RunStore, runs: list[RunInfo]) -> tuple[list[dic
 
 
 def median_rows(store: RunStore, runs: list[RunInfo], last: int) -> list[dict]:
-    """Per case, the newest row with time_ms the median over the branch's last K runs."""
-    newest: dict[tuple, dict] = {}
-    times: dict[tuple, list[float]] = {}
+    """Per case, its newest row with time_ms the median over the branch's last K runs that
+    measured it the same way (dtype, timer, ...: the columns that must match)."""
+    rows_of: dict[int, list[dict]] = {}
     for run in runs[-last:]:
-        for row in store.run_rows(run.run_seq):
-            if row.get("status", STATUS_OK) != STATUS_OK:
-                continue
-            key = tuple(
-                sorted((k, v) for k, v in row.items() if k in run.columns and k not in VARYING)
-            )
-            newest[key] = row
-            times.setdefault(key, []).append(float(row["time_ms"]))
-    rows = []
-    for key, row in newest.items():
-        median = statistics.median(times[key])
-        ratio = float(row["time_ms"]) / median
-        scaled = {
-            name: repr(float(row[name]) * ratio) for name in SCALED_WITH_TIME if row.get(name)
-        }
-        rows.append({**row, "time_ms": repr(median), **scaled})
-    return rows
+        for case_id, row in store.run_case_rows(run.run_seq).items():
+            if row.get("status", STATUS_OK) == STATUS_OK:
+                rows_of.setdefault(case_id, []).append(row)
+    return [_with_median_time(rows) for rows in rows_of.values()]
 
 
-# Cells that differ between runs of the same case (results and conditions), left out of its key.
-VARYING = frozenset(
-    """time_ms bandwidth_GB_s tflops samples time_min_ms time_q1_ms time_q3_ms time_max_ms
-    noise_pct drift_pct power_capped_pct power_W plan_ms timestamp_utc git_commit git_dirty host
-    run_id check max_abs_err mismatch_frac pct_peak_bw pct_peak_tflops sm_clock_mean_MHz
-    sm_clock_min_MHz sm_clock_max_MHz temp_start_C temp_end_C throttle_reasons shard num_shards
-    paired_rounds paired_ratio paired_ratio_lo paired_ratio_hi paired_verdict uniform_twin_ms
-    imbalance_pct harness_version flashinfer_version torch_version runtime repro kernels
-    resolved_backend""".split()
-)
+def _with_median_time(rows: list[dict]) -> dict:
+    """The newest of a case's rows, time_ms the median of those measured as it was."""
+    newest = rows[-1]
+    alike = [row for row in rows if _measured_as(row) == _measured_as(newest)]
+    median = statistics.median(float(row["time_ms"]) for row in alike)
+    ratio = float(newest["time_ms"]) / median
+    scaled = {
+        name: repr(float(newest[name]) * ratio) for name in SCALED_WITH_TIME if newest.get(name)
+    }
+    return {**newest, "time_ms": repr(median), **scaled}
+
+
+def _measured_as(row: dict) -> tuple[str, ...]:
+    return tuple(row.get(column.name, "") for column in MUST_MATCH_COLUMNS)
 
 
 def write_baseline(rows: list[dict], columns: tuple[str, ...], out_dir: Path) -> list[Path]:

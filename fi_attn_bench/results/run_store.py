@@ -349,10 +349,14 @@ class RunStore:
 
     def run_rows(self, run_seq: int) -> list[dict]:
         """The CSV rows of one run as they were added."""
+        return list(self.run_case_rows(run_seq).values())
+
+    def run_case_rows(self, run_seq: int) -> dict[int, dict]:
+        """The CSV rows of one run by the store's case id (one identity for every run)."""
         rows = self._query(
-            "SELECT row FROM result_rows WHERE run_seq=? ORDER BY case_id", (run_seq,)
+            "SELECT case_id, row FROM result_rows WHERE run_seq=? ORDER BY case_id", (run_seq,)
         )
-        return [json.loads(row[0]) for row in rows]
+        return {case_id: json.loads(row) for case_id, row in rows}
 
     def newest_ok_rows(self) -> list[dict]:
         """Per case, the CSV row of its newest run (by start time) where it was ok."""

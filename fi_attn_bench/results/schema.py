@@ -316,6 +316,10 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
 OPTIONAL_COLUMN_BY_NAME: Mapping[str, Column] = {c.name: c for c in OPTIONAL_COLUMNS}
 OPTIONAL_COLUMN_NAMES: tuple[str, ...] = tuple(OPTIONAL_COLUMN_BY_NAME)
 NON_CASE_COLUMNS = frozenset((*RESERVED_COLUMNS, *OPTIONAL_COLUMN_NAMES))
+# Columns whose values must be equal for two rows to be compared (what is computed, how timed).
+MUST_MATCH_COLUMNS = tuple(
+    column for column in OPTIONAL_COLUMNS if column.compare is Compare.MUST_MATCH
+)
 
 # Order in which case parameters are shown and written; unknown ones follow by name.
 CASE_COLUMN_ORDER = (

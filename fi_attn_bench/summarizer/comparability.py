@@ -12,13 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fi_attn_bench.results.schema import OPTIONAL_COLUMNS, Compare, Kind
+from fi_attn_bench.results.schema import MUST_MATCH_COLUMNS, Kind
 from fi_attn_bench.summarizer.model import ReportWarning, plural, values_text
 
-# Columns whose values must be equal in a matched case's two rows (schema.Compare).
-MUST_MATCH_COLUMNS = tuple(
-    column for column in OPTIONAL_COLUMNS if column.compare is Compare.MUST_MATCH
-)
 TEXT_KINDS = (Kind.TEXT, Kind.CHOICE)
 
 
