@@ -319,8 +319,8 @@ def test_the_ci_guide_names_what_the_workflow_makes_and_runs():
 
 
 def test_mains_history_gives_a_pull_request_a_baseline_of_every_api_the_sweep_ran(tmp_path):
-    """The workflow's path on the CPU: main's bench_all run (one CSV per API) into the store,
-    then a pull request's run against ``baseline --branch main``."""
+    """The workflow's path on the CPU: main's bench_all runs (one CSV per API) into the store,
+    then a pull request's run against ``baseline --branch main --median-of 3``."""
     import sys
 
     sweep = [sys.executable, os.path.join(ROOT, "bench_all.py")]
@@ -335,10 +335,12 @@ def test_mains_history_gives_a_pull_request_a_baseline_of_every_api_the_sweep_ra
         assert done.returncode == code, done.stdout + done.stderr
         return done
 
-    run(*sweep, "--output-dir", "main-results")
-    run(*history, "add", "main-results", "--store", store, "--branch", "main")
+    for main_run in ("main-1", "main-2"):
+        run(*sweep, "--output-dir", main_run)
+        run(*history, "add", main_run, "--store", store, "--branch", "main")
     run(*sweep, "--output-dir", "pr-results")
-    run(*history, "baseline", "--branch", "main", "--store", store, "--out", "baseline")
+    median = ("--median-of", "3", "--store", store, "--out", "baseline")
+    run(*history, "baseline", "--branch", "main", *median)
     assert len(list((tmp_path / "baseline").glob("*.csv"))) == 2  # decode and paged prefill
     compared = run(
         sys.executable, os.path.join(ROOT, "summarize_results.py"), "--baseline", "baseline",
