@@ -86,7 +86,7 @@ class GateError(Exception):
 
 def gate_table(out: Path, gate_pct: float, sides: tuple[int, int] = (1, 1)) -> int:
     """The A/A gate over consecutive runs (or medians of them), without and with
-    --noise-from; OUT/gate.md."""
+    --noise-from; OUT/gate.md (gate-KxC.md for medians)."""
     folder = out / "runs"
     runs = sorted(path for path in folder.iterdir() if path.is_dir()) if folder.is_dir() else []
     width = sum(sides)
