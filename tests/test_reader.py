@@ -18,7 +18,10 @@ from fi_attn_bench.results.reader import factorize_text
         + ["failed"] * 10,  # one text in a few objects, as pandas' chunks hand it out
         [f"case {i}" for i in range(300)] + ["case 1"] * 10,  # mostly distinct texts
         ["ok", float("nan"), "ok", None],  # missing cells keep pandas' rules
-        ["ok"] * 40 + [float("nan")] * 40 + ["failed"] * 40 + ["ok"] * 40,  # long runs of one object
+        ["ok"] * 40
+        + [float("nan")] * 40
+        + ["failed"] * 40
+        + ["ok"] * 40,  # long runs of one object
         [],
     ],
 )
