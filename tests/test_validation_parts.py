@@ -166,6 +166,35 @@ def test_history_series_gate_stops_at_a_pair_the_summarizer_refuses(tmp_path):
     assert not (tmp_path / "gate.md").exists()
 
 
+def test_history_series_alternates_sweeps_and_tables_their_noise(tmp_path):
+    sweep = CPU_SWEEP + " --filter batch_size=1"
+    sweeps = (
+        "--sweep-args",
+        sweep + " --min-time-ms 5",
+        "--sweep-args",
+        sweep + " --min-time-ms 20",
+    )
+    done = validation("history-series", str(tmp_path), "--runs", "3", *sweeps)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for folder in ("runs-1", "runs-2"):
+        runs = sorted((tmp_path / folder).iterdir())
+        assert len(runs) == 3 and all(len(list(run.glob("*.csv"))) == 1 for run in runs)
+    order = [line.split()[0] for line in done.stdout.splitlines() if ": exit 0," in line]
+    assert order == ["runs-1", "runs-2"] * 3  # interleaved, run after run
+    noise = validation("history-series", str(tmp_path), "--noise")
+    assert noise.returncode == 0, noise.stdout + noise.stderr
+    table = (tmp_path / "noise.md").read_text()
+    assert "| case | ms | runs-1 (3 runs) | runs-2 (3 runs) |" in table
+    rows = [line for line in table.splitlines() if line.startswith("| BatchDecode")]
+    assert rows and all(line.count("(") == 3 for line in rows)  # a noise and a slow count each
+    assert "| median over cases | |" in table
+
+
+def test_history_series_noise_without_runs_is_one_line_and_exit_2(tmp_path):
+    done = validation("history-series", str(tmp_path), "--noise")
+    assert done.returncode == 2 and done.stdout == f"--noise: no runs folder in {tmp_path}\n"
+
+
 def test_history_series_stops_at_sweep_options_the_scripts_refuse(tmp_path):
     done = validation("history-series", str(tmp_path), "--runs", "3", "--sweep-args=--bogus")
     assert done.returncode == 2

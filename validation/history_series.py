@@ -4,12 +4,19 @@ CI job would run it, so the change-point detector can be measured on real noise.
     python -m validation history-series OUT_DIR [--for-seconds 480] [--runs 200]
         [--sweep-args '--scripts bench_batch_decode bench_batch_prefill_ragged ...']
     python -m validation history-series OUT_DIR --gate 5      # no GPU: the A/A gate table
+    python -m validation history-series OUT_DIR --noise       # no GPU: noise per case
 
 Each run is ``bench_all.py SWEEP_ARGS --output-dir OUT_DIR/runs/<UTC time>``; no new run
 starts once ``--for-seconds`` have passed, so a device call cut at its limit keeps every whole
-run.  ``benchmarks/history_detection.py --save-real OUT_DIR/runs`` makes them the fixture its
-``--real`` reads (steps are injected there; the runs themselves are step-free).  Exit 0 when every run exited 0, else 1; 2 bad
-arguments, or sweep options the first run refused.
+run.  ``--sweep-args`` given several times alternates the sweeps, run after run, into
+OUT_DIR/runs-1, runs-2, ... (the same machine and minutes for each, to compare them).
+``benchmarks/history_detection.py --save-real OUT_DIR/runs`` makes them the fixture its
+``--real`` reads (steps are injected there; the runs themselves are step-free).  Exit 0 when
+every run exited 0, else 1; 2 bad arguments, or sweep options the first run refused.
+
+``--noise`` runs nothing on the GPU: per case of 50 us or more, the run-to-run noise of each
+runs folder (the estimator of ``fi-attn-history detect`` and ``--noise-from``) and how many
+runs were over 3 % slower than the case's median, side by side in OUT_DIR/noise.md.
 
 ``--gate PCT`` runs nothing on the GPU: it compares each run of OUT_DIR/runs with the next
 (A/A pairs) by ``summarize_results.py --fail-on-regression PCT``, once alone and once with
@@ -28,12 +35,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from validation.running import python, run_logged, tail
 
-SWEEP_ARGS = (
-    "--scripts bench_batch_decode bench_batch_prefill_ragged --preset default "
-    "--min-time-ms 100 --no-check"
-)  # memory-bound decode and power-capped prefill; a fifth of the default timing budget
+LARGE_CASE_MS = 0.05  # the detection tables' split: smaller cases are timer-grain noisy
+
+SWEEP_ARGS = "--scripts bench_batch_decode bench_batch_prefill_ragged --preset default --no-check"  # memory-bound decode and power-capped prefill at the default timing budget: a fifth of it
+# tripled prefill's run-to-run noise on an H100 (docs/VALIDATION.md, "Timing budget")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -44,7 +53,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--for-seconds", type=float, default=480.0)
     parser.add_argument("--runs", type=int, default=200, help="at most this many runs")
     parser.add_argument("--run-timeout", type=float, default=240.0, help="seconds per run")
-    parser.add_argument("--sweep-args", default=SWEEP_ARGS)
+    parser.add_argument("--sweep-args", action="append", help=f"default: {SWEEP_ARGS!r}")
+    parser.add_argument("--noise", action="store_true", help="the noise table instead")
     parser.add_argument("--gate", type=float, metavar="PCT", help="the A/A gate table instead")
     parser.add_argument("--baseline-runs", type=int, default=1, metavar="K", help="--gate")
     parser.add_argument("--candidate-runs", type=int, default=1, metavar="C", help="--gate")
@@ -52,6 +62,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     counts = (arguments.runs, arguments.baseline_runs, arguments.candidate_runs)
     if min(counts) < 1 or arguments.for_seconds <= 0:
         parser.error("--runs, --for-seconds, --baseline-runs and --candidate-runs must be positive")
+    arguments.sweep_args = arguments.sweep_args or [SWEEP_ARGS]
     return arguments
 
 
@@ -60,24 +71,89 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.gate is not None:
         sides = (arguments.baseline_runs, arguments.candidate_runs)
         return gate_table(arguments.out, arguments.gate, sides)
-    runs = arguments.out / "runs"
+    if arguments.noise:
+        return noise_table(arguments.out)
+    sweeps = arguments.sweep_args
+    folders = [arguments.out / "runs"] if len(sweeps) == 1 else [
+        arguments.out / f"runs-{number}" for number in range(1, len(sweeps) + 1)
+    ]  # fmt: skip
     deadline = time.monotonic() + arguments.for_seconds
     failed = 0
     for index in range(arguments.runs):
-        if time.monotonic() >= deadline:
-            break
-        name = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{index:03d}"  # sorts by time
-        argv = python(
-            "bench_all.py", *shlex.split(arguments.sweep_args), "--output-dir", str(runs / name)
-        )
-        done = run_logged(argv, arguments.out / "logs" / f"{name}.log", arguments.run_timeout)
-        failed += done.exit_code != 0
-        print(f"run {index + 1} ({name}): exit {done.exit_code}, {done.wall_s:.1f} s", flush=True)
-        if done.exit_code:
-            print(tail(arguments.out / "logs" / f"{name}.log", 5))
-        if done.exit_code == 2:  # the sweep's options were refused: every run would be
-            return 2
+        for sweep, folder in zip(sweeps, folders, strict=True):
+            if time.monotonic() >= deadline:
+                return 1 if failed else 0
+            name = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{index:03d}"  # sorts by time
+            argv = python("bench_all.py", *shlex.split(sweep), "--output-dir", str(folder / name))
+            log = arguments.out / "logs" / f"{folder.name}-{name}.log"
+            done = run_logged(argv, log, arguments.run_timeout)
+            failed += done.exit_code != 0
+            print(f"{folder.name} {index + 1} ({name}): exit {done.exit_code}, {done.wall_s:.1f} s")
+            if done.exit_code:
+                print(tail(log, 5), flush=True)
+            if done.exit_code == 2:  # the sweep's options were refused: every run would be
+                return 2
     return 1 if failed else 0
+
+
+def noise_table(out: Path) -> int:
+    """Per case of 50 us or more, each runs folder's run-to-run noise; OUT/noise.md."""
+    folders = sorted(path for path in out.glob("runs*") if path.is_dir())
+    if not folders:
+        print(f"--noise: no runs folder in {out}")
+        return 2
+    noise = {folder.name: _case_noise(folder) for folder in folders}
+    first = noise[folders[0].name]
+    cases = [case for case, (median_ms, *_) in first.items() if median_ms >= LARGE_CASE_MS]
+    names = list(noise)
+    lines = [
+        f"Run-to-run noise per run (%), cases >= {LARGE_CASE_MS * 1000:g} us, of {out}; "
+        "in brackets, the runs over 3 % slower than the case's median",
+        "",
+        f"| case | ms | {' | '.join(f'{name} ({_runs(noise[name])} runs)' for name in names)} |",
+        f"|---|---:|{'---:|' * len(names)}",
+    ]
+    for case in cases:
+        cells = [_noise_cell(noise[name].get(case)) for name in names]
+        lines.append(f"| {case} | {first[case][0]:.4g} | {' | '.join(cells)} |")
+    medians = [
+        f"{np.median([noise[name][case][1] for case in cases if case in noise[name]]):.2f}"
+        for name in names
+    ]
+    lines.append(f"| median over cases | | {' | '.join(medians)} |")
+    (out / "noise.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
+def _case_noise(folder: Path) -> dict[str, tuple[float, float, int, int]]:
+    """Per case label: (median ms, noise % per run, runs, runs over 3 % slow)."""
+    import tempfile
+
+    from fi_attn_bench.history.analysis import case_label
+    from fi_attn_bench.results.run_store import RunStore
+    from fi_attn_bench.results.series_noise import noise_level
+
+    runs = sorted(path for path in folder.iterdir() if path.is_dir())
+    with tempfile.TemporaryDirectory() as scratch:
+        with RunStore.open(_store(runs, Path(scratch) / "noise.sqlite"), create=False) as store:
+            history = store.history()
+    noise = {}
+    for index, case in enumerate(history.cases):
+        log_ms = np.log(history.time_ms[(history.case_index == index) & ~np.isnan(history.time_ms)])
+        if len(log_ms) >= 3:
+            slow = int((log_ms - np.median(log_ms) > np.log1p(0.03)).sum())
+            level = 100 * noise_level(log_ms)
+            noise[case_label(case)] = (float(np.exp(np.median(log_ms))), level, len(log_ms), slow)
+    return noise
+
+
+def _runs(noise: dict) -> int:
+    return max((runs for *_, runs, _ in noise.values()), default=0)
+
+
+def _noise_cell(entry) -> str:
+    return "" if entry is None else f"{entry[1]:.2f} ({entry[3]})"
 
 
 class GateError(Exception):
