@@ -383,6 +383,30 @@ def test_repro_command_reruns_exactly_that_case(tmp_path):
     assert [(r["batch_size"], r["seq_len"]) for r in rows] == [("5", "8")]
 
 
+def test_repro_repeats_a_timing_budget_that_is_not_the_default(tmp_path):
+    """A briefer budget repeats worse between processes: a rerun must time the same way."""
+    out = tmp_path / "r.csv"
+    argv = ["--output", str(out), "--preset", "smoke", "--no-check", *FAST, "--noise-target", "2"]
+    assert run_main(argv, timer=FakeTimer()) == 0
+    words = shlex.split(read_rows(out)[0]["repro"])
+    budget = dict(zip(words, words[1:], strict=False))  # each option and the word after it
+    assert budget["--max-time-per-case"] == "0.05" and budget["--min-samples"] == "3"
+    assert budget["--noise-target"] == "2" and "--warmup-ms" not in budget
+
+
+def test_repro_on_a_gpu_repeats_its_gpu_time_floor_and_sustain_phase(tmp_path):
+    options = check_options(tmp_path, device=torch.device("cuda:0"))
+    case = fake_bench_script.SPEC.presets["smoke"][0]
+    plain = sweep_options.repro_command(fake_bench_script.SPEC, options, case)
+    assert "--min-time-ms" not in plain and "--sustain-ms" not in plain
+    brief = dataclasses.replace(
+        options, timing=dataclasses.replace(options.timing, min_time_ms=100.0, sustain_ms=0.0)
+    )
+    words = sweep_options.repro_command(fake_bench_script.SPEC, brief, case).split()
+    assert words[words.index("--min-time-ms") + 1] == "100"
+    assert words[words.index("--sustain-ms") + 1] == "0"
+
+
 # ---------------------------------------------------------------- correctness check
 
 

@@ -374,6 +374,7 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words += ["--throttle-policy", timing.throttle_policy]
         words += ["--throttle-threshold", f"{timing.throttle_threshold_pct:g}"]
         words += ["--cooldown-ms", f"{timing.cooldown_ms:g}"]
+    words += _budget_words(options)
     if options.workspace_bytes != DEFAULT_WORKSPACE_BYTES:
         words += ["--workspace-mb", str(options.workspace_bytes // 2**20)]
     if options.seed:
@@ -389,6 +390,33 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
     elif (options.rtol, options.atol) != (DEFAULT_TOLERANCE, DEFAULT_TOLERANCE):
         words += ["--rtol", repr(options.rtol), "--atol", repr(options.atol)]
     return words
+
+
+def _budget_words(options: RunOptions) -> list[str]:
+    """The timing budget where it is not the default: a briefer one repeats worse between
+    processes (a fifth of it tripled power-capped prefill's run-to-run noise on an H100)."""
+    timing = options.timing
+    on_cpu = options.device.type == "cpu"
+    budget = [
+        ("--min-samples", timing.min_samples, TimingOptions.min_samples),
+        ("--noise-target", timing.noise_target_pct, TimingOptions.noise_target_pct),
+        (
+            "--max-time-per-case",
+            timing.max_time_s,
+            CPU_MAX_TIME_S if on_cpu else TimingOptions.max_time_s,
+        ),
+        ("--enough-samples", timing.enough_samples, TimingOptions.enough_samples),
+        ("--batch-ms", timing.batch_target_ms, TimingOptions.batch_target_ms),
+        ("--warmup-ms", timing.warmup_min_ms, TimingOptions.warmup_min_ms),
+    ]
+    if not on_cpu:  # the CPU has no GPU-time floor and no sustain phase to repeat
+        budget += [
+            ("--min-time-ms", timing.min_time_ms, TimingOptions.min_time_ms),
+            ("--sustain-ms", timing.sustain_ms, TimingOptions.sustain_ms),
+        ]
+    return [
+        word for flag, value, default in budget if value != default for word in (flag, f"{value:g}")
+    ]
 
 
 def repro_command(spec: BenchmarkSpec, options: RunOptions, case: Mapping[str, int]) -> str:
