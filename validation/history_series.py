@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed += done.exit_code != 0
             print(f"{folder.name} {index + 1} ({name}): exit {done.exit_code}, {done.wall_s:.1f} s")
             if done.exit_code:
-                print(tail(log, 5), flush=True)
+                print(tail(log, 5))
+            sys.stdout.flush()
             if done.exit_code == 2:  # the sweep's options were refused: every run would be
                 return 2
     return 1 if failed else 0
@@ -104,7 +107,7 @@ def noise_table(out: Path) -> int:
         return 2
     noise = {folder.name: _case_noise(folder) for folder in folders}
     first = noise[folders[0].name]
-    cases = [case for case, (median_ms, *_) in first.items() if median_ms >= LARGE_CASE_MS]
+    cases = [case for case, entry in first.items() if entry.median_ms >= LARGE_CASE_MS]
     names = list(noise)
     lines = [
         f"Run-to-run noise per run (%), cases >= {LARGE_CASE_MS * 1000:g} us, of {out}; "
@@ -115,9 +118,9 @@ def noise_table(out: Path) -> int:
     ]
     for case in cases:
         cells = [_noise_cell(noise[name].get(case)) for name in names]
-        lines.append(f"| {case} | {first[case][0]:.4g} | {' | '.join(cells)} |")
+        lines.append(f"| {case} | {first[case].median_ms:.4g} | {' | '.join(cells)} |")
     medians = [
-        f"{np.median([noise[name][case][1] for case in cases if case in noise[name]]):.2f}"
+        f"{np.median([noise[name][case].noise_pct for case in cases if case in noise[name]]):.2f}"
         for name in names
     ]
     lines.append(f"| median over cases | | {' | '.join(medians)} |")
@@ -126,8 +129,18 @@ def noise_table(out: Path) -> int:
     return 0
 
 
-def _case_noise(folder: Path) -> dict[str, tuple[float, float, int, int]]:
-    """Per case label: (median ms, noise % per run, runs, runs over 3 % slow)."""
+@dataclass(frozen=True)
+class CaseNoise:
+    """One case's runs in one folder."""
+
+    median_ms: float
+    noise_pct: float  # run-to-run noise per run (series_noise.noise_level)
+    runs: int
+    slow_runs: int  # over 3 % slower than the median
+
+
+def _case_noise(folder: Path) -> dict[str, CaseNoise]:
+    """Per case label, its noise over the folder's runs."""
     import tempfile
 
     from fi_attn_bench.history.analysis import case_label
@@ -143,17 +156,18 @@ def _case_noise(folder: Path) -> dict[str, tuple[float, float, int, int]]:
         log_ms = np.log(history.time_ms[(history.case_index == index) & ~np.isnan(history.time_ms)])
         if len(log_ms) >= 3:
             slow = int((log_ms - np.median(log_ms) > np.log1p(0.03)).sum())
+            median_ms = float(np.exp(np.median(log_ms)))
             level = 100 * noise_level(log_ms)
-            noise[case_label(case)] = (float(np.exp(np.median(log_ms))), level, len(log_ms), slow)
+            noise[case_label(case)] = CaseNoise(median_ms, level, len(log_ms), slow)
     return noise
 
 
-def _runs(noise: dict) -> int:
-    return max((runs for *_, runs, _ in noise.values()), default=0)
+def _runs(noise: dict[str, CaseNoise]) -> int:
+    return max((entry.runs for entry in noise.values()), default=0)
 
 
-def _noise_cell(entry) -> str:
-    return "" if entry is None else f"{entry[1]:.2f} ({entry[3]})"
+def _noise_cell(entry: CaseNoise | None) -> str:
+    return "" if entry is None else f"{entry.noise_pct:.2f} ({entry.slow_runs})"
 
 
 class GateError(Exception):
