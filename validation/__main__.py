@@ -41,7 +41,8 @@ PARTS = {
     ),
     "full-preset": Part("full_preset", "the full preset's predicted and measured sweep time"),
     "history-series": Part(
-        "history_series", "the same sweep in fresh processes again and again: a real run history"
+        "history_series",
+        "the same sweep in fresh processes again and again: a real run history, its noise, the gate",
     ),
     "features": Part(
         "features", "head to head, serving and sharding at reduced scope, in one call"
