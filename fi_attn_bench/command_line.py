@@ -210,14 +210,15 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     timing.add_argument(
         "--min-samples",
         type=_positive(int),
-        default=10,
-        help="at least this many samples (default 10)",
+        default=TimingOptions.min_samples,
+        help=f"at least this many samples (default {TimingOptions.min_samples})",
     )
     timing.add_argument(
         "--noise-target",
         type=_positive(float),
-        default=1.0,
-        help="stop once the noise (see --stop-rule) is <= this %% (default 1.0)",
+        default=TimingOptions.noise_target_pct,
+        help="stop once the noise (see --stop-rule) is <= this %% "
+        f"(default {TimingOptions.noise_target_pct})",
     )
     timing.add_argument(
         "--min-time-ms",

@@ -47,6 +47,11 @@ CPU_MAX_TIME_S = 0.2
 DEFAULT_CPU_THREADS = 1
 
 
+def default_max_time_s(device: torch.device) -> float:
+    """The per-case measurement budget when --max-time-per-case is not given."""
+    return CPU_MAX_TIME_S if device.type == "cpu" else TimingOptions.max_time_s
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """Everything a sweep needs, resolved from the command line."""
@@ -136,8 +141,7 @@ def _timing_options(asked, device: torch.device) -> TimingOptions:
         noise_target_pct=asked.noise_target,
         same_within_pct=asked.same_within,
         min_samples=asked.min_samples,
-        max_time_s=asked.max_time_per_case
-        or (CPU_MAX_TIME_S if device.type == "cpu" else TimingOptions.max_time_s),
+        max_time_s=asked.max_time_per_case or default_max_time_s(device),
         batch_target_ms=asked.batch_ms,
         warmup_min_ms=asked.warmup_ms,
         warmup_max_ms=max(TimingOptions.warmup_max_ms, 5 * asked.warmup_ms),
@@ -400,11 +404,7 @@ def _budget_words(options: RunOptions) -> list[str]:
     budget = [
         ("--min-samples", timing.min_samples, TimingOptions.min_samples),
         ("--noise-target", timing.noise_target_pct, TimingOptions.noise_target_pct),
-        (
-            "--max-time-per-case",
-            timing.max_time_s,
-            CPU_MAX_TIME_S if on_cpu else TimingOptions.max_time_s,
-        ),
+        ("--max-time-per-case", timing.max_time_s, default_max_time_s(options.device)),
         ("--enough-samples", timing.enough_samples, TimingOptions.enough_samples),
         ("--batch-ms", timing.batch_target_ms, TimingOptions.batch_target_ms),
         ("--warmup-ms", timing.warmup_min_ms, TimingOptions.warmup_min_ms),
