@@ -195,6 +195,20 @@ def test_history_series_noise_without_runs_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2 and done.stdout == f"--noise: no runs folder in {tmp_path}\n"
 
 
+@pytest.mark.parametrize("table", [("--noise",), ("--gate", "5")])
+def test_history_series_tables_refuse_a_run_that_is_not_one_in_one_line(tmp_path, table):
+    """The last run: --gate reads it into the first pair's noise store before comparing."""
+    write_history_runs(tmp_path, [1.0, 1.0, 1.0])
+    (tmp_path / "runs" / "run02" / "decode.csv").write_text("hello,world\n1,2\n")
+    done = validation("history-series", str(tmp_path), *table)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        done.stdout.startswith(f"{table[0]}: fi-attn-history add: ")
+        and "not a benchmark run" in done.stdout
+    )
+    assert len(done.stdout.splitlines()) == 1 and "Traceback" not in done.stderr
+
+
 def test_history_series_stops_at_sweep_options_the_scripts_refuse(tmp_path):
     done = validation("history-series", str(tmp_path), "--runs", "3", "--sweep-args=--bogus")
     assert done.returncode == 2

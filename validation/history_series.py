@@ -12,7 +12,9 @@ run.  ``--sweep-args`` given several times alternates the sweeps, run after run,
 OUT_DIR/runs-1, runs-2, ... (the same machine and minutes for each, to compare them).
 ``benchmarks/history_detection.py --save-real OUT_DIR/runs`` makes them the fixture its
 ``--real`` reads (steps are injected there; the runs themselves are step-free).  Exit 0 when
-every run exited 0, else 1; 2 bad arguments, or sweep options the first run refused.
+every run exited 0, else 1; 2 bad arguments, or sweep options the first run refused.  The
+tables below exit 2 when there are too few runs or fi-attn-history refuses one (one line
+naming why), and ``--gate`` exits 1 when the summarizer refuses a pair.
 
 ``--noise`` runs nothing on the GPU: per case of 50 us or more, the run-to-run noise of each
 runs folder (the estimator of ``fi-attn-history detect`` and ``--noise-from``) and how many
@@ -105,7 +107,11 @@ def noise_table(out: Path) -> int:
     if not folders:
         print(f"--noise: no runs folder in {out}")
         return 2
-    noise = {folder.name: _case_noise(folder) for folder in folders}
+    try:
+        noise = {folder.name: _case_noise(folder) for folder in folders}
+    except UnreadableRuns as exc:
+        print(f"--noise: {exc}")
+        return 2
     first = noise[folders[0].name]
     cases = [case for case, entry in first.items() if entry.median_ms >= LARGE_CASE_MS]
     names = list(noise)
@@ -174,6 +180,10 @@ class GateError(Exception):
     """An A/A comparison the summarizer refused (exit 2)."""
 
 
+class UnreadableRuns(Exception):
+    """fi-attn-history refused the runs (not a run, a broken CSV): exit 2."""
+
+
 def gate_table(out: Path, gate_pct: float, sides: tuple[int, int] = (1, 1)) -> int:
     """The A/A gate over consecutive runs (or medians of them), without and with
     --noise-from; OUT/gate.md (gate-KxC.md for medians)."""
@@ -187,6 +197,9 @@ def gate_table(out: Path, gate_pct: float, sides: tuple[int, int] = (1, 1)) -> i
         return 2
     try:
         counts = _gate_counts(runs, pairs, gate_pct)
+    except UnreadableRuns as exc:
+        print(f"--gate: {exc}")
+        return 2
     except GateError as exc:
         print(f"--gate: {exc}")
         return 1
@@ -233,24 +246,30 @@ def _gate_counts(runs: list[Path], pairs: list[tuple[list[Path], list[Path]]], g
 
 def _store(runs: list[Path], path: Path, branch: str = "main") -> Path:
     """A history store of these runs (fi-attn-history add)."""
-    import subprocess
-
-    add = ["-m", "fi_attn_bench.history", "add", *map(str, runs), "--store", str(path)]
-    subprocess.run(python(*add, "--branch", branch), check=True, capture_output=True)
+    _history("add", *map(str, runs), "--store", str(path), "--branch", branch)
     return path
 
 
 def _side(block: list[Path], folder: Path) -> Path:
     """One side of a pair: the run itself, or the per-case median of the block's runs."""
-    import subprocess
-
     if len(block) == 1:
         return block[0]
     store = _store(block, folder.with_suffix(".sqlite"), branch="side")
-    baseline = ["-m", "fi_attn_bench.history", "baseline", "--branch", "side"]
     median = ["--median-of", str(len(block)), "--store", str(store), "--out", str(folder)]
-    subprocess.run(python(*baseline, *median), check=True, capture_output=True)
+    _history("baseline", "--branch", "side", *median)
     return folder
+
+
+def _history(*argv: str) -> None:
+    """``fi-attn-history ARGV``; UnreadableRuns with its one-line error when it refuses."""
+    import subprocess
+
+    done = subprocess.run(
+        python("-m", "fi_attn_bench.history", *argv), capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
+        raise UnreadableRuns(f"fi-attn-history {argv[0]}: {said[-1]}")
 
 
 def _gate(baseline: Path, candidate: Path, gate_pct: float, extra: list[str], work: Path):
