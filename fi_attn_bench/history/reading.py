@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fi_attn_bench.results.case_identity import case_identity
 from fi_attn_bench.results.run_store import CaseResult, ParsedRun
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, STATUS_FAILED, case_columns
 from fi_attn_bench.summarizer.loading import load_inputs
@@ -121,10 +122,9 @@ def case_result(row: dict, keys: Sequence[str], header: Sequence[str]) -> CaseRe
     for name, default in IDENTITY_DEFAULTS.items():
         if fields.get(name, "") == "":
             fields[name] = default
-    identity = {"api": str(row["api"]), **fields}
     ok = row.get("status") != STATUS_FAILED
     return CaseResult(
-        case_key=json.dumps(identity, sort_keys=True),
+        case_key=case_identity(str(row["api"]), fields),
         api=str(row["api"]),
         impl=fields.get("impl", ""),
         fields_json=json.dumps(fields, sort_keys=True),

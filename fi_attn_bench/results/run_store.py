@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fi_attn_bench.results.case_identity import case_identity
 from fi_attn_bench.results.schema import STATUS_OK
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: cases keyed by ``case_identity`` (1: JSON that kept empty fields)
 DEFAULT_STORE_NAME = "fi-attn-history.sqlite"
 LOCK_TIMEOUT_S = 5.0  # a second writer waits this long, then gives up with exit 2
 
@@ -60,7 +61,7 @@ CREATE TABLE result_rows (
 class CaseResult:
     """One case of one run: its identity, time and the conditions it ran under."""
 
-    case_key: str  # canonical JSON of api + case fields (identity defaults filled)
+    case_key: str  # case_identity(api, case fields)
     api: str
     impl: str
     fields_json: str  # the case fields alone, as JSON, for filters and labels
@@ -204,6 +205,7 @@ class RunStore:
         several files (``bench_all.py``: one CSV per API; shards) is one run: a later file of
         it adds its cases to the stored run, and a case the run holds already is kept as is."""
         with self.transaction():
+            self._upgrade_case_keys()
             known = self.connection.execute(
                 "SELECT run_seq FROM runs WHERE run_id=?", (run.run_id,)
             ).fetchone()
@@ -243,6 +245,35 @@ class RunStore:
             if known:
                 self._extend_run(run_seq, run, len(new))
         return len(new)
+
+    def _upgrade_case_keys(self) -> None:
+        """A version-1 store rekeyed by ``case_identity`` before its first new run, inside the
+        writer's transaction; a case written both ways keeps its first id and all its runs."""
+        (version,) = self.connection.execute(
+            "SELECT value FROM meta WHERE key='store_version'"
+        ).fetchone()
+        if int(version) >= STORE_VERSION:
+            return
+        first_id: dict[str, int] = {}
+        for case_id, api, fields in self.connection.execute(
+            "SELECT case_id, api, fields FROM cases ORDER BY case_id"
+        ).fetchall():
+            survivor = first_id.setdefault(case_identity(api, json.loads(fields)), case_id)
+            if survivor != case_id:
+                for table in ("results", "result_rows"):
+                    self.connection.execute(
+                        f"UPDATE OR IGNORE {table} SET case_id=? WHERE case_id=?",
+                        (survivor, case_id),
+                    )
+                    self.connection.execute(f"DELETE FROM {table} WHERE case_id=?", (case_id,))
+                self.connection.execute("DELETE FROM cases WHERE case_id=?", (case_id,))
+        self.connection.execute("UPDATE cases SET case_key = 'upgrading:' || case_id")
+        self.connection.executemany(
+            "UPDATE cases SET case_key=? WHERE case_id=?", list(first_id.items())
+        )
+        self.connection.execute(
+            "UPDATE meta SET value=? WHERE key='store_version'", (str(STORE_VERSION),)
+        )
 
     def _insert_run(self, run: ParsedRun, branch: str) -> int:
         cursor = self.connection.execute(

@@ -16,8 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+from fi_attn_bench.results.case_identity import case_identities
 from fi_attn_bench.results.reader import LEGACY_SCHEMAS, InputIssue, ResultFile, read_file
-from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, case_columns
+from fi_attn_bench.results.schema import case_columns
 
 
 @dataclass(frozen=True)
@@ -186,16 +187,7 @@ def newest_runs(runs: Sequence[Run]) -> tuple[tuple[Run, ...], tuple[Run, ...]]:
 
 
 def case_keys(file: ResultFile) -> set[str]:
-    """Each row's case as one text: api and every case parameter (identity defaults filled)."""
+    """Each row's case identity (``case_identity``)."""
     frame = file.frame
     names = [name for name in case_columns(frame.columns) if name != "api"]
-    names = sorted({*names, *IDENTITY_DEFAULTS})
-    key = frame["api"].astype(str)
-    for name in names:
-        default = IDENTITY_DEFAULTS.get(name, "")
-        if name in frame.columns:
-            values = frame[name].astype(str).replace("", default)
-        else:
-            values = default
-        key = key + f"\x1f{name}=" + values
-    return set(key.tolist())
+    return set(case_identities(frame["api"].astype(str), {n: frame[n].astype(str) for n in names}))

@@ -13,23 +13,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fi_attn_bench.results.schema import IDENTITY_DEFAULTS
+from fi_attn_bench.results.case_identity import case_identities, case_identity
 from fi_attn_bench.results.series_noise import MIN_SERIES_RUNS, noise_level
 
 NOISE_SIGMAS = 3.0  # a change within 3 x sqrt(2) x one run's noise is what two runs often show
 
-CaseKey = tuple[str, str, frozenset]  # (device, api, the case's non-empty fields)
+CaseKey = tuple[str, str]  # (device, case_identity)
 
 
 class NoiseError(Exception):
     """The store cannot be read (missing, newer, corrupt, locked): exit 2."""
-
-
-def case_key(device: str, api: str, fields: dict) -> CaseKey:
-    """One identity for a case in the store and in a CSV row, whichever columns the file had:
-    empty fields left out, the identity defaults filled in."""
-    filled = {**IDENTITY_DEFAULTS, **{k: v for k, v in fields.items() if v != ""}}
-    return device, api, frozenset((k, v) for k, v in filled.items() if v != "")
 
 
 @dataclass(frozen=True)
@@ -42,28 +35,22 @@ class RunNoise:
         """Each row's case noise per run in % (NaN where the store has too few of its runs)."""
         if len(rows) == 0:
             return np.zeros(0)
-        columns = {
-            name: view.objects(name)[rows]
+        texts = {
+            name: _texts(view.objects(name)[rows])
             for name in ("device", "api", *case_columns)
             if name in view.frame.columns
         }
-        noise = np.full(len(rows), np.nan)
-        for index in range(len(rows)):
-            fields = {
-                name: _text(values[index])
-                for name, values in columns.items()
-                if name not in ("device", "api")
-            }
-            device = _text(columns["device"][index]) if "device" in columns else ""
-            key = case_key(device, _text(columns["api"][index]), fields)
-            sigma = self.by_case.get(key)
-            if sigma is not None:
-                noise[index] = math.expm1(sigma) * 100
-        return noise
+        devices = texts.pop("device", [""] * len(rows))
+        identities = case_identities(texts.pop("api"), texts)
+        sigma = np.array(
+            [self.by_case.get(key, np.nan) for key in zip(devices, identities, strict=True)],
+            dtype=float,
+        )
+        return np.expm1(sigma) * 100
 
 
-def _text(value) -> str:
-    return "" if value is None or value != value else str(value).strip()
+def _texts(values: np.ndarray) -> list[str]:
+    return ["" if value is None or value != value else str(value).strip() for value in values]
 
 
 def read_run_noise(path) -> RunNoise:
@@ -78,14 +65,14 @@ def read_run_noise(path) -> RunNoise:
         raise NoiseError(str(exc)) from None
     order = np.argsort(history.run_index, kind="stable")  # runs are in time order
     series: dict[CaseKey, list[float]] = {}
-    identities = [case_key("", case.api, case.fields)[1:] for case in history.cases]
+    identities = [case_identity(case.api, case.fields) for case in history.cases]
     for position in order:
         time_ms = history.time_ms[position]
         if not time_ms > 0:  # a failed case, or no time
             continue
         device = history.runs[history.run_index[position]].device
-        api, fields = identities[history.case_index[position]]
-        series.setdefault((device, api, fields), []).append(math.log(time_ms))
+        key = (device, identities[history.case_index[position]])
+        series.setdefault(key, []).append(math.log(time_ms))
     return RunNoise(
         {
             key: noise_level(np.asarray(values))
