@@ -17,7 +17,8 @@ within one run of it is reported by the time the third run after it is added.
 --real measures on real noise instead: the 48 runs of tests/fixtures/h100_history/ (the same
 sweep in 48 fresh processes on an H100, ``python -m validation history-series``), in their own
 order for the first history and shuffled for the others, with the same steps injected into
-half the cases; ``--save-real RUNS_DIR`` rebuilds that fixture from such runs.
+half the cases; ``--save-real RUNS_DIR`` rebuilds that fixture from such runs, and ``--history
+PATH`` names another fixture for both.
 """
 
 from __future__ import annotations
@@ -369,28 +370,28 @@ def history_pair_reports(job: tuple[int, int, str]) -> list[tuple[History, dict[
     return [(history, {name: of(history) for name, of in chosen.items()}) for history in pair]
 
 
-def real_history_reports(job: tuple[int, int, str]) -> list[tuple[History, dict[str, Reports]]]:
+def real_history_reports(job: tuple) -> list[tuple[History, dict[str, Reports]]]:
     """One history of the real runs (the first in their own order), seeded by (seed, index)."""
-    seed, index, engine_name = job
+    seed, index, engine_name, path = job
     rng = np.random.default_rng([seed, index])
-    history = real_history(rng, real_runs(), shuffled=index > 0)
+    history = real_history(rng, real_runs(path), shuffled=index > 0)
     return [(history, {name: of(history) for name, of in methods(engine_name).items()})]
 
 
 def quality_tables(
-    histories: int, seed: int, engine_name: str, workers: int, real: bool = False
+    histories: int, seed: int, engine_name: str, workers: int, real: Path | None = None
 ) -> str:
     import multiprocessing
 
-    jobs = [(seed, index, engine_name) for index in range(histories)]
-    reports_of = real_history_reports if real else history_pair_reports
+    jobs = [(seed, index, engine_name, real) for index in range(histories)]
+    reports_of = history_pair_reports if real is None else real_history_reports
     if workers > 1:
         with multiprocessing.Pool(workers) as workers_pool:
             results = workers_pool.map(reports_of, jobs, chunksize=1)
     else:
         results = [reports_of(job) for job in jobs]
     names = list(methods(engine_name))
-    groups = case_groups(real)
+    groups = case_groups(real is not None)
     tallies = {(group, name): Tally() for group in groups for name in names}
     for pair in results:
         for history, reports in pair:
@@ -542,16 +543,23 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="processes (histories in parallel)")
     parser.add_argument("--real", action="store_true", help="real H100 runs, steps injected")
     parser.add_argument("--save-real", metavar="RUNS_DIR", type=Path, help="rebuild that fixture")
+    parser.add_argument(
+        "--history",
+        type=Path,
+        default=REAL_HISTORY,
+        help="the real-run fixture that --real reads and --save-real writes",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.save_real:
-        print(save_real_history(args.save_real))
+        print(save_real_history(args.save_real, args.history))
     elif args.speed:
         print(speed(Path(args.speed)))
     elif args.otava:
         print(otava_scores())
     else:
-        print(quality_tables(args.histories, args.seed, args.engine, args.workers, args.real))
+        real = args.history if args.real else None
+        print(quality_tables(args.histories, args.seed, args.engine, args.workers, real))
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 
