@@ -158,13 +158,12 @@ def _case_noise(folder: Path) -> dict[str, CaseNoise]:
         with RunStore.open(_store(runs, Path(scratch) / "noise.sqlite"), create=False) as store:
             history = store.history()
     noise = {}
-    for index, case in enumerate(history.cases):
-        log_ms = np.log(history.time_ms[(history.case_index == index) & ~np.isnan(history.time_ms)])
+    for (_, index), log_ms in history.log_time_series().items():
         if len(log_ms) >= 3:
             slow = int((log_ms - np.median(log_ms) > np.log1p(0.03)).sum())
             median_ms = float(np.exp(np.median(log_ms)))
             level = 100 * noise_level(log_ms)
-            noise[case_label(case)] = CaseNoise(median_ms, level, len(log_ms), slow)
+            noise[case_label(history.cases[index])] = CaseNoise(median_ms, level, len(log_ms), slow)
     return noise
 
 

@@ -8,7 +8,6 @@ between runs to count as a regression.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,20 +62,11 @@ def read_run_noise(path) -> RunNoise:
             history = store.history()
     except StoreError as exc:
         raise NoiseError(str(exc)) from None
-    order = np.argsort(history.run_index, kind="stable")  # runs are in time order
-    series: dict[CaseKey, list[float]] = {}
     identities = [case_identity(case.api, case.fields) for case in history.cases]
-    for position in order:
-        time_ms = history.time_ms[position]
-        if not time_ms > 0:  # a failed case, or no time
-            continue
-        device = history.runs[history.run_index[position]].device
-        key = (device, identities[history.case_index[position]])
-        series.setdefault(key, []).append(math.log(time_ms))
     return RunNoise(
         {
-            key: noise_level(np.asarray(values))
-            for key, values in series.items()
-            if len(values) >= MIN_SERIES_RUNS
+            (device, identities[case]): noise_level(log_ms)
+            for (device, case), log_ms in history.log_time_series().items()
+            if len(log_ms) >= MIN_SERIES_RUNS
         },
     )
