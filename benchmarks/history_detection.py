@@ -179,10 +179,11 @@ def real_runs(path: Path = REAL_HISTORY) -> RealRuns:
     return RealRuns(time_ms.to_numpy(), clock[time_ms.columns].to_numpy(), np.asarray(decode))
 
 
-def real_history(rng, real: RealRuns, shuffled: bool) -> History:
+def real_history(rng, real: RealRuns, shuffled: bool, length: int | None = None) -> History:
     """The real runs (in a random order when ``shuffled``) with a 2, 3 or 5 % slowdown from
-    a random run on in half the cases; the clock stays as measured (the work changed)."""
-    order = rng.permutation(len(real.time_ms)) if shuffled else np.arange(len(real.time_ms))
+    a random run on in half the cases; the clock stays as measured (the work changed).
+    ``length`` longer than the fixture: more random orders of its runs follow."""
+    order = run_order(rng, len(real.time_ms), shuffled, length or len(real.time_ms))
     times = real.time_ms[order].copy()
     runs, cases = times.shape
     step_run = np.full(cases, -1)
@@ -194,6 +195,18 @@ def real_history(rng, real: RealRuns, shuffled: bool) -> History:
         times[step_run[case] :, case] *= 1 + step_size[case]
     large = np.nanmedian(real.time_ms, axis=0) >= LARGE_CASE_MS
     return History(times, real.clock_MHz[order], step_run, step_size, [], large, decode=real.decode)
+
+
+def run_order(rng, runs: int, shuffled: bool, length: int) -> np.ndarray:
+    """``length`` run positions: the runs in order (or shuffled), then random orders of them,
+    never one run twice in a row; each run keeps all its cases, so its run-wide drift too."""
+    order = list(rng.permutation(runs) if shuffled else range(runs))
+    while len(order) < length:
+        block = rng.permutation(runs)
+        if block[0] == order[-1]:
+            block = np.roll(block, 1)
+        order.extend(block.tolist())
+    return np.asarray(order[:length])
 
 
 def save_real_history(runs_dir: Path, path: Path = REAL_HISTORY) -> str:
@@ -360,10 +373,10 @@ def methods(engine_name: str = "kernelcpd") -> dict[str, Callable]:
     }
 
 
-def history_pair_reports(job: tuple[int, int, str]) -> list[tuple[History, dict[str, Reports]]]:
+def history_pair_reports(job: tuple) -> list[tuple[History, dict[str, Reports]]]:
     """One step history and one history without steps (every other one with a clock drop),
     each history seeded by (seed, index) so results do not depend on the worker count."""
-    seed, index, engine_name = job
+    seed, index, engine_name = job[:3]
     rng = np.random.default_rng([seed, index])
     pool, model, chosen = real_cases(), NoiseModel(), methods(engine_name)
     pair = (
@@ -375,18 +388,23 @@ def history_pair_reports(job: tuple[int, int, str]) -> list[tuple[History, dict[
 
 def real_history_reports(job: tuple) -> list[tuple[History, dict[str, Reports]]]:
     """One history of the real runs (the first in their own order), seeded by (seed, index)."""
-    seed, index, engine_name, path = job
+    seed, index, engine_name, path, length = job
     rng = np.random.default_rng([seed, index])
-    history = real_history(rng, real_runs(path), shuffled=index > 0)
+    history = real_history(rng, real_runs(path), shuffled=index > 0, length=length)
     return [(history, {name: of(history) for name, of in methods(engine_name).items()})]
 
 
 def quality_tables(
-    histories: int, seed: int, engine_name: str, workers: int, real: Path | None = None
+    histories: int,
+    seed: int,
+    engine_name: str,
+    workers: int,
+    real: Path | None = None,
+    length: int | None = None,
 ) -> str:
     import multiprocessing
 
-    jobs = [(seed, index, engine_name, real) for index in range(histories)]
+    jobs = [(seed, index, engine_name, real, length) for index in range(histories)]
     reports_of = history_pair_reports if real is None else real_history_reports
     if workers > 1:
         with multiprocessing.Pool(workers) as workers_pool:
@@ -554,6 +572,11 @@ def main(argv=None) -> int:
         default=REAL_HISTORY,
         help="the real-run fixture that --real reads and --save-real writes",
     )
+    parser.add_argument(
+        "--real-runs",
+        type=int,
+        help="--real: histories of this many runs, resampled from the fixture's (default: as many)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.save_real:
@@ -564,7 +587,10 @@ def main(argv=None) -> int:
         print(otava_scores())
     else:
         real = args.history if args.real else None
-        print(quality_tables(args.histories, args.seed, args.engine, args.workers, real))
+        tables = quality_tables(
+            args.histories, args.seed, args.engine, args.workers, real, args.real_runs
+        )
+        print(tables)
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from benchmarks.history_detection import (
     FIRST_STEP_RUN,
+    REAL_HISTORY,
     REPORT_DELAY,
     STEP_SIZES,
     Tally,
     real_history,
     real_runs,
+    run_order,
 )
 
 
@@ -59,3 +62,28 @@ def test_a_step_counts_as_found_only_near_its_run_and_by_the_third_run_after():
     assert found([(k + 1, k + 2)]) == 1
     assert found([(k, k + REPORT_DELAY + 2)]) == 0  # too late
     assert found([(k + 2, k + 3)]) == 0  # the wrong run
+
+
+DEFAULT_BUDGET = REAL_HISTORY.parent.parent / "h100_history_default_budget" / "runs.csv.gz"
+
+
+def test_the_default_budget_fixture_holds_twenty_ragged_runs_of_every_case():
+    real = real_runs(DEFAULT_BUDGET)
+    assert real.time_ms.shape == real.clock_MHz.shape == (20, 20)
+    assert np.isfinite(real.time_ms).all() and (real.time_ms > 0).all()
+    assert not real.decode.any()
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_longer_histories_repeat_whole_runs_in_new_orders_never_twice_in_a_row(shuffled):
+    order = run_order(np.random.default_rng(3), 20, shuffled, 60)
+    assert len(order) == 60 and (order[1:] != order[:-1]).all()
+    for block in range(3):  # each stretch of 20 runs holds every run once
+        assert sorted(order[20 * block : 20 * (block + 1)].tolist()) == list(range(20))
+    assert (order[:20].tolist() == list(range(20))) is not shuffled
+    real = real_runs(DEFAULT_BUDGET)
+    history = real_history(np.random.default_rng(3), real, shuffled, length=60)
+    flat = history.step_run < 0
+    assert history.time_ms.shape == (60, 20)
+    assert np.array_equal(history.time_ms[:, flat], real.time_ms[order][:, flat])
+    assert (history.step_run[~flat] < 60 - REPORT_DELAY).all()
