@@ -49,6 +49,7 @@ FIRST_STEP_RUN, REPORT_DELAY = 10, 3  # a step lands at run >= 10; found by run 
 FIRST_CHECK_RUNS = 6  # the first online check sees this many runs
 STEP_SIZES = (0.02, 0.03, 0.05)
 LARGE_CASE_MS = 0.05
+CLOCK_DROP = 0.95  # a one-run throttle: every clock 5 % lower, the work unchanged
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def simulate(
     drop_run = -1
     if clock_drop:
         drop_run = int(rng.integers(FIRST_STEP_RUN, RUNS - REPORT_DELAY))
-        log_clock[drop_run] += np.log(0.95)
+        log_clock[drop_run] += np.log(CLOCK_DROP)
     log_time = np.log(base) - exponent * (log_clock - np.log(clock0))
     log_time += rng.normal(0, model.shared_drift_sd, size=(RUNS, 1))
     log_time += (
@@ -139,10 +140,9 @@ def simulate(
     gap = rng.uniform(*model.bimodal_gap, size=CASES)
     log_time += (rng.random((RUNS, CASES)) < model.bimodal_upper_p) * (bimodal * gap)
     outliers = []
-    for run in np.flatnonzero(rng.random(RUNS) < 1 / model.outlier_every):
-        case = int(rng.integers(CASES))
-        log_time[run, case] += np.log1p(rng.uniform(*model.outlier_range))
-        outliers.append((int(run), case))
+    for run, case, factor in outlier_events(rng, RUNS, CASES, model):
+        log_time[run, case] += np.log(factor)
+        outliers.append((run, case))
     step_run = np.full(CASES, -1)
     step_size = np.zeros(CASES)
     if steps:
@@ -162,6 +162,16 @@ def simulate(
     )
 
 
+def outlier_events(rng, runs: int, cases: int, model: NoiseModel) -> list[tuple[int, int, float]]:
+    """In about one run of ``model.outlier_every``, one case slower by the outlier range (a
+    throttled run): (run, case, time factor)."""
+    events = []
+    for run in np.flatnonzero(rng.random(runs) < 1 / model.outlier_every):
+        case = int(rng.integers(cases))
+        events.append((int(run), case, 1 + float(rng.uniform(*model.outlier_range))))
+    return events
+
+
 @dataclass(frozen=True)
 class RealRuns:
     """The real run-history fixture as runs x cases matrices."""
@@ -179,10 +189,19 @@ def real_runs(path: Path = REAL_HISTORY) -> RealRuns:
     return RealRuns(time_ms.to_numpy(), clock[time_ms.columns].to_numpy(), np.asarray(decode))
 
 
-def real_history(rng, real: RealRuns, shuffled: bool, length: int | None = None) -> History:
+def real_history(
+    rng,
+    real: RealRuns,
+    shuffled: bool,
+    length: int | None = None,
+    events: bool = False,
+    clock_drop: bool = False,
+) -> History:
     """The real runs (in a random order when ``shuffled``) with a 2, 3 or 5 % slowdown from
     a random run on in half the cases; the clock stays as measured (the work changed).
-    ``length`` longer than the fixture: more random orders of its runs follow."""
+    ``length`` longer than the fixture: more random orders of its runs follow.  ``events``:
+    the simulation's one-case outliers too and, with ``clock_drop``, one run where every
+    clock reads 5 % lower and time rises by the case's exponent (decode 0.3, prefill 1)."""
     order = run_order(rng, len(real.time_ms), shuffled, length or len(real.time_ms))
     times = real.time_ms[order].copy()
     runs, cases = times.shape
@@ -193,8 +212,18 @@ def real_history(rng, real: RealRuns, shuffled: bool, length: int | None = None)
     step_size[stepped] = rng.choice(STEP_SIZES, size=len(stepped))
     for case in stepped:
         times[step_run[case] :, case] *= 1 + step_size[case]
+    clock = real.clock_MHz[order].copy()
+    outliers, drop_run = [], -1
+    if events:
+        for run, case, factor in outlier_events(rng, runs, cases, NoiseModel()):
+            times[run, case] *= factor
+            outliers.append((run, case))
+        if clock_drop:
+            drop_run = int(rng.integers(FIRST_STEP_RUN, runs - REPORT_DELAY))
+            clock[drop_run] *= CLOCK_DROP
+            times[drop_run] *= CLOCK_DROP ** -np.where(real.decode, 0.3, 1.0)
     large = np.nanmedian(real.time_ms, axis=0) >= LARGE_CASE_MS
-    return History(times, real.clock_MHz[order], step_run, step_size, [], large, decode=real.decode)
+    return History(times, clock, step_run, step_size, outliers, large, drop_run, decode=real.decode)
 
 
 def run_order(rng, runs: int, shuffled: bool, length: int) -> np.ndarray:
@@ -388,9 +417,16 @@ def history_pair_reports(job: tuple) -> list[tuple[History, dict[str, Reports]]]
 
 def real_history_reports(job: tuple) -> list[tuple[History, dict[str, Reports]]]:
     """One history of the real runs (the first in their own order), seeded by (seed, index)."""
-    seed, index, engine_name, path, length = job
+    seed, index, engine_name, path, length, events = job
     rng = np.random.default_rng([seed, index])
-    history = real_history(rng, real_runs(path), shuffled=index > 0, length=length)
+    history = real_history(
+        rng,
+        real_runs(path),
+        shuffled=index > 0,
+        length=length,
+        events=events,
+        clock_drop=index % 2 == 0,
+    )
     return [(history, {name: of(history) for name, of in methods(engine_name).items()})]
 
 
@@ -401,10 +437,11 @@ def quality_tables(
     workers: int,
     real: Path | None = None,
     length: int | None = None,
+    events: bool = False,
 ) -> str:
     import multiprocessing
 
-    jobs = [(seed, index, engine_name, real, length) for index in range(histories)]
+    jobs = [(seed, index, engine_name, real, length, events) for index in range(histories)]
     reports_of = history_pair_reports if real is None else real_history_reports
     if workers > 1:
         with multiprocessing.Pool(workers) as workers_pool:
@@ -577,6 +614,12 @@ def main(argv=None) -> int:
         type=int,
         help="--real: histories of this many runs, resampled from the fixture's (default: as many)",
     )
+    parser.add_argument(
+        "--events",
+        action="store_true",
+        help="--real: inject the simulation's one-case outliers, and a one-run 5 %% clock drop "
+        "in every other history",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.save_real:
@@ -588,7 +631,7 @@ def main(argv=None) -> int:
     else:
         real = args.history if args.real else None
         tables = quality_tables(
-            args.histories, args.seed, args.engine, args.workers, real, args.real_runs
+            args.histories, args.seed, args.engine, args.workers, real, args.real_runs, args.events
         )
         print(tables)
     print(f"\n({time.perf_counter() - started:.0f} s)")

@@ -87,3 +87,23 @@ def test_longer_histories_repeat_whole_runs_in_new_orders_never_twice_in_a_row(s
     assert history.time_ms.shape == (60, 20)
     assert np.array_equal(history.time_ms[:, flat], real.time_ms[order][:, flat])
     assert (history.step_run[~flat] < 60 - REPORT_DELAY).all()
+
+
+def test_events_add_one_case_outliers_and_a_one_run_clock_drop_on_top_of_the_steps():
+    real = real_runs()
+    plain = real_history(np.random.default_rng(5), real, True, length=60)
+    noisy = real_history(np.random.default_rng(5), real, True, 60, events=True, clock_drop=True)
+    assert np.array_equal(plain.step_run, noisy.step_run)
+    k = noisy.clock_drop_run
+    assert FIRST_STEP_RUN <= k < 60 - REPORT_DELAY
+    assert np.allclose(noisy.clock_MHz[k], plain.clock_MHz[k] * 0.95)
+    others = np.arange(60) != k
+    assert np.array_equal(noisy.clock_MHz[others], plain.clock_MHz[others])
+    factor = noisy.time_ms / plain.time_ms
+    exponent = np.where(real.decode, 0.3, 1.0)
+    outlier_factor = np.ones_like(factor)
+    for run, case in noisy.outliers:
+        outlier_factor[run, case] = factor[run, case] / (0.95 ** -exponent[case] if run == k else 1)
+    assert noisy.outliers and all(1.05 <= outlier_factor[r, c] <= 1.10 for r, c in noisy.outliers)
+    expected = outlier_factor * np.where(others[:, None], 1.0, 0.95**-exponent)
+    assert np.allclose(factor, expected)
