@@ -13,12 +13,15 @@ within one run of it is reported by the time the third run after it is added.
     python benchmarks/history_detection.py --otava        # otava-test-data's series
     python benchmarks/history_detection.py --engines      # ruptures vs e-divisive
     python benchmarks/history_detection.py --real [--histories 200]
+    python benchmarks/history_detection.py --real --history PATH --real-runs 60 --events
 
 --real measures on real noise instead: the 48 runs of tests/fixtures/h100_history/ (the same
 sweep in 48 fresh processes on an H100, ``python -m validation history-series``), in their own
 order for the first history and shuffled for the others, with the same steps injected into
 half the cases; ``--save-real RUNS_DIR`` rebuilds that fixture from such runs, and ``--history
-PATH`` names another fixture for both.
+PATH`` names another fixture for both (tests/fixtures/h100_history_default_budget/: 20 runs at
+the default timing budget).  ``--real-runs 60`` resamples the runs into longer histories, and
+``--events`` adds the simulation's one-case outliers and one-run clock drops to them.
 """
 
 from __future__ import annotations
