@@ -14,6 +14,7 @@ from fi_attn_bench.history import reading
 from fi_attn_bench.history.command_line import main
 from fi_attn_bench.results import run_store
 from fi_attn_bench.results.case_identity import case_identities, case_identity
+from fi_attn_bench.summarizer.run_noise import read_run_noise
 
 DECODE = Path(__file__).parent / "fixtures" / "real_csv" / "h100_decode_default.csv"
 
@@ -111,3 +112,20 @@ def test_a_version_2_store_matches_a_case_whichever_columns_its_file_had(tmp_pat
     assert main(["add", str(_write(tmp_path / "a.csv", 1)), "--store", str(store)]) == 0
     assert main(["add", str(_write(tmp_path / "b.csv", 2, **extra)), "--store", str(store)]) == 0
     assert _cases_and_results(store)[:2] == (27, [2] * 27)
+
+
+def test_noise_from_a_version_1_store_joins_the_two_halves_of_a_split_case(tmp_path, monkeypatch):
+    """Read-only use never rekeys the store: --noise-from itself joins what version 1 split
+    (6 + 6 runs: neither half alone reaches the 10 runs a noise estimate needs)."""
+    store = tmp_path / "h.sqlite"
+    with monkeypatch.context() as patch:
+        patch.setattr(run_store, "STORE_VERSION", 1)
+        patch.setattr(reading, "case_identity", _old_json_key)
+        for hour in range(1, 13):
+            extra = {"causal": ""} if hour % 2 else {}
+            path = _write(tmp_path / f"{hour}.csv", hour, **extra)
+            assert main(["add", str(path), "--store", str(store)]) == 0
+    assert _cases_and_results(store)[0] == 54
+    noise = read_run_noise(store)
+    assert len(noise.by_case) == 27
+    assert _cases_and_results(store)[2] == "1"  # reading did not write

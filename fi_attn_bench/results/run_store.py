@@ -135,19 +135,20 @@ class History:
     clock_MHz: np.ndarray  # NaN where unknown
     power_capped_pct: np.ndarray
 
-    def log_time_series(self) -> dict[tuple[str, int], np.ndarray]:
-        """Per (device, case position), the log times of its timed results in run order."""
+    def log_time_series(self, case_keys: Sequence | None = None) -> dict[tuple, np.ndarray]:
+        """Per (device, case position), the log times of its timed results in run order;
+        with ``case_keys`` (one per case position), per (device, key): cases that share a key
+        share a series."""
         timed = np.flatnonzero(self.time_ms > 0)  # a failed case has no time
         timed = timed[np.argsort(self.run_index[timed], kind="stable")]
         devices = np.array([run.device for run in self.runs], dtype=object)[self.run_index[timed]]
-        series: dict[tuple[str, int], list[float]] = {}
-        for device, case, time_ms in zip(
-            devices.tolist(),
-            self.case_index[timed].tolist(),
-            self.time_ms[timed].tolist(),
-            strict=True,
+        cases = self.case_index[timed].tolist()
+        keys = cases if case_keys is None else [case_keys[case] for case in cases]
+        series: dict[tuple, list[float]] = {}
+        for device, key, time_ms in zip(
+            devices.tolist(), keys, self.time_ms[timed].tolist(), strict=True
         ):
-            series.setdefault((device, case), []).append(time_ms)
+            series.setdefault((device, key), []).append(time_ms)
         return {key: np.log(values) for key, values in series.items()}
 
 

@@ -65,8 +65,8 @@ def read_run_noise(path) -> RunNoise:
     identities = [case_identity(case.api, case.fields) for case in history.cases]
     return RunNoise(
         {
-            (device, identities[case]): noise_level(log_ms)
-            for (device, case), log_ms in history.log_time_series().items()
+            key: noise_level(log_ms)
+            for key, log_ms in history.log_time_series(identities).items()
             if len(log_ms) >= MIN_SERIES_RUNS
         },
     )
