@@ -277,6 +277,31 @@ def test_detect_finds_a_step_on_its_commit_and_ignores_a_throttled_run(tmp_path,
     assert found[0]["confidence"] > 0.99
 
 
+def default_budget_history() -> tuple[np.ndarray, np.ndarray]:
+    """20 real H100 runs of the ragged-prefill preset at the default budget (runs x cases)."""
+    frame = pd.read_csv(ROOT / "tests" / "fixtures" / "h100_history_default_budget" / "runs.csv.gz")
+    time_ms = frame.pivot(index="run", columns="case", values="time_ms")
+    clock = frame.pivot(index="run", columns="case", values="sm_clock_mean_MHz")
+    return time_ms.to_numpy(), clock[time_ms.columns].to_numpy()
+
+
+def test_real_power_capped_runs_without_a_change_report_none():
+    time_ms, clock = default_budget_history()
+    assert detect(time_ms, clock).change_points == ()
+
+
+def test_a_two_percent_step_in_real_runs_is_found_by_the_third_run_after_it():
+    """Each case >= 50 us of the real runs, slowed 2 % from run 12 on, seen through run 15."""
+    time_ms, clock = default_budget_history()
+    large = np.flatnonzero(np.median(time_ms, axis=0) >= 0.05)
+    assert len(large) == 16
+    for case in large:
+        stepped = time_ms.copy()
+        stepped[12:, case] *= 1.02
+        points = detect(stepped[:16], clock[:16]).change_points
+        assert [(point.series, abs(point.run - 12) <= 1) for point in points] == [(case, True)]
+
+
 def test_detect_filters_cases_and_rejects_bad_filters(tmp_path, capsys):
     factors = noisy_factors(20, 27, seed=4)
     factors[12:, 0] *= 1.06
