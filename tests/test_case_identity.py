@@ -88,7 +88,7 @@ def _cases_and_results(store: Path) -> tuple[int, list[int], str]:
 
 
 def test_a_version_1_store_is_rekeyed_on_its_next_add_and_each_case_keeps_all_its_runs(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
     """Version 1 split a case when a newer harness added a case column, left empty; the
     next add under version 2 joins the two halves of each history."""
@@ -100,9 +100,16 @@ def test_a_version_1_store_is_rekeyed_on_its_next_add_and_each_case_keeps_all_it
         newer = _write(tmp_path / "b.csv", 2, causal="")
         assert main(["add", str(newer), "--store", str(store)]) == 0
     assert _cases_and_results(store) == (54, [1] * 54, "1")
+    capsys.readouterr()
 
     assert main(["add", str(_write(tmp_path / "c.csv", 3)), "--store", str(store)]) == 0
     assert _cases_and_results(store) == (27, [3] * 27, str(run_store.STORE_VERSION))
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == (
+        f"upgraded history store {store} from version 1 to {run_store.STORE_VERSION}"
+        " (27 case(s) that older keys split are joined)"
+    )
+    assert said[1].startswith("added 1 run(s), 27 result(s)")
     assert main(["detect", "--store", str(store)]) == 0
 
 

@@ -113,6 +113,9 @@ def run_add(args) -> int:
     branch = args.branch if args.branch is not None else default_branch()
     added: dict[str, int] = {}  # per run id, results new to the store
     with RunStore.open(store_path, create=True) as store:
+        upgrade = store.upgrade()
+        if upgrade is not None:
+            print(upgrade.message(store_path))
         for run in runs:
             added[run.run_id] = added.get(run.run_id, 0) + store.add_run(run, branch)
     grown = sum(1 for count in added.values() if count)

@@ -152,6 +152,21 @@ class History:
         return {key: np.log(values) for key, values in series.items()}
 
 
+@dataclass(frozen=True)
+class StoreUpgrade:
+    """What opening an older store for writing changed."""
+
+    from_version: int
+    to_version: int
+    joined_cases: int  # cases the old keys had split in two, now one
+
+    def message(self, path) -> str:
+        return (
+            f"upgraded history store {path} from version {self.from_version} to "
+            f"{self.to_version} ({self.joined_cases} case(s) that older keys split are joined)"
+        )
+
+
 class RunStore:
     """A SQLite store; open with ``RunStore.open`` and use as a context manager."""
 
@@ -221,7 +236,7 @@ class RunStore:
         several files (``bench_all.py``: one CSV per API; shards) is one run: a later file of
         it adds its cases to the stored run, and a case the run holds already is kept as is."""
         with self.transaction():
-            self._upgrade_case_keys()
+            self._upgrade_case_keys()  # a no-op once upgrade() ran; a caller may skip it
             known = self.connection.execute(
                 "SELECT run_seq FROM runs WHERE run_id=?", (run.run_id,)
             ).fetchone()
@@ -262,20 +277,27 @@ class RunStore:
                 self._extend_run(run_seq, run, len(new))
         return len(new)
 
-    def _upgrade_case_keys(self) -> None:
-        """A version-1 store rekeyed by ``case_identity`` before its first new run, inside the
-        writer's transaction; a case written both ways keeps its first id and all its runs."""
+    def upgrade(self) -> StoreUpgrade | None:
+        """An older store brought to this version in one transaction (None: already there)."""
+        with self.transaction():
+            return self._upgrade_case_keys()
+
+    def _upgrade_case_keys(self) -> StoreUpgrade | None:
+        """A version-1 store rekeyed by ``case_identity``, inside the writer's transaction; a
+        case written both ways keeps its first id and all its runs."""
         (version,) = self.connection.execute(
             "SELECT value FROM meta WHERE key='store_version'"
         ).fetchone()
         if int(version) >= STORE_VERSION:
-            return
+            return None
+        joined = 0
         first_id: dict[str, int] = {}
         for case_id, api, fields in self.connection.execute(
             "SELECT case_id, api, fields FROM cases ORDER BY case_id"
         ).fetchall():
             survivor = first_id.setdefault(case_identity(api, json.loads(fields)), case_id)
             if survivor != case_id:
+                joined += 1
                 for table in ("results", "result_rows"):
                     self.connection.execute(
                         f"UPDATE OR IGNORE {table} SET case_id=? WHERE case_id=?",
@@ -290,6 +312,7 @@ class RunStore:
         self.connection.execute(
             "UPDATE meta SET value=? WHERE key='store_version'", (str(STORE_VERSION),)
         )
+        return StoreUpgrade(int(version), STORE_VERSION, joined)
 
     def _insert_run(self, run: ParsedRun, branch: str) -> int:
         cursor = self.connection.execute(
