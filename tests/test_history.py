@@ -302,6 +302,20 @@ def test_a_two_percent_step_in_real_runs_is_found_by_the_third_run_after_it():
         assert [(point.series, abs(point.run - 12) <= 1) for point in points] == [(case, True)]
 
 
+def test_one_commit_slowing_half_the_real_cases_is_reported_on_each_of_them():
+    """Every other case 2 % slower from run 14 on: the run-wide factor moves by about half of
+    that, and removing it whole hid every step; a lasting shift most cases do not share stays."""
+    time_ms, clock = default_budget_history()
+    slowed = np.arange(time_ms.shape[1]) % 2 == 0
+    stepped = time_ms.copy()
+    stepped[14:, slowed] *= 1.02
+    points = detect(stepped[:18], clock[:18]).change_points
+    large = np.median(time_ms, axis=0) >= 0.05
+    reported = {point.series for point in points}
+    assert set(np.flatnonzero(slowed & large)) <= reported <= set(np.flatnonzero(slowed))
+    assert all(abs(point.run - 14) <= 1 for point in points)
+
+
 def test_detect_filters_cases_and_rejects_bad_filters(tmp_path, capsys):
     factors = noisy_factors(20, 27, seed=4)
     factors[12:, 0] *= 1.06

@@ -10,7 +10,9 @@ least-squares segmentation with a penalty) looks at each case:
 2. shared drift: the median over cases of each run's deviation from the case's own level
    is a run-wide factor (a slower machine that day); the levels come from a first search
    on each case, so the cases that stepped do not pull the factor.  It is removed from
-   every case and searched on its own;
+   every case and searched on its own, except a lasting shift of it that fewer than 80 %
+   of the cases follow: one commit slowing many cases moves the factor, and that stays in
+   the cases it touched (a machine change moves them all, and is removed);
 3. one-run blips: the search sees a running median of three (the newest run included).
 
 A change point is the first run at a new level, its size the ratio of the medians around
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,6 +49,9 @@ class DetectionSettings:
     normalize_clock: bool = True
     remove_shared_drift: bool = True
     drift_passes: int = 2  # re-estimates of the run-wide factor against each case's levels
+    keep_drift_levels: bool = True  # a lasting run-wide shift stays in the cases (code changes)
+    drift_keep_pct: float = 0.5  # the smallest lasting run-wide shift kept
+    machine_shift_share: float = 0.8  # a lasting shift this share of cases follows: the machine's
     median_filter: bool = True
     min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
     min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
@@ -116,10 +121,13 @@ def detect(
     )
     exponents = np.array([n.clock_exponent for n in normalization])
     scaled = log_time + exponents * centered(log_clock)
-    drift = np.zeros(len(scaled))
+    drift = removed = np.zeros(len(scaled))
     if settings.remove_shared_drift:
         drift = shared_drift(scaled, settings, engine)
-    residual = scaled - drift[:, None]
+        removed = drift
+        if settings.keep_drift_levels and np.any(drift):
+            removed = drift - lasting_levels(drift, scaled, settings, engine)
+    residual = scaled - removed[:, None]
     points = [
         ChangePoint(column, run, size, confidence)
         for column in range(residual.shape[1])
@@ -131,7 +139,7 @@ def detect(
             for run, size, confidence in series_change_points(drift, settings, engine)
         ]
     noise = np.array([series_noise(residual[:, column]) for column in range(residual.shape[1])])
-    return Detection(tuple(points), normalization, drift, noise)
+    return Detection(tuple(points), normalization, removed, noise)
 
 
 def series_noise(values: np.ndarray) -> float:
@@ -248,6 +256,38 @@ def piecewise_levels(series: np.ndarray, settings: DetectionSettings, engine: En
     for start, end in zip(bounds, bounds[1:], strict=False):
         levels[positions[start:end]] = np.median(values[start:end])
     return levels
+
+
+def lasting_levels(
+    drift: np.ndarray, log_time: np.ndarray, settings: DetectionSettings, engine: Engine
+) -> np.ndarray:
+    """The run-wide factor's lasting shifts that most cases do not share (a code change in
+    some of them pulls the factor; a machine change moves them all): a step function at the
+    changes the factor's own search reports, down to ``drift_keep_pct``."""
+    confirmed = replace(settings, min_change_pct=settings.drift_keep_pct)
+    starts = [run for run, _, _ in series_change_points(drift, confirmed, engine)]
+    bounds = [0, *starts, len(drift)]
+    medians = [float(np.median(drift[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
+    levels = np.zeros_like(drift)
+    kept = 0.0
+    for index in range(1, len(medians)):
+        shift = medians[index] - medians[index - 1]
+        before, start, end = bounds[index - 1], bounds[index], bounds[index + 1]
+        if share_following(log_time[before:start], log_time[start:end], shift) < (
+            settings.machine_shift_share
+        ):
+            kept += shift
+        levels[start:end] = kept
+    return levels
+
+
+def share_following(before: np.ndarray, after: np.ndarray, shift: float) -> float:
+    """The share of cases whose own level moved by about ``shift`` (within half of it)."""
+    moved = nanmedian(after, axis=0) - nanmedian(before, axis=0)
+    moved = moved[np.isfinite(moved)]
+    if len(moved) == 0:
+        return 1.0
+    return float(np.mean(np.abs(moved - shift) <= 0.5 * abs(shift)))
 
 
 def series_change_points(
