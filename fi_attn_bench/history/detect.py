@@ -133,10 +133,10 @@ def detect(
         for column in range(residual.shape[1])
         for run, size, confidence in series_change_points(residual[:, column], settings, engine)
     ]
-    if settings.remove_shared_drift and np.any(drift):
+    if settings.remove_shared_drift and np.any(removed):  # a shift left in the cases is theirs
         points += [
             ChangePoint(-1, run, size, confidence)
-            for run, size, confidence in series_change_points(drift, settings, engine)
+            for run, size, confidence in series_change_points(removed, settings, engine)
         ]
     noise = np.array([series_noise(residual[:, column]) for column in range(residual.shape[1])])
     return Detection(tuple(points), normalization, removed, noise)
