@@ -49,9 +49,8 @@ class DetectionSettings:
     normalize_clock: bool = True
     remove_shared_drift: bool = True
     drift_passes: int = 2  # re-estimates of the run-wide factor against each case's levels
-    keep_drift_levels: bool = True  # a lasting run-wide shift stays in the cases (code changes)
-    drift_keep_pct: float = 0.5  # the smallest lasting run-wide shift kept
-    machine_shift_share: float = 0.8  # a lasting shift this share of cases follows: the machine's
+    drift_keep_pct: float = 0.5  # the smallest lasting run-wide shift left in the cases
+    machine_shift_share: float = 0.8  # a lasting shift this share follows is the machine's (0: all)
     median_filter: bool = True
     min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
     min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
@@ -121,19 +120,18 @@ def detect(
     )
     exponents = np.array([n.clock_exponent for n in normalization])
     scaled = log_time + exponents * centered(log_clock)
-    drift = removed = np.zeros(len(scaled))
+    removed = np.zeros(len(scaled))  # per run, the log factor taken out of every case
     if settings.remove_shared_drift:
-        drift = shared_drift(scaled, settings, engine)
-        removed = drift
-        if settings.keep_drift_levels and np.any(drift):
-            removed = drift - lasting_levels(drift, scaled, settings, engine)
+        removed = shared_drift(scaled, settings, engine)
+        if np.any(removed):
+            removed = removed - lasting_levels(removed, scaled, settings, engine)
     residual = scaled - removed[:, None]
     points = [
         ChangePoint(column, run, size, confidence)
         for column in range(residual.shape[1])
         for run, size, confidence in series_change_points(residual[:, column], settings, engine)
     ]
-    if settings.remove_shared_drift and np.any(removed):  # a shift left in the cases is theirs
+    if np.any(removed):  # the run-wide series; a shift left in the cases is theirs
         points += [
             ChangePoint(-1, run, size, confidence)
             for run, size, confidence in series_change_points(removed, settings, engine)
