@@ -405,32 +405,42 @@ def methods(engine_name: str = "kernelcpd") -> dict[str, Callable]:
     }
 
 
-def history_pair_reports(job: tuple) -> list[tuple[History, dict[str, Reports]]]:
+@dataclass(frozen=True)
+class Job:
+    """One history (a pair, simulated) to build and detect on, in a worker process."""
+
+    seed: int
+    index: int  # seeds the history with ``seed``, so results do not depend on the workers
+    engine_name: str
+    real: Path | None = None  # the real-run fixture; None: simulated
+    length: int | None = None  # --real-runs
+    events: bool = False  # --events
+
+
+def history_pair_reports(job: Job) -> list[tuple[History, dict[str, Reports]]]:
     """One step history and one history without steps (every other one with a clock drop),
     each history seeded by (seed, index) so results do not depend on the worker count."""
-    seed, index, engine_name = job[:3]
-    rng = np.random.default_rng([seed, index])
-    pool, model, chosen = real_cases(), NoiseModel(), methods(engine_name)
+    rng = np.random.default_rng([job.seed, job.index])
+    pool, model, chosen = real_cases(), NoiseModel(), methods(job.engine_name)
     pair = (
         simulate(rng, pool, model, steps=True, clock_drop=False),
-        simulate(rng, pool, model, steps=False, clock_drop=index % 2 == 0),
+        simulate(rng, pool, model, steps=False, clock_drop=job.index % 2 == 0),
     )
     return [(history, {name: of(history) for name, of in chosen.items()}) for history in pair]
 
 
-def real_history_reports(job: tuple) -> list[tuple[History, dict[str, Reports]]]:
+def real_history_reports(job: Job) -> list[tuple[History, dict[str, Reports]]]:
     """One history of the real runs (the first in their own order), seeded by (seed, index)."""
-    seed, index, engine_name, path, length, events = job
-    rng = np.random.default_rng([seed, index])
+    rng = np.random.default_rng([job.seed, job.index])
     history = real_history(
         rng,
-        real_runs(path),
-        shuffled=index > 0,
-        length=length,
-        events=events,
-        clock_drop=index % 2 == 0,
+        real_runs(job.real),
+        shuffled=job.index > 0,
+        length=job.length,
+        events=job.events,
+        clock_drop=job.index % 2 == 0,
     )
-    return [(history, {name: of(history) for name, of in methods(engine_name).items()})]
+    return [(history, {name: of(history) for name, of in methods(job.engine_name).items()})]
 
 
 def quality_tables(
@@ -444,7 +454,7 @@ def quality_tables(
 ) -> str:
     import multiprocessing
 
-    jobs = [(seed, index, engine_name, real, length, events) for index in range(histories)]
+    jobs = [Job(seed, index, engine_name, real, length, events) for index in range(histories)]
     reports_of = history_pair_reports if real is None else real_history_reports
     if workers > 1:
         with multiprocessing.Pool(workers) as workers_pool:

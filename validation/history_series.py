@@ -45,8 +45,9 @@ from validation.running import python, run_logged, tail
 
 LARGE_CASE_MS = 0.05  # the detection tables' split: smaller cases are timer-grain noisy
 
-SWEEP_ARGS = "--scripts bench_batch_decode bench_batch_prefill_ragged --preset default --no-check"  # memory-bound decode and power-capped prefill at the default timing budget: a fifth of it
-# tripled prefill's run-to-run noise on an H100 (docs/VALIDATION.md, "Timing budget")
+# Memory-bound decode and power-capped prefill at the default timing budget: a fifth of it
+# tripled prefill's run-to-run noise on an H100 (docs/VALIDATION.md, "Timing budget").
+SWEEP_ARGS = "--scripts bench_batch_decode bench_batch_prefill_ragged --preset default --no-check"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
