@@ -634,6 +634,10 @@ def main(argv=None) -> int:
         "in every other history",
     )
     args = parser.parse_args(argv)
+    if args.real and not args.history.is_file():
+        parser.error(f"--history {args.history}: no such file")
+    if args.real_runs is not None and args.real_runs < 1:
+        parser.error("--real-runs must be positive")
     started = time.perf_counter()
     if args.save_real:
         print(save_real_history(args.save_real, args.history))

@@ -123,3 +123,19 @@ def test_a_commit_slowing_every_decode_case_leaves_the_prefill_cases_alone():
     per_case = {point.series for point in points}
     assert set(np.flatnonzero(real.decode & large)) <= per_case <= set(np.flatnonzero(real.decode))
     assert all(abs(point.run - 14) <= 1 for point in points)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--real", "--history", "missing.csv.gz"], "--history missing.csv.gz: no such file"),
+        (["--real", "--real-runs", "0"], "--real-runs must be positive"),
+    ],
+)
+def test_bad_real_run_options_are_one_error_and_exit_2_before_any_work(argv, said, capsys):
+    from benchmarks.history_detection import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(said)
