@@ -205,6 +205,7 @@ def test_large_sides_read_in_a_forked_process_equal_reading_them_in_turn(monkeyp
 
 
 def test_a_broken_pool_falls_back_to_reading_here(monkeypatch):
+    import concurrent.futures
     from concurrent.futures.process import BrokenProcessPool
 
     from fi_attn_bench.results import runs
@@ -215,7 +216,7 @@ def test_a_broken_pool_falls_back_to_reading_here(monkeypatch):
 
     expected = [read_run(paths, group) for paths, group in _sides()]
     monkeypatch.setattr(runs, "PARALLEL_READ_BYTES", 0)
-    monkeypatch.setattr(runs, "ProcessPoolExecutor", Broken)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Broken)  # imported per read
     _same_runs(runs.read_runs(_sides()), expected)
 
 

@@ -1777,6 +1777,33 @@ def test_natural_codes_give_every_run_one_code_space_in_natural_order():
         assert joined.tolist() == expected
 
 
+def test_frame_codes_give_one_code_to_values_equal_once_stripped():
+    """Object and categorical columns alike: " 8" and "8" are one value, so one run's texts
+    are distinct, as natural_codes' one-run path takes them to be; empty impl is its default."""
+    import pandas as pd
+
+    from fi_attn_bench.results.schema import IDENTITY_DEFAULTS
+    from fi_attn_bench.summarizer.identity import frame_codes, natural_codes
+
+    cells = [" 8", "8", "16", "8 ", "16"]
+    for column in (pd.Series(cells, dtype=object), pd.Series(cells, dtype="category")):
+        codes, texts = frame_codes(pd.DataFrame({"batch_size": column}), "batch_size")
+        assert sorted(texts) == ["16", "8"]
+        assert [texts[code] for code in codes] == ["8", "8", "16", "8", "16"]
+        joined, ordered = natural_codes([(codes, texts)])
+        assert ordered == ["8", "16"] and joined.tolist() == [0, 0, 1, 0, 1]
+    impl = pd.DataFrame(
+        {"impl": pd.Series(["", "fa3", IDENTITY_DEFAULTS["impl"]], dtype="category")}
+    )
+    codes, texts = frame_codes(impl, "impl")
+    assert [texts[code] for code in codes] == [
+        IDENTITY_DEFAULTS["impl"],
+        "fa3",
+        IDENTITY_DEFAULTS["impl"],
+    ]
+    assert len(set(texts)) == len(texts)
+
+
 def test_natural_sorted_orders_as_the_natural_key_does():
     """The numeric fast path gives sorted(key=natural_key), odd numbers and text included."""
     import random

@@ -9,11 +9,8 @@ its cases; runs of other cases (bench_all.py's scripts, a sweep's shards) are al
 from __future__ import annotations
 
 import functools
-import multiprocessing
 import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from fi_attn_bench.results.case_identity import case_identities
@@ -105,6 +102,10 @@ def read_runs(
     read = functools.partial(read_run, all_runs=all_runs, keep=keep, layouts=layouts)
     if not _worth_forking(arguments):
         return [read(paths, group) for paths, group in arguments]
+    import multiprocessing  # here: a summary, which never forks, skips its 10-20 ms import
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     context = multiprocessing.get_context("fork")
     try:
         with ProcessPoolExecutor(len(arguments) - 1, mp_context=context) as pool:
@@ -116,7 +117,11 @@ def read_runs(
 
 
 def _worth_forking(arguments) -> bool:
-    if len(arguments) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if len(arguments) < 2:
+        return False
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
         return False
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (cores or 1) >= 2 and all(

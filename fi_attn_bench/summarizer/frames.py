@@ -11,6 +11,7 @@ from fi_attn_bench.results.schema import (
     STATUS_FAILED,
     case_columns,
 )
+from fi_attn_bench.summarizer.identity import default_filled
 from fi_attn_bench.summarizer.loading import NUMERIC_OPTIONAL_KINDS, SUCCESS_STATUSES, LoadResult
 
 BASE_COLUMNS = ("api", "status", *NUMERIC_COLUMNS, "error_type", "error", "_source", "_line")
@@ -34,9 +35,22 @@ def side_frame(result: LoadResult):
             frame[name] = pd.to_numeric(frame[name], errors="coerce").astype(np.float64)
     for name, default in IDENTITY_DEFAULTS.items():
         if name in frame.columns:  # rows of files without the column, or empty cells
-            values = frame[name].to_numpy(dtype=object)
-            frame[name] = np.where(pd.isna(values) | (values == ""), default, values)
+            frame[name] = _default_filled(frame[name], default)
     return frame.reset_index(drop=True)
+
+
+def _default_filled(column, default: str):
+    """A column with absent and empty cells read as ``default``; the reader's categoricals
+    stay categorical (as object text, 200k rows cost 20 ms here and 15 ms again per key)."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes, texts = default_filled(
+            column.cat.codes.to_numpy(), column.cat.categories.tolist(), default
+        )
+        return pd.Categorical.from_codes(codes, categories=texts)
+    values = column.to_numpy(dtype=object)
+    return np.where(pd.isna(values) | (values == ""), default, values)
 
 
 def _source_column(tables):

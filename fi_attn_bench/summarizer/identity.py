@@ -57,6 +57,13 @@ def natural_codes(parts) -> tuple[np.ndarray, list[str]]:
     stays -1.  ``parts``: per run, codes into that run's distinct texts."""
     import pandas as pd
 
+    if len(parts) == 1:  # one run's texts are distinct already: no pooling (200k texts: 20 ms)
+        codes, part_texts = parts[0]
+        order = natural_order(list(part_texts))
+        rank = np.empty(len(order) + 1, dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        rank[-1] = -1
+        return rank[np.asarray(codes, dtype=np.int64)], [part_texts[i] for i in order.tolist()]
     pooled = np.array([text for _, part_texts in parts for text in part_texts], dtype=object)
     pooled_codes, distinct = pd.factorize(pooled)  # the same text in two runs: one code
     distinct = distinct.tolist()
@@ -77,12 +84,15 @@ def identity_filled(name: str, codes: np.ndarray, texts: list[str]) -> tuple[np.
     """(codes, texts) of a column with an identity default: absent (-1) and empty cells
     read as the default."""
     default = IDENTITY_DEFAULTS.get(name)
-    if default is None:
-        return codes, texts
+    return (codes, texts) if default is None else default_filled(codes, texts, default)
+
+
+def default_filled(codes: np.ndarray, texts: list, default: str) -> tuple[np.ndarray, list]:
+    """(codes, distinct texts) with absent (-1) and empty cells read as ``default``."""
     texts = [default if text == "" else text for text in texts]
-    unique = list(dict.fromkeys([*texts, default]))
-    mapping = np.array([*(unique.index(text) for text in texts), unique.index(default)])
-    return mapping[np.asarray(codes, dtype=np.int64)], unique
+    position = {text: index for index, text in enumerate(dict.fromkeys([*texts, default]))}
+    mapping = np.array([*(position[text] for text in texts), position[default]], dtype=np.int64)
+    return mapping[np.asarray(codes, dtype=np.int64)], list(position)
 
 
 def frame_codes(frame, name: str) -> tuple[np.ndarray, list[str]]:
@@ -90,15 +100,24 @@ def frame_codes(frame, name: str) -> tuple[np.ndarray, list[str]]:
     import pandas as pd
 
     if name not in frame.columns:
-        codes, texts = np.full(len(frame), -1, dtype=np.int64), []
-    elif isinstance(frame[name].dtype, pd.CategoricalDtype):  # the reader's text columns
-        codes = frame[name].cat.codes.to_numpy()
-        texts = [str(value).strip() for value in frame[name].cat.categories.tolist()]
+        return identity_filled(name, np.full(len(frame), -1, dtype=np.int64), [])
+    if isinstance(frame[name].dtype, pd.CategoricalDtype):  # the reader's text columns
+        codes, uniques = frame[name].cat.codes.to_numpy(), frame[name].cat.categories
     else:
-        values = frame[name].to_numpy(dtype=object)
-        codes, uniques = pd.factorize(values, use_na_sentinel=True)
-        texts = [str(value).strip() for value in uniques.tolist()]
-    return identity_filled(name, codes, texts)
+        codes, uniques = pd.factorize(frame[name].to_numpy(dtype=object), use_na_sentinel=True)
+    return identity_filled(name, *stripped_codes(codes, uniques.tolist()))
+
+
+def stripped_codes(codes: np.ndarray, uniques: list) -> tuple[np.ndarray, list[str]]:
+    """(codes, distinct texts) with each value as stripped text: values that read the same
+    once stripped share one code."""
+    import pandas as pd
+
+    texts = [str(value).strip() for value in uniques]
+    if texts == uniques:
+        return codes, texts
+    merged_codes, merged = pd.factorize(np.array(texts, dtype=object))
+    return np.append(merged_codes, -1)[np.asarray(codes, dtype=np.int64)], merged.tolist()
 
 
 def view_codes(view, name: str) -> tuple[np.ndarray, list[str]]:
