@@ -21,7 +21,13 @@ order for the first history and shuffled for the others, with the same steps inj
 half the cases; ``--save-real RUNS_DIR`` rebuilds that fixture from such runs, and ``--history
 PATH`` names another fixture for both (tests/fixtures/h100_history_default_budget/: 20 runs at
 the default timing budget).  ``--real-runs 60`` resamples the runs into longer histories, and
-``--events`` adds the simulation's one-case outliers and one-run clock drops to them.
+``--events`` adds the simulation's one-case outliers and one-run clock drops to them.  Several
+``--history`` fixtures are joined side by side, each resampled on its own, and ``PATH:PREFIX``
+keeps a fixture's cases whose label starts with PREFIX:
+
+    python benchmarks/history_detection.py --real --real-runs 60 --events --history \
+        tests/fixtures/h100_history/runs.csv.gz:BatchDecode \
+        tests/fixtures/h100_history_default_budget/runs.csv.gz
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,15 +183,31 @@ def outlier_events(rng, runs: int, cases: int, model: NoiseModel) -> list[tuple[
 
 @dataclass(frozen=True)
 class RealRuns:
-    """The real run-history fixture as runs x cases matrices."""
+    """A real run-history fixture (or the cases of it a prefix picks) as runs x cases."""
 
     time_ms: np.ndarray
     clock_MHz: np.ndarray
     decode: np.ndarray  # per case: BatchDecode's (memory-bound), else ragged prefill
 
 
-def real_runs(path: Path = REAL_HISTORY) -> RealRuns:
-    frame = pd.read_csv(path)
+@dataclass(frozen=True)
+class RealSource:
+    """A fixture and, when not empty, the case-label prefix that picks its cases."""
+
+    path: Path = REAL_HISTORY
+    prefix: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> RealSource:
+        """``PATH`` or ``PATH:PREFIX`` (the cases whose label starts with PREFIX)."""
+        path, _, prefix = text.rpartition(":")
+        return cls(Path(text)) if not path or Path(text).is_file() else cls(Path(path), prefix)
+
+
+def real_runs(source: Path | RealSource = REAL_HISTORY) -> RealRuns:
+    source = source if isinstance(source, RealSource) else RealSource(Path(source))
+    frame = pd.read_csv(source.path)
+    frame = frame[frame["case"].str.startswith(source.prefix)]
     time_ms = frame.pivot(index="run", columns="case", values="time_ms")
     clock = frame.pivot(index="run", columns="case", values="sm_clock_mean_MHz")
     decode = time_ms.columns.str.startswith("BatchDecode")
@@ -194,7 +216,7 @@ def real_runs(path: Path = REAL_HISTORY) -> RealRuns:
 
 def real_history(
     rng,
-    real: RealRuns,
+    sources: Sequence[RealRuns],
     shuffled: bool,
     length: int | None = None,
     events: bool = False,
@@ -202,11 +224,17 @@ def real_history(
 ) -> History:
     """The real runs (in a random order when ``shuffled``) with a 2, 3 or 5 % slowdown from
     a random run on in half the cases; the clock stays as measured (the work changed).
-    ``length`` longer than the fixture: more random orders of its runs follow.  ``events``:
-    the simulation's one-case outliers too and, with ``clock_drop``, one run where every
-    clock reads 5 % lower and time rises by the case's exponent (decode 0.3, prefill 1)."""
-    order = run_order(rng, len(real.time_ms), shuffled, length or len(real.time_ms))
-    times = real.time_ms[order].copy()
+    Several ``sources``: run i of the history joins run order_s[i] of each, side by side.
+    ``length`` longer than a fixture: more random orders of its runs follow (default: the
+    longest fixture's).  ``events``: the simulation's one-case outliers too and, with
+    ``clock_drop``, one run where every clock reads 5 % lower and time rises by the case's
+    exponent (decode 0.3, prefill 1)."""
+    length = length or max(len(source.time_ms) for source in sources)
+    orders = [run_order(rng, len(source.time_ms), shuffled, length) for source in sources]
+    picked = list(zip(sources, orders, strict=True))
+    times = np.hstack([source.time_ms[order] for source, order in picked])
+    clock = np.hstack([source.clock_MHz[order] for source, order in picked])
+    decode = np.concatenate([source.decode for source in sources])
     runs, cases = times.shape
     step_run = np.full(cases, -1)
     step_size = np.zeros(cases)
@@ -215,7 +243,6 @@ def real_history(
     step_size[stepped] = rng.choice(STEP_SIZES, size=len(stepped))
     for case in stepped:
         times[step_run[case] :, case] *= 1 + step_size[case]
-    clock = real.clock_MHz[order].copy()
     outliers, drop_run = [], -1
     if events:
         for run, case, factor in outlier_events(rng, runs, cases, NoiseModel()):
@@ -224,9 +251,11 @@ def real_history(
         if clock_drop:
             drop_run = int(rng.integers(FIRST_STEP_RUN, runs - REPORT_DELAY))
             clock[drop_run] *= CLOCK_DROP
-            times[drop_run] *= CLOCK_DROP ** -np.where(real.decode, 0.3, 1.0)
-    large = np.nanmedian(real.time_ms, axis=0) >= LARGE_CASE_MS
-    return History(times, clock, step_run, step_size, outliers, large, drop_run, decode=real.decode)
+            times[drop_run] *= CLOCK_DROP ** -np.where(decode, 0.3, 1.0)
+    large = np.concatenate(
+        [np.nanmedian(source.time_ms, axis=0) >= LARGE_CASE_MS for source in sources]
+    )
+    return History(times, clock, step_run, step_size, outliers, large, drop_run, decode=decode)
 
 
 def run_order(rng, runs: int, shuffled: bool, length: int) -> np.ndarray:
@@ -412,7 +441,7 @@ class Job:
     seed: int
     index: int  # seeds the history with ``seed``, so results do not depend on the workers
     engine_name: str
-    real: Path | None = None  # the real-run fixture; None: simulated
+    real: tuple[RealSource, ...] = ()  # the real-run fixtures; none: simulated
     length: int | None = None  # --real-runs
     events: bool = False  # --events
 
@@ -434,7 +463,7 @@ def real_history_reports(job: Job) -> list[tuple[History, dict[str, Reports]]]:
     rng = np.random.default_rng([job.seed, job.index])
     history = real_history(
         rng,
-        real_runs(job.real),
+        [real_runs(source) for source in job.real],
         shuffled=job.index > 0,
         length=job.length,
         events=job.events,
@@ -448,21 +477,21 @@ def quality_tables(
     seed: int,
     engine_name: str,
     workers: int,
-    real: Path | None = None,
+    real: tuple[RealSource, ...] = (),
     length: int | None = None,
     events: bool = False,
 ) -> str:
     import multiprocessing
 
     jobs = [Job(seed, index, engine_name, real, length, events) for index in range(histories)]
-    reports_of = history_pair_reports if real is None else real_history_reports
+    reports_of = real_history_reports if real else history_pair_reports
     if workers > 1:
         with multiprocessing.Pool(workers) as workers_pool:
             results = workers_pool.map(reports_of, jobs, chunksize=1)
     else:
         results = [reports_of(job) for job in jobs]
     names = list(methods(engine_name))
-    groups = case_groups(real is not None)
+    groups = case_groups(bool(real))
     tallies = {(group, name): Tally() for group in groups for name in names}
     for pair in results:
         for history, reports in pair:
@@ -618,14 +647,16 @@ def main(argv=None) -> int:
     parser.add_argument("--save-real", metavar="RUNS_DIR", type=Path, help="rebuild that fixture")
     parser.add_argument(
         "--history",
-        type=Path,
-        default=REAL_HISTORY,
-        help="the real-run fixture that --real reads and --save-real writes",
+        nargs="+",
+        default=[str(REAL_HISTORY)],
+        metavar="PATH[:PREFIX]",
+        help="the real-run fixture that --real reads and --save-real writes; --real: several "
+        "are joined run by run, and :PREFIX keeps the cases whose label starts with it",
     )
     parser.add_argument(
         "--real-runs",
         type=int,
-        help="--real: histories of this many runs, resampled from the fixture's (default: as many)",
+        help="--real: histories of this many runs, resampled from the fixtures' (default: the longest's)",
     )
     parser.add_argument(
         "--events",
@@ -634,19 +665,25 @@ def main(argv=None) -> int:
         "in every other history",
     )
     args = parser.parse_args(argv)
-    if args.real and not args.history.is_file():
-        parser.error(f"--history {args.history}: no such file")
+    sources = tuple(RealSource.parse(text) for text in args.history)
+    if args.save_real and (len(sources) > 1 or sources[0].prefix):
+        parser.error("--save-real writes one fixture: --history PATH")
+    for source in sources if args.real else ():
+        if not source.path.is_file():
+            parser.error(f"--history {source.path}: no such file")
+        if not real_runs(source).decode.size:
+            parser.error(f"--history {source.path}: no case label starts with {source.prefix!r}")
     if args.real_runs is not None and args.real_runs < 1:
         parser.error("--real-runs must be positive")
     started = time.perf_counter()
     if args.save_real:
-        print(save_real_history(args.save_real, args.history))
+        print(save_real_history(args.save_real, sources[0].path))
     elif args.speed:
         print(speed(Path(args.speed)))
     elif args.otava:
         print(otava_scores())
     else:
-        real = args.history if args.real else None
+        real = sources if args.real else ()
         tables = quality_tables(
             args.histories, args.seed, args.engine, args.workers, real, args.real_runs, args.events
         )

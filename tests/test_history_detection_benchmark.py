@@ -10,6 +10,7 @@ from benchmarks.history_detection import (
     REAL_HISTORY,
     REPORT_DELAY,
     STEP_SIZES,
+    RealSource,
     Tally,
     real_history,
     real_runs,
@@ -26,7 +27,7 @@ def test_the_fixture_holds_every_case_of_every_run_with_its_clock():
 
 def test_steps_are_injected_into_half_the_cases_and_the_clock_is_left_as_measured():
     real = real_runs()
-    history = real_history(np.random.default_rng(0), real, shuffled=True)
+    history = real_history(np.random.default_rng(0), [real], shuffled=True)
     stepped = history.step_run >= 0
     assert stepped.sum() == real.time_ms.shape[1] // 2
     assert set(history.step_size[stepped]) <= set(STEP_SIZES)
@@ -38,7 +39,7 @@ def test_steps_are_injected_into_half_the_cases_and_the_clock_is_left_as_measure
         before = np.sort(history.time_ms[:k, case])
         after = np.sort(history.time_ms[k:, case] / (1 + size))
         assert np.allclose(np.sort(np.concatenate([before, after])), np.sort(real.time_ms[:, case]))
-    unshuffled = real_history(np.random.default_rng(0), real, shuffled=False)
+    unshuffled = real_history(np.random.default_rng(0), [real], shuffled=False)
     assert np.array_equal(unshuffled.clock_MHz, real.clock_MHz)
     flat = unshuffled.step_run < 0
     assert np.array_equal(unshuffled.time_ms[:, flat], real.time_ms[:, flat])
@@ -46,7 +47,7 @@ def test_steps_are_injected_into_half_the_cases_and_the_clock_is_left_as_measure
 
 def test_a_step_counts_as_found_only_near_its_run_and_by_the_third_run_after():
     real = real_runs()
-    history = real_history(np.random.default_rng(1), real, shuffled=False)
+    history = real_history(np.random.default_rng(1), [real], shuffled=False)
     case = int(np.flatnonzero(history.step_run >= 0)[0])
     k = int(history.step_run[case])
     everything = np.ones(len(history.step_run), dtype=bool)
@@ -82,17 +83,43 @@ def test_longer_histories_repeat_whole_runs_in_new_orders_never_twice_in_a_row(s
         assert sorted(order[20 * block : 20 * (block + 1)].tolist()) == list(range(20))
     assert (order[:20].tolist() == list(range(20))) is not shuffled
     real = real_runs(DEFAULT_BUDGET)
-    history = real_history(np.random.default_rng(3), real, shuffled, length=60)
+    history = real_history(np.random.default_rng(3), [real], shuffled, length=60)
     flat = history.step_run < 0
     assert history.time_ms.shape == (60, 20)
     assert np.array_equal(history.time_ms[:, flat], real.time_ms[order][:, flat])
     assert (history.step_run[~flat] < 60 - REPORT_DELAY).all()
 
 
+def test_a_prefix_keeps_the_cases_whose_label_starts_with_it():
+    decode = real_runs(RealSource.parse(f"{REAL_HISTORY}:BatchDecode"))
+    assert decode.time_ms.shape == (48, 27) and decode.decode.all()
+    assert RealSource.parse(str(DEFAULT_BUDGET)) == RealSource(DEFAULT_BUDGET)
+
+
+def test_joined_fixtures_sit_side_by_side_each_in_its_own_run_order():
+    decode = real_runs(RealSource(REAL_HISTORY, "BatchDecode"))
+    ragged = real_runs(DEFAULT_BUDGET)
+    history = real_history(np.random.default_rng(7), [decode, ragged], True, length=60)
+    assert history.time_ms.shape == history.clock_MHz.shape == (60, 27 + 20)
+    assert history.decode.tolist() == [True] * 27 + [False] * 20
+    assert (history.step_run >= 0).sum() == 47 // 2
+    flat = history.step_run < 0
+    for part, columns in ((decode, slice(0, 27)), (ragged, slice(27, 47))):
+        kept = flat[columns]
+        times = history.time_ms[:, columns][:, kept]
+        # each history run is one whole run of that fixture: its clocks and untouched times
+        rows = [
+            int(np.flatnonzero((part.clock_MHz == clock).all(axis=1))[0])
+            for clock in history.clock_MHz[:, columns]
+        ]
+        assert np.array_equal(times, part.time_ms[rows][:, kept])
+        assert sorted(rows[: len(part.time_ms)]) == list(range(len(part.time_ms)))
+
+
 def test_events_add_one_case_outliers_and_a_one_run_clock_drop_on_top_of_the_steps():
     real = real_runs()
-    plain = real_history(np.random.default_rng(5), real, True, length=60)
-    noisy = real_history(np.random.default_rng(5), real, True, 60, events=True, clock_drop=True)
+    plain = real_history(np.random.default_rng(5), [real], True, length=60)
+    noisy = real_history(np.random.default_rng(5), [real], True, 60, events=True, clock_drop=True)
     assert np.array_equal(plain.step_run, noisy.step_run)
     k = noisy.clock_drop_run
     assert FIRST_STEP_RUN <= k < 60 - REPORT_DELAY
@@ -130,6 +157,14 @@ def test_a_commit_slowing_every_decode_case_leaves_the_prefill_cases_alone():
     [
         (["--real", "--history", "missing.csv.gz"], "--history missing.csv.gz: no such file"),
         (["--real", "--real-runs", "0"], "--real-runs must be positive"),
+        (
+            ["--real", "--history", f"{REAL_HISTORY}:NoSuchApi"],
+            f"--history {REAL_HISTORY}: no case label starts with 'NoSuchApi'",
+        ),
+        (
+            ["--save-real", "runs", "--history", "a.csv.gz", "b.csv.gz"],
+            "--save-real writes one fixture: --history PATH",
+        ),
     ],
 )
 def test_bad_real_run_options_are_one_error_and_exit_2_before_any_work(argv, said, capsys):
