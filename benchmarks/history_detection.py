@@ -671,7 +671,7 @@ def main(argv=None) -> int:
     for source in sources if args.real else ():
         if not source.path.is_file():
             parser.error(f"--history {source.path}: no such file")
-        if not real_runs(source).decode.size:
+        if not real_runs(source).time_ms.shape[1]:
             parser.error(f"--history {source.path}: no case label starts with {source.prefix!r}")
     if args.real_runs is not None and args.real_runs < 1:
         parser.error("--real-runs must be positive")
