@@ -441,7 +441,7 @@ class Job:
     seed: int
     index: int  # seeds the history with ``seed``, so results do not depend on the workers
     engine_name: str
-    real: tuple[RealSource, ...] = ()  # the real-run fixtures; none: simulated
+    real: tuple[RealRuns, ...] = ()  # the real-run fixtures, read once; none: simulated
     length: int | None = None  # --real-runs
     events: bool = False  # --events
 
@@ -463,7 +463,7 @@ def real_history_reports(job: Job) -> list[tuple[History, dict[str, Reports]]]:
     rng = np.random.default_rng([job.seed, job.index])
     history = real_history(
         rng,
-        [real_runs(source) for source in job.real],
+        job.real,
         shuffled=job.index > 0,
         length=job.length,
         events=job.events,
@@ -477,7 +477,7 @@ def quality_tables(
     seed: int,
     engine_name: str,
     workers: int,
-    real: tuple[RealSource, ...] = (),
+    real: tuple[RealRuns, ...] = (),
     length: int | None = None,
     events: bool = False,
 ) -> str:
@@ -630,6 +630,16 @@ def speed(workdir: Path) -> str:
     )
 
 
+def read_real_source(parser: argparse.ArgumentParser, source: RealSource) -> RealRuns:
+    """The fixture's runs, or one argparse error (exit 2) before any work."""
+    if not source.path.is_file():
+        parser.error(f"--history {source.path}: no such file")
+    runs = real_runs(source)
+    if not runs.time_ms.shape[1]:
+        parser.error(f"--history {source.path}: no case label starts with {source.prefix!r}")
+    return runs
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--histories", type=int, default=400)
@@ -668,11 +678,7 @@ def main(argv=None) -> int:
     sources = tuple(RealSource.parse(text) for text in args.history)
     if args.save_real and (len(sources) > 1 or sources[0].prefix):
         parser.error("--save-real writes one fixture: --history PATH")
-    for source in sources if args.real else ():
-        if not source.path.is_file():
-            parser.error(f"--history {source.path}: no such file")
-        if not real_runs(source).time_ms.shape[1]:
-            parser.error(f"--history {source.path}: no case label starts with {source.prefix!r}")
+    real = tuple(read_real_source(parser, source) for source in sources) if args.real else ()
     if args.real_runs is not None and args.real_runs < 1:
         parser.error("--real-runs must be positive")
     started = time.perf_counter()
@@ -683,7 +689,6 @@ def main(argv=None) -> int:
     elif args.otava:
         print(otava_scores())
     else:
-        real = sources if args.real else ()
         tables = quality_tables(
             args.histories, args.seed, args.engine, args.workers, real, args.real_runs, args.events
         )

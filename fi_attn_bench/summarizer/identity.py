@@ -58,15 +58,12 @@ def natural_codes(parts) -> tuple[np.ndarray, list[str]]:
     import pandas as pd
 
     if len(parts) == 1:  # one run's texts are distinct already: no pooling (200k texts: 20 ms)
-        codes, part_texts = parts[0]
-        order = natural_order(list(part_texts))
-        rank = np.empty(len(order) + 1, dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        rank[-1] = -1
-        return rank[np.asarray(codes, dtype=np.int64)], [part_texts[i] for i in order.tolist()]
-    pooled = np.array([text for _, part_texts in parts for text in part_texts], dtype=object)
-    pooled_codes, distinct = pd.factorize(pooled)  # the same text in two runs: one code
-    distinct = distinct.tolist()
+        distinct = list(parts[0][1])
+        pooled_codes = np.arange(len(distinct))
+    else:
+        pooled = np.array([text for _, part_texts in parts for text in part_texts], dtype=object)
+        pooled_codes, uniques = pd.factorize(pooled)  # the same text in two runs: one code
+        distinct = uniques.tolist()
     order = natural_order(distinct)
     rank = np.empty(len(distinct), dtype=np.int64)
     rank[order] = np.arange(len(distinct))

@@ -21,7 +21,7 @@ In this order, each phase for every implementation of a case before the next:
   as the timed calls ran (under the profiler, or as a replay); its output must match the
   float32 reference on the new values (``timeline`` where only the copy taken the moment it
   returned was wrong, or it left a thread of its own running, or, on the CPU with one torch
-  thread, other threads spent CPU time during it in every try);
+  thread, other threads spent CPU time during the last of the tries, none of which passed);
 * ``fresh_inputs_time``: that call may not take more than ``TIME_FACTOR`` times the slower of
   the timed median and a control call on the old values right before it (a cache keyed on a
   fingerprint of the inputs computes only on new values); a slow one is retried on new
