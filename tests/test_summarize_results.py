@@ -1820,6 +1820,23 @@ def test_natural_sorted_orders_as_the_natural_key_does():
     assert natural_sorted(numbers) == sorted(numbers, key=natural_key)
 
 
+def test_natural_sorted_reads_integer_texts_as_float_does():
+    """Texts of ASCII digits only are parsed at once: leading zeros tie and the text decides,
+    integers past 2**53 and past int64 order as float() reads them, other digits and an
+    empty text take the general path."""
+    import random
+
+    from fi_attn_bench.summarizer.identity import natural_key, natural_sorted
+
+    rng = random.Random(5)
+    pool = ["7", "007", "07", "0", "10", "9007199254740992", "9007199254740993"]
+    pool += ["9223372036854775807", "9223372036854775808", "9" * 30, "9" * 400, "\u0663"]
+    pool += ["\uff13", "", "1" + "0" * 22, "9" * 20]
+    for _ in range(2000):
+        texts = set(rng.sample(pool, rng.randint(0, len(pool))))
+        assert natural_sorted(texts) == sorted(texts, key=natural_key), texts
+
+
 def test_distinct_values_of_a_categorical_column_are_those_its_rows_use():
     """FrameView.distinct reads a categorical's used categories: an unused one, an empty
     text and a missing cell are not values."""
