@@ -14,6 +14,7 @@ never be mistaken for data; the stream is checked to be UTF-8 as it passes.
 from __future__ import annotations
 
 import codecs
+import csv
 import math
 import queue
 import re
@@ -66,6 +67,8 @@ _CHUNK_BYTES = 1 << 20
 _CHUNKS_AHEAD = 4
 _MAX_RETRIES = 8  # longer rows than the parser expected: each retry widens it
 _EXPECTED_FIELDS = re.compile(r"Expected \d+ fields in line \d+, saw (\d+)")
+_LINE_MARK = "," + MARKER  # what the stream puts before every line end, quoted ones too
+_EOF_IN_QUOTES = "EOF inside string"  # pandas' error for a quoted cell the file never closes
 
 
 @dataclass(frozen=True)
@@ -209,12 +212,15 @@ class _MarkedStream:
     ``complete_lines``: stop at the last line end (a row cut off by a kill is not read).
     ``ahead``: check and mark on a thread of its own, while pandas parses what came before
     (its tokenizer releases the GIL), so a large file takes both cores.
+    ``open_quote``: the file ends inside a quoted cell; the cell and its row end there, as
+    Python's csv module (the seed's reader) ends them.
     """
 
-    def __init__(self, path, complete_lines: bool = False, ahead: bool = False):
+    def __init__(self, path, complete_lines=False, ahead=False, open_quote=False):
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
         self._decoder = codecs.getincrementaldecoder("utf-8")()
         self._complete_lines = complete_lines
+        self._open_quote = open_quote
         self._pending = b""  # a CR that may be half of a CR LF, or bytes after the last line
         self._first = True
         self._done = False
@@ -275,6 +281,8 @@ class _MarkedStream:
             self._done = True
             self._decoder.decode(b"", final=True)
             self._pending = b""
+            if self._open_quote:
+                return data + b'",' + _MARK_BYTES
             if self._complete_lines or not data:
                 return b""
             return data + b"," + _MARK_BYTES  # the last line has no line end
@@ -331,24 +339,47 @@ def _marked(body: bytes) -> bytes:
 def _read_header(path) -> list[str] | None:
     """The first row of the file, as csv.reader gives it; None for an empty file or one that
     starts with a blank line (csv.DictReader's missing header)."""
+    try:
+        return _parsed_header(path)
+    except UnicodeDecodeError as exc:
+        return _header_as_the_seed_reads(path, exc)
+
+
+def _header_as_the_seed_reads(path, error: UnicodeDecodeError) -> list[str] | None:
+    """The first row by csv.reader over text decoded block by block, as the seed reads it: a
+    bad byte past the blocks that row spans is met only by the body's parse."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as file:
+            row = next(csv.reader(file), None)
+    except (UnicodeDecodeError, csv.Error):
+        raise error from None
+    return row if row and row != [""] else None
+
+
+def _parsed_header(path) -> list[str] | None:
     import pandas as pd
 
-    with _MarkedStream(path) as stream:
-        try:
-            first = pd.read_csv(
-                stream,
-                header=None,
-                nrows=1,
-                dtype=object,
-                keep_default_na=False,
-                skip_blank_lines=False,
-                encoding="utf-8",
-                encoding_errors="surrogateescape",
-                engine="c",
-            )
-        except pd.errors.EmptyDataError:
-            return None
-    cells = first.iloc[0].tolist() if len(first) else []
+    for open_quote in (False, True):
+        with _MarkedStream(path, open_quote=open_quote) as stream:
+            try:
+                first = pd.read_csv(
+                    stream,
+                    header=None,
+                    nrows=1,
+                    dtype=object,
+                    keep_default_na=False,
+                    skip_blank_lines=False,
+                    encoding="utf-8",
+                    encoding_errors="surrogateescape",
+                    engine="c",
+                )
+                break
+            except pd.errors.EmptyDataError:
+                return None
+            except pd.errors.ParserError as exc:
+                if open_quote or _EOF_IN_QUOTES not in str(exc):
+                    raise
+    cells = [_unmarked_text(cell) for cell in first.iloc[0].tolist()] if len(first) else []
     if MARKER not in cells:
         return None
     header = cells[: cells.index(MARKER)]
@@ -361,7 +392,7 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
     that is no number raises ValueError).  ``keep``: the header columns to convert."""
     import pandas as pd
 
-    spares = 0
+    spares, open_quote = 0, False
     for _ in range(_MAX_RETRIES):
         names = [*header, _MARK_COLUMN, *(f"\x00spare{i}" for i in range(spares))]
         wanted = [*(name for name in header if keep is None or name in keep), _MARK_COLUMN]
@@ -371,7 +402,7 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
             name: (np.float64 if not text and is_numeric_column(name) else object)
             for name in wanted
         }
-        with _MarkedStream(path, complete_lines, ahead=True) as stream:
+        with _MarkedStream(path, complete_lines, ahead=True, open_quote=open_quote) as stream:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -396,9 +427,12 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
                 frame = pd.DataFrame({name: pd.Series([], dtype=dtypes[name]) for name in wanted})
             except pd.errors.ParserError as exc:
                 found = _EXPECTED_FIELDS.search(str(exc))
-                if found is None:
+                if found is not None:
+                    spares = int(found.group(1)) - len(header)
+                    continue
+                if complete_lines or open_quote or _EOF_IN_QUOTES not in str(exc):
                     raise
-                spares = int(found.group(1)) - len(header)
+                open_quote = True  # a cut-off file (complete_lines) keeps pandas' error
                 continue
         return frame[[name for name in names if name in frame.columns]]
     raise ValueError("rows of too many different lengths")
@@ -481,8 +515,12 @@ def _unmarked(frame):
         if name != _MARK_COLUMN and frame[name].dtype == object:
             values = frame[name].astype(object)  # a pyarrow-backed str cannot hold the marker
             if values.str.contains(MARKER, regex=False).any():
-                frame[name] = values.str.replace("," + MARKER, "", regex=False)
+                frame[name] = values.str.replace(_LINE_MARK, "", regex=False)
     return frame
+
+
+def _unmarked_text(cell: str) -> str:
+    return cell.replace(_LINE_MARK, "")
 
 
 def _judged(path, header, layout, wanted):
@@ -556,7 +594,7 @@ def _stripped_categories(values, already: bool = False):
     texts = [str(text) for text in uniques.tolist()]
     distinct = True  # factorize's uniques are, until a marker taken out makes two equal
     if MARKER in "".join(texts):
-        texts = [text.replace("," + MARKER, "") for text in texts]
+        texts = [_unmarked_text(text) for text in texts]
         distinct = len(set(texts)) == len(texts)
     stripped = texts if already else [text.strip() for text in texts]
     if distinct and stripped == texts:
