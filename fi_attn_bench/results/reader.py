@@ -216,7 +216,9 @@ class _MarkedStream:
     Python's csv module (the seed's reader) ends them.
     """
 
-    def __init__(self, path, complete_lines=False, ahead=False, open_quote=False):
+    def __init__(
+        self, path, complete_lines: bool = False, ahead: bool = False, open_quote: bool = False
+    ):
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
         self._decoder = codecs.getincrementaldecoder("utf-8")()
         self._complete_lines = complete_lines

@@ -36,7 +36,7 @@ def natural_sorted(texts) -> list[str]:
 def natural_order(texts: list[str]) -> np.ndarray:
     """The indices that sort distinct texts by natural_key.  Case columns are mostly finite
     numbers: then by a numpy sort of their values (by text first only where values tie)."""
-    numbers = _values(texts)
+    numbers = _float_values(texts)
     if numbers is None or not np.isfinite(numbers).all():
         return np.array(
             sorted(range(len(texts)), key=lambda index: natural_key(texts[index])), dtype=np.int64
@@ -49,18 +49,30 @@ def natural_order(texts: list[str]) -> np.ndarray:
     return order
 
 
-def _values(texts: list[str]) -> np.ndarray | None:
+def _float_values(texts: list) -> np.ndarray | None:
     """float() of each text, or None where one is no number."""
+    integers = _integer_values(texts)
+    if integers is not None:
+        return integers
     try:
-        digits = "".join(texts)
-        if digits.isascii() and digits.isdecimal():  # integers: one C parse, not a call each
-            integers = np.fromstring(" ".join(texts), dtype=np.int64, sep=" ")
-            exact = len(integers) == len(texts) and integers.max(initial=0) < 2**53
-            if exact:  # no empty text, none clamped at 2**63 - 1, each value float()'s
-                return integers.astype(np.float64)
         return np.array(texts, dtype=object).astype(np.float64)
     except (TypeError, ValueError):
         return None
+
+
+def _integer_values(texts: list) -> np.ndarray | None:
+    """Texts of ASCII digits as float() reads them, in one C parse instead of a call each
+    (200k distinct texts: 35 against 58 ms); None for any other text."""
+    try:
+        digits = "".join(texts)
+    except TypeError:  # a text that is no str
+        return None
+    if not (digits.isascii() and digits.isdecimal()):
+        return None
+    integers = np.fromstring(" ".join(texts), dtype=np.int64, sep=" ")
+    if len(integers) != len(texts) or integers.max(initial=0) >= 2**53:
+        return None  # an empty text, or a value past float's integers (or clamped at 2**63 - 1)
+    return integers.astype(np.float64)
 
 
 def natural_codes(parts) -> tuple[np.ndarray, list[str]]:
