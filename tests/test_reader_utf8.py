@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fi_attn_bench.results import reader
+from fi_attn_bench.results import marked_stream, reader
 
 REAL = Path(__file__).parent / "fixtures" / "real_csv"
 PIECES = [
@@ -46,7 +46,7 @@ def _decodes(data: bytes) -> bool:
 @settings(max_examples=3000, deadline=None)
 @given(st.one_of(st.lists(st.sampled_from(PIECES), max_size=12).map(b"".join), st.binary()))
 def test_a_chunk_vouched_for_always_decodes(data):
-    if reader.utf8_sequences_ok(data):
+    if marked_stream.utf8_sequences_ok(data):
         assert _decodes(data)
 
 
@@ -54,21 +54,21 @@ def test_the_harness_text_is_vouched_for_without_decoding():
     for path in sorted(REAL.glob("*.csv")):
         data = path.read_bytes()
         assert not data.isascii()  # the kernels cells hold "…"
-        assert reader.utf8_sequences_ok(data), path.name
+        assert marked_stream.utf8_sequences_ok(data), path.name
 
 
 def test_a_bad_byte_after_good_chunks_gets_the_decoders_message(tmp_path):
     """The check skips whole chunks only, so the decoder meets the bad chunk as it did."""
     data = (REAL / "h100_decode_default.csv").read_bytes()
     head, *rows = data.split(b"\n")
-    body = b"\n".join(rows[:-1] * (3 * reader._CHUNK_BYTES // len(data) + 1))
+    body = b"\n".join(rows[:-1] * (3 * marked_stream.CHUNK_BYTES // len(data) + 1))
     middle = len(body) // 2 + 5
     bad = tmp_path / "bad.csv"
     bad.write_bytes(head + b"\n" + body[:middle] + b"\xff" + body[middle:] + b"\n")
     decoder = codecs.getincrementaldecoder("utf-8")()
     expected = None
     with open(bad, "rb") as handle:
-        while chunk := handle.read(reader._CHUNK_BYTES):
+        while chunk := handle.read(marked_stream.CHUNK_BYTES):
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as exc:

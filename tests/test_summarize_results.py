@@ -1068,9 +1068,9 @@ def test_real_harness_csvs_are_read_whole(tmp_path):
 
 def test_a_big_file_reads_in_many_chunks(tmp_path, capsys, monkeypatch):
     """More bytes than several chunks of the reader, the last row without its newline."""
-    from fi_attn_bench.results import reader
+    from fi_attn_bench.results import marked_stream
 
-    monkeypatch.setattr(reader, "_CHUNK_BYTES", 1 << 12)
+    monkeypatch.setattr(marked_stream, "CHUNK_BYTES", 1 << 12)
     rows = [
         v1_row(i % 7 + 1, f"{0.001 * (1 + i % 997):.6g}", f"{i * 0.37:.6g}", kv=str(i))
         if i % 500

@@ -5,26 +5,28 @@ ragged rows, statuses, metrics, registered optional columns); ``runs.read_run`` 
 files of a run argument with it; ``read_stored_rows`` gives the cells of a file exactly as
 written, for a sweep that resumes it and the tools that only need its text.
 
-pandas pads a short row with empty cells, so a marker cell is appended to every line as it
-is read: a complete row ends with the marker in the column after the header's, a short one
-has it earlier, a long one later.  The marker is a byte no UTF-8 text holds (0xFF), so it can
-never be mistaken for data; the stream is checked to be UTF-8 as it passes.
+pandas pads a short row with empty cells, so it reads the file through ``MarkedStream``, which
+appends a marker cell to every line: a complete row ends with the marker in the column after
+the header's, a short one has it earlier, a long one later.
 """
 
 from __future__ import annotations
 
-import codecs
 import csv
 import math
-import queue
 import re
-import threading
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from fi_attn_bench.results.marked_stream import (
+    LINE_MARK,
+    MARKER,
+    MarkedStream,
+    unmarked_text,
+)
 from fi_attn_bench.results.schema import (
     NUMERIC_COLUMNS,
     OPTIONAL_COLUMN_BY_NAME,
@@ -59,15 +61,9 @@ NUMERIC_OPTIONAL_KINDS = frozenset(
     (Kind.COUNT, Kind.POSITIVE, Kind.NON_NEGATIVE, Kind.FINITE, Kind.NON_NEGATIVE_INT)
 )
 
-MARKER = "\udcff"  # the 0xFF byte as surrogateescape decodes it
-_MARK_BYTES = b"\xff"
 _MARK_COLUMN = "\x00marker"
-_CRLF_STAND_IN = b"\xfe"  # also never in UTF-8: holds a CR LF while lone CRs are marked
-_CHUNK_BYTES = 1 << 20
-_CHUNKS_AHEAD = 4
 _MAX_RETRIES = 8  # longer rows than the parser expected: each retry widens it
 _EXPECTED_FIELDS = re.compile(r"Expected \d+ fields in line \d+, saw (\d+)")
-_LINE_MARK = "," + MARKER  # what the stream puts before every line end, quoted ones too
 _EOF_IN_QUOTES = "EOF inside string"  # pandas' error for a quoted cell the file never closes
 
 
@@ -203,141 +199,6 @@ def is_numeric_column(name: str) -> bool:
     return name in NUMERIC_COLUMNS or (column is not None and column.kind in NUMERIC_OPTIONAL_KINDS)
 
 
-# ------------------------------------------------------------------ the stream
-
-
-class _MarkedStream:
-    """A CSV file's bytes with the marker cell before every line end, checked to be UTF-8.
-
-    ``complete_lines``: stop at the last line end (a row cut off by a kill is not read).
-    ``ahead``: check and mark on a thread of its own, while pandas parses what came before
-    (its tokenizer releases the GIL), so a large file takes both cores.
-    ``open_quote``: the file ends inside a quoted cell; the cell and its row end there, as
-    Python's csv module (the seed's reader) ends them.
-    """
-
-    def __init__(
-        self, path, complete_lines: bool = False, ahead: bool = False, open_quote: bool = False
-    ):
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
-        self._decoder = codecs.getincrementaldecoder("utf-8")()
-        self._complete_lines = complete_lines
-        self._open_quote = open_quote
-        self._pending = b""  # a CR that may be half of a CR LF, or bytes after the last line
-        self._first = True
-        self._done = False
-        self._queue = None
-        if ahead:
-            self._queue = queue.Queue(maxsize=_CHUNKS_AHEAD)
-            self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._produce, daemon=True)
-            self._thread.start()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def read(self, size: int = -1) -> bytes:
-        if self._queue is None:
-            return self._next()
-        item = self._queue.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def _next(self) -> bytes:
-        while not self._done:
-            marked = self._mark(self._file.read(_CHUNK_BYTES))
-            if marked:
-                return marked
-        return b""
-
-    def _produce(self) -> None:
-        try:
-            while not self._stop.is_set():
-                marked = self._next()
-                self._put(marked)
-                if not marked:
-                    return
-        except BaseException as exc:  # noqa: BLE001 - raised again by read()
-            self._put(exc)
-
-    def _put(self, item) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def _mark(self, chunk: bytes) -> bytes:
-        if self._first:
-            self._first = False
-            chunk = chunk.removeprefix(codecs.BOM_UTF8)
-        if not chunk.isascii() and (self._decoder.getstate()[0] or not utf8_sequences_ok(chunk)):
-            self._decoder.decode(chunk)  # raises UnicodeDecodeError on a bad byte
-        data = self._pending + chunk
-        if not chunk:
-            self._done = True
-            self._decoder.decode(b"", final=True)
-            self._pending = b""
-            if self._open_quote:
-                return data + b'",' + _MARK_BYTES
-            if self._complete_lines or not data:
-                return b""
-            return data + b"," + _MARK_BYTES  # the last line has no line end
-        area = data[:-1] if data.endswith(b"\r") else data  # a CR may be half of a CR LF
-        cut = max(area.rfind(b"\n"), area.rfind(b"\r"))
-        body, self._pending = data[: cut + 1], data[cut + 1 :]
-        return _marked(body)
-
-    def close(self) -> None:
-        if self._queue is not None:
-            self._stop.set()
-            self._thread.join()
-        self._file.close()
-
-
-def utf8_sequences_ok(chunk: bytes) -> bool:
-    """True when every non-ASCII byte of ``chunk`` is part of a whole two- or three-byte UTF-8
-    sequence the decoder accepts, checked on an array of those bytes without making a str
-    (much cheaper on mostly-ASCII text).  False says nothing: the decoder then judges."""
-    data = np.frombuffer(chunk, dtype=np.uint8)
-    where = np.flatnonzero(data >= 0x80)
-    high = data[where]
-    follows = (high & 0xC0) == 0x80  # a continuation byte
-    two = (high >= 0xC2) & (high <= 0xDF)
-    three = (high >= 0xE0) & (high <= 0xEF)
-    leads = np.flatnonzero(two | three)
-    sizes = np.where(two[leads], 2, 3)
-    if int(sizes.sum()) != len(high):  # a stray continuation, a four-byte or invalid lead
-        return False
-    for offset, starts in ((1, leads), (2, leads[sizes == 3])):
-        at = starts + offset
-        if len(at) and (at[-1] >= len(high)):  # cut off at the end of the chunk
-            return False
-        if not (follows[at] & (where[at] == where[starts] + offset)).all():
-            return False
-    second = high[leads + 1]
-    first = high[leads]
-    overlong_or_surrogate = ((first == 0xE0) & (second < 0xA0)) | (
-        (first == 0xED) & (second > 0x9F)
-    )
-    return not overlong_or_surrogate.any()
-
-
-def _marked(body: bytes) -> bytes:
-    """``,<marker>`` before every line end (LF, CR LF or CR) of whole lines."""
-    if b"\r" not in body:
-        return body.replace(b"\n", b"," + _MARK_BYTES + b"\n")
-    body = body.replace(b"\r\n", _CRLF_STAND_IN)
-    body = body.replace(b"\r", b"," + _MARK_BYTES + b"\r")
-    body = body.replace(b"\n", b"," + _MARK_BYTES + b"\n")
-    return body.replace(_CRLF_STAND_IN, b"," + _MARK_BYTES + b"\r\n")
-
-
 def _read_header(path) -> list[str] | None:
     """The first row of the file, as csv.reader gives it; None for an empty file or one that
     starts with a blank line (csv.DictReader's missing header)."""
@@ -362,7 +223,7 @@ def _parsed_header(path) -> list[str] | None:
     import pandas as pd
 
     for open_quote in (False, True):
-        with _MarkedStream(path, open_quote=open_quote) as stream:
+        with MarkedStream(path, open_quote=open_quote) as stream:
             try:
                 first = pd.read_csv(
                     stream,
@@ -381,7 +242,7 @@ def _parsed_header(path) -> list[str] | None:
             except pd.errors.ParserError as exc:
                 if open_quote or _EOF_IN_QUOTES not in str(exc):
                     raise
-    cells = [_unmarked_text(cell) for cell in first.iloc[0].tolist()] if len(first) else []
+    cells = [unmarked_text(cell) for cell in first.iloc[0].tolist()] if len(first) else []
     if MARKER not in cells:
         return None
     header = cells[: cells.index(MARKER)]
@@ -404,7 +265,7 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
             name: (np.float64 if not text and is_numeric_column(name) else object)
             for name in wanted
         }
-        with _MarkedStream(path, complete_lines, ahead=True, open_quote=open_quote) as stream:
+        with MarkedStream(path, complete_lines, ahead=True, open_quote=open_quote) as stream:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -517,12 +378,8 @@ def _unmarked(frame):
         if name != _MARK_COLUMN and frame[name].dtype == object:
             values = frame[name].astype(object)  # a pyarrow-backed str cannot hold the marker
             if values.str.contains(MARKER, regex=False).any():
-                frame[name] = values.str.replace(_LINE_MARK, "", regex=False)
+                frame[name] = values.str.replace(LINE_MARK, "", regex=False)
     return frame
-
-
-def _unmarked_text(cell: str) -> str:
-    return cell.replace(_LINE_MARK, "")
 
 
 def _judged(path, header, layout, wanted):
@@ -596,7 +453,7 @@ def _stripped_categories(values, already: bool = False):
     texts = [str(text) for text in uniques.tolist()]
     distinct = True  # factorize's uniques are, until a marker taken out makes two equal
     if MARKER in "".join(texts):
-        texts = [_unmarked_text(text) for text in texts]
+        texts = [unmarked_text(text) for text in texts]
         distinct = len(set(texts)) == len(texts)
     stripped = texts if already else [text.strip() for text in texts]
     if distinct and stripped == texts:
