@@ -222,31 +222,45 @@ def _header_as_the_seed_reads(path, error: UnicodeDecodeError) -> list[str] | No
 def _parsed_header(path) -> list[str] | None:
     import pandas as pd
 
-    for open_quote in (False, True):
-        with MarkedStream(path, open_quote=open_quote) as stream:
-            try:
-                first = pd.read_csv(
-                    stream,
-                    header=None,
-                    nrows=1,
-                    dtype=object,
-                    keep_default_na=False,
-                    skip_blank_lines=False,
-                    encoding="utf-8",
-                    encoding_errors="surrogateescape",
-                    engine="c",
-                )
-                break
-            except pd.errors.EmptyDataError:
-                return None
-            except pd.errors.ParserError as exc:
-                if open_quote or _EOF_IN_QUOTES not in str(exc):
-                    raise
+    try:
+        first = _read_marked(path, nrows=1, dtype=object)
+    except pd.errors.EmptyDataError:
+        return None
     cells = [unmarked_text(cell) for cell in first.iloc[0].tolist()] if len(first) else []
     if MARKER not in cells:
         return None
     header = cells[: cells.index(MARKER)]
     return header if header != [""] else None
+
+
+def _read_marked(path, *, complete_lines: bool = False, ahead: bool = False, **options):
+    """``pd.read_csv(**options)`` of the marked stream: no header, UTF-8 text, blank lines and
+    empty cells kept.  A file that ends inside a quoted cell is read again with that cell and
+    its row ended there, as the seed's csv module ends them; a cut-off file
+    (``complete_lines``) keeps pandas' error."""
+    import pandas as pd
+
+    def parse(open_quote: bool):
+        with MarkedStream(path, complete_lines, ahead, open_quote) as stream:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return pd.read_csv(
+                    stream,
+                    header=None,
+                    keep_default_na=False,
+                    skip_blank_lines=False,
+                    encoding="utf-8",
+                    encoding_errors="surrogateescape",
+                    engine="c",
+                    **options,
+                )
+
+    try:
+        return parse(open_quote=False)
+    except pd.errors.ParserError as exc:
+        if complete_lines or _EOF_IN_QUOTES not in str(exc):
+            raise
+    return parse(open_quote=True)
 
 
 def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=False):
@@ -255,7 +269,7 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
     that is no number raises ValueError).  ``keep``: the header columns to convert."""
     import pandas as pd
 
-    spares, open_quote = 0, False
+    spares = 0
     for _ in range(_MAX_RETRIES):
         names = [*header, _MARK_COLUMN, *(f"\x00spare{i}" for i in range(spares))]
         wanted = [*(name for name in header if keep is None or name in keep), _MARK_COLUMN]
@@ -265,38 +279,26 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
             name: (np.float64 if not text and is_numeric_column(name) else object)
             for name in wanted
         }
-        with MarkedStream(path, complete_lines, ahead=True, open_quote=open_quote) as stream:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    frame = pd.read_csv(
-                        stream,
-                        header=None,
-                        skiprows=1,
-                        names=names,
-                        usecols=None if text else wanted,  # usecols needs a full first row
-                        dtype=dtypes,
-                        keep_default_na=False,
-                        na_values={
-                            name: [""] for name, kind in dtypes.items() if kind is not object
-                        },
-                        skip_blank_lines=False,
-                        index_col=False,
-                        encoding="utf-8",
-                        encoding_errors="surrogateescape",
-                        engine="c",
-                    )
-            except pd.errors.EmptyDataError:
-                frame = pd.DataFrame({name: pd.Series([], dtype=dtypes[name]) for name in wanted})
-            except pd.errors.ParserError as exc:
-                found = _EXPECTED_FIELDS.search(str(exc))
-                if found is not None:
-                    spares = int(found.group(1)) - len(header)
-                    continue
-                if complete_lines or open_quote or _EOF_IN_QUOTES not in str(exc):
-                    raise
-                open_quote = True  # a cut-off file (complete_lines) keeps pandas' error
-                continue
+        try:
+            frame = _read_marked(
+                path,
+                complete_lines=complete_lines,
+                ahead=True,
+                skiprows=1,
+                names=names,
+                usecols=None if text else wanted,  # usecols needs a full first row
+                dtype=dtypes,
+                na_values={name: [""] for name, kind in dtypes.items() if kind is not object},
+                index_col=False,
+            )
+        except pd.errors.EmptyDataError:
+            frame = pd.DataFrame({name: pd.Series([], dtype=dtypes[name]) for name in wanted})
+        except pd.errors.ParserError as exc:
+            found = _EXPECTED_FIELDS.search(str(exc))
+            if found is None:
+                raise
+            spares = int(found.group(1)) - len(header)
+            continue
         return frame[[name for name in names if name in frame.columns]]
     raise ValueError("rows of too many different lengths")
 
