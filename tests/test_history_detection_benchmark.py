@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.history_detection import (
+from benchmarks.history_detection import Tally
+from benchmarks.history_sources import (
     FIRST_STEP_RUN,
     REAL_HISTORY,
     REPORT_DELAY,
     STEP_SIZES,
     RealSource,
-    Tally,
     real_history,
     real_runs,
     run_order,

@@ -112,7 +112,7 @@ def test_integrity_part_refuses_a_folder_that_holds_results(tmp_path):
 
 
 def test_history_series_runs_fresh_sweeps_that_become_a_real_history(tmp_path):
-    from benchmarks.history_detection import real_runs, save_real_history
+    from benchmarks.history_sources import real_runs, save_real_history
 
     sweep = CPU_SWEEP + " --filter batch_size=1 --min-time-ms 10"
     done = validation("history-series", str(tmp_path), "--runs", "3", "--sweep-args", sweep)
