@@ -5,11 +5,12 @@ The seed's module API (its constants, ``load_csv``, ``describe_case``,
 ``build_summary_markdown``, ...) stays importable from here.
 """
 
-import gc
 import sys
 
+from fi_attn_bench.summarizer.process import prepare_process
+
 if __name__ == "__main__":
-    gc.disable()  # run_as_program's reason; here before the imports, whose passes cost ~20 ms
+    prepare_process()
 
 from fi_attn_bench.summarizer import seed_api  # noqa: E402
 from fi_attn_bench.summarizer.command_line import main, parse_args, run_as_program  # noqa: E402

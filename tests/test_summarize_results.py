@@ -1848,27 +1848,3 @@ def test_distinct_values_of_a_categorical_column_are_those_its_rows_use():
     view = FrameView(pd.DataFrame({"api": ["x"] * 5, "timer": column}))
     assert view.distinct("timer") == ["a", "b"]
     assert view.distinct("l2") is None
-
-
-def test_the_program_turns_the_collector_off_before_its_imports_and_the_module_never():
-    program = (
-        "import gc, runpy, sys\n"
-        "seen = []\n"
-        "class Probe:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'fi_attn_bench':\n"
-        "            seen.append(gc.isenabled())\n"
-        "sys.meta_path.insert(0, Probe())\n"
-        "sys.argv = ['summarize_results.py', '--version']\n"
-        "try:\n"
-        "    runpy.run_path('summarize_results.py', run_name='__main__')\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "print(seen)\n"
-    )
-    module = "import gc, summarize_results\nprint(gc.isenabled())\n"
-    ran = [
-        subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-        for code in (program, module)
-    ]
-    assert [result.stdout.split()[-1] for result in ran] == ["[False]", "True"], ran
