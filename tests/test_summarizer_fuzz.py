@@ -158,7 +158,7 @@ def _break(draw, header, rows, invalid, layout):
 
 
 def _csv_text(draw, cells) -> str:
-    newline = draw(st.sampled_from(["\n", "\r\n"]))
+    newline = draw(st.sampled_from(["\n", "\r\n", "\r"]))
     quote_all = draw(st.booleans())
     lines = []
     for row in cells:
@@ -294,6 +294,8 @@ SEED_V1_ROW = b"1,Decode,1,1,64,8,8,128,ok,0.5,1.0,2.0,,\n"
         SEED_V1_HEADER + b'1,Decode,2,1,64,8,8,128,failed,,,,E,"boom',
         b"," + SEED_V1_HEADER[1:] + b"x" * 20_000 + b"\xe9\n" + SEED_V1_ROW,
         SEED_V1_HEADER + b"x" * 20_000 + b"\xe9\n" + SEED_V1_ROW,
+        (SEED_V1_HEADER + SEED_V1_ROW * 2).replace(b"\n", b"\r"),
+        (SEED_V1_HEADER + SEED_V1_ROW).replace(b"\n", b"\r\n") + SEED_V1_ROW[:-1] + b"\r",
     ],
     ids=[
         "a quote opened in the header swallows the file",
@@ -302,12 +304,14 @@ SEED_V1_ROW = b"1,Decode,1,1,64,8,8,128,ok,0.5,1.0,2.0,,\n"
         "a quote opened in the last cell, no line end",
         "a bad header, then a bad byte past the seed's first 8 KB block",
         "a good header, then the same bad byte",
+        "CR line ends, the last line's too",
+        "CR LF line ends, a lone CR after the last line",
     ],
 )
 def test_inputs_the_long_fuzz_found_read_as_the_seed_reads(tmp_path, data):
     """Python's csv module ends a quoted cell the file never closes, and its row, at the end
     of the file; the seed decodes the file in 8 KB blocks as it reads, so a bad header is
-    judged before a bad byte further on is met."""
+    judged before a bad byte further on is met; a CR at the end of the file ends a line."""
     path = tmp_path / "found.csv"
     path.write_bytes(data)
     assert_read_as_the_seed_reads(path)
