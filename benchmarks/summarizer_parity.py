@@ -141,17 +141,39 @@ def run(checkout: Path, arguments: list[str], scratch: Path, hidden=()) -> dict[
     return outputs
 
 
-def remembered(checkout: Path, name: str, arguments: list[str], work: Path, hidden=()):
-    """The other checkout's outputs of one run, kept under ``work`` for the next comparison
-    (delete ``work`` when that checkout changes)."""
-    kept = work / "against" / name
+def checkout_state(checkout: Path) -> str | None:
+    """The other checkout's commit, None when it has uncommitted changes (or is no git
+    work tree): its outputs are then run afresh each time."""
+
+    def git(*arguments: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(checkout), *arguments], capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return commit if commit and not dirty else None
+
+
+def kept_folder(checkout: Path, work: Path, hidden: list[str]) -> Path | None:
+    """Where the other checkout's outputs are kept for the next comparison: by its commit
+    and the modules it runs without, so a moved checkout is never judged by old outputs."""
+    state = checkout_state(checkout)
+    without = "+".join(Path(folder).name for folder in hidden) or "all"
+    return work / "against" / f"{state}-{without}" if state else None
+
+
+def remembered(checkout: Path, name: str, arguments: list[str], work: Path, hidden, kept):
+    """The other checkout's outputs of one run, from ``kept`` when an earlier run left them."""
     keys = ("exit", "stdout", "stderr", "report.md", "report.json")
-    if kept.is_dir():
-        return {key: (kept / key).read_bytes() for key in keys}
+    if kept is not None and (kept / name).is_dir():
+        return {key: (kept / name / key).read_bytes() for key in keys}
     outputs = run(checkout, arguments, work / "run", hidden)
-    kept.mkdir(parents=True)
-    for key in keys:
-        (kept / key).write_bytes(outputs[key])
+    if kept is not None:
+        (kept / name).mkdir(parents=True)
+        for key in keys:
+            (kept / name / key).write_bytes(outputs[key])
     return outputs
 
 
@@ -165,11 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     against_hidden = hiding(args.against_hides, args.work)
     hidden = hiding(args.hides, args.work)
+    against = args.against.resolve()
+    kept = kept_folder(against, args.work, against_hidden)
     differing = []
     runs = scenarios(args.work, args.grown)
     for name, arguments in runs:
         ours = run(ROOT, arguments, args.work / "run", hidden)
-        theirs = remembered(args.against.resolve(), name, arguments, args.work, against_hidden)
+        theirs = remembered(against, name, arguments, args.work, against_hidden, kept)
         changed = [key for key in ours if ours[key] != theirs[key]]
         if changed:
             differing.append(name)

@@ -198,3 +198,18 @@ def test_the_bootstrap_of_many_cases_never_holds_all_its_draws():
     finally:
         tracemalloc.stop()
     assert peak < 40 * 2**20
+
+
+@pytest.mark.parametrize("impls", [1, 2, 3, 8, 9])
+@pytest.mark.parametrize("cases", [0, 1, 7, 2000])
+def test_joint_patterns_are_numpys_unique_columns_in_its_order(impls, cases):
+    """The bootstrap draws its multinomial over the patterns in this order, so the order
+    (not only the set) must be numpy's."""
+    bits = np.random.default_rng(impls * 10_000 + cases).integers(0, 256, size=(impls, cases))
+    bits = bits.astype(np.uint8)
+    bits[:, : cases // 2] &= 0x0F  # repeats, so counts above 1 are met
+    patterns, counts = contest._joint_patterns(bits)
+    expected_patterns, expected_counts = np.unique(bits, axis=1, return_counts=True)
+    assert patterns.dtype == np.uint8
+    assert np.array_equal(patterns, expected_patterns)
+    assert np.array_equal(counts, expected_counts)

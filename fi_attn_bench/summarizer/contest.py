@@ -140,13 +140,27 @@ def _resampled_hits(faster: dict, cases: int) -> dict:
         return counts
     impls = list(faster)
     bits = np.stack([_level_bits(faster[impl]) for impl in impls])  # [impl, case]
-    patterns, occurrences = np.unique(bits, axis=1, return_counts=True)  # [impl, pattern]
+    patterns, occurrences = _joint_patterns(bits)  # [impl, pattern]
     generator = np.random.default_rng(BOOTSTRAP_SEED)
     drawn = generator.multinomial(cases, occurrences / cases, size=BOOTSTRAP_RESAMPLES)
     for row, impl in enumerate(impls):
         for level in range(len(FAST_P_LEVELS)):
             counts[impl][level] = drawn @ ((patterns[row] >> level) & 1).astype(np.int64)
     return counts
+
+
+def _joint_patterns(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(bits, axis=1, return_counts=True)`` of uint8 [impl, case] bits, in the same
+    order: up to 8 impls are packed into one uint64 per case (first impl highest), whose
+    1-D unique took 4-5 ms of 100k cases against 39-83 ms for 1-3 impls."""
+    if len(bits) > 8:
+        return np.unique(bits, axis=1, return_counts=True)
+    keys = np.zeros(bits.shape[1], dtype=np.uint64)
+    for row in bits:
+        keys = (keys << np.uint64(8)) | row
+    distinct, counts = np.unique(keys, return_counts=True)
+    shifts = np.uint64(8) * np.arange(len(bits) - 1, -1, -1, dtype=np.uint64)
+    return (distinct[None, :] >> shifts[:, None]).astype(np.uint8), counts
 
 
 def _level_bits(faster: np.ndarray) -> np.ndarray:
