@@ -372,8 +372,19 @@ def _validated_frame(path, header, layout, wanted):
     if frame is not None and _complete(frame):
         frame = _finished(frame.drop(columns=_MARK_COLUMN), layout)
         if not _suspect_rows(frame, header, layout).any():
-            return frame, []
+            return _metrics_finite_or_nan(frame), []
     return _judged(path, header, layout, wanted)
+
+
+def _metrics_finite_or_nan(frame):
+    """A failed row's infinite metric (``1e400``) as NaN, as the text path reads it; every
+    other infinity made its row suspect and went that way."""
+    for name in NUMERIC_COLUMNS:
+        values = frame[name].to_numpy()
+        infinite = np.isinf(values)
+        if infinite.any():
+            frame[name] = np.where(infinite, np.nan, values)
+    return frame
 
 
 def _complete(frame) -> bool:
