@@ -106,7 +106,7 @@ class MarkedStream:
     def _kept_back(self, data: bytes) -> int:
         """How many bytes at the end of ``data`` wait for the next chunk: a CR that may be half
         of a CR LF, and with ``complete_lines`` the whole unfinished last line.  Other bytes
-        go on at once: copying each chunk into the next cost the stream a third of its time."""
+        go on at once: copying each chunk into the next took over a quarter of the stream's time."""
         if not self._complete_lines:
             return 1 if data.endswith(b"\r") else 0
         area = data[:-1] if data.endswith(b"\r") else data
