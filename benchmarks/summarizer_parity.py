@@ -21,6 +21,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fi_attn_bench.sweep.environment import code_version  # noqa: E402
+
 REAL = ROOT / "tests" / "fixtures" / "real_csv"
 FIXTURES = ROOT / "tests" / "fixtures" / "summarizer"
 
@@ -141,27 +145,15 @@ def run(checkout: Path, arguments: list[str], scratch: Path, hidden=()) -> dict[
     return outputs
 
 
-def checkout_state(checkout: Path) -> str | None:
-    """The other checkout's commit, None when it has uncommitted changes (or is no git
-    work tree): its outputs are then run afresh each time."""
-
-    def git(*arguments: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(checkout), *arguments], capture_output=True, text=True, check=False
-        )
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return commit if commit and not dirty else None
-
-
 def kept_folder(checkout: Path, work: Path, hidden: list[str]) -> Path | None:
     """Where the other checkout's outputs are kept for the next comparison: by its commit
-    and the modules it runs without, so a moved checkout is never judged by old outputs."""
-    state = checkout_state(checkout)
+    and the modules it runs without, so a moved checkout is never judged by old outputs;
+    None for a checkout with uncommitted changes."""
+    version = code_version(str(checkout))
+    if version.dirty != "no":  # uncommitted changes, or no git checkout: run it afresh
+        return None
     without = "+".join(Path(folder).name for folder in hidden) or "all"
-    return work / "against" / f"{state}-{without}" if state else None
+    return work / "against" / f"{version.commit}-{without}"
 
 
 def remembered(checkout: Path, name: str, arguments: list[str], work: Path, hidden, kept):

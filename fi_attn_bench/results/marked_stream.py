@@ -25,8 +25,8 @@ class MarkedStream:
     """A CSV file's bytes with the marker cell before every line end, checked to be UTF-8.
 
     ``complete_lines``: stop at the last line end (a row cut off by a kill is not read).
-    ``ahead``: check and mark on a thread of its own, while pandas parses what came before
-    (its tokenizer releases the GIL), so a large file takes both cores.
+    ``ahead``: read, check and mark on a thread of its own while pandas parses what came
+    before (the file reads and numpy's checks run without the GIL; pandas' parse holds it).
     ``open_quote``: the file ends inside a quoted cell; the cell and its row end there, as
     Python's csv module (the seed's reader) ends them.
     """
@@ -94,7 +94,7 @@ class MarkedStream:
             chunk = chunk.removeprefix(codecs.BOM_UTF8)
         if not chunk.isascii() and (self._decoder.getstate()[0] or not utf8_sequences_ok(chunk)):
             self._decoder.decode(chunk)  # raises UnicodeDecodeError on a bad byte
-        data = self._pending + chunk if self._pending else chunk
+        data = self._pending + chunk  # no copy when nothing is pending
         if not chunk:
             return self._end(data)
         kept = self._kept_back(data)
