@@ -51,9 +51,14 @@ def steps(workflow: dict) -> list[dict]:
 
 
 def console_scripts() -> dict[str, str]:
-    """Console script name -> module, as pip installed them from pyproject.toml."""
+    """Console script name -> module, as pip installed them, and as this checkout's
+    pyproject.toml declares them (a shared environment may hold another checkout's install)."""
     entry_points = importlib.metadata.distribution("fi-attn-bench").entry_points
-    return {e.name: e.value.split(":")[0] for e in entry_points if e.group == "console_scripts"}
+    found = {e.name: e.value.split(":")[0] for e in entry_points if e.group == "console_scripts"}
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as handle:
+        section = handle.read().partition("[project.scripts]")[2].partition("\n[")[0]
+    found.update(re.findall(r'^([\w-]+) = "([\w.]+):\w+"$', section, flags=re.MULTILINE))
+    return found
 
 
 def shell_commands(script: str) -> list[list[str]]:
@@ -180,6 +185,7 @@ def test_every_program_and_option_the_workflow_runs_exists():
         "summarize_results.py",
         "fi-attn-bench-doctor",
         "fi-attn-history",
+        "fi-attn-pr-verdict",
     }
     assert {c.words[0] for c in commands if c.program == "fi-attn-history"} == {
         "add",
@@ -276,6 +282,23 @@ def test_main_keeps_its_history_as_an_artifact_and_pull_requests_compare_against
             written in step.get("run", "") and "GITHUB_STEP_SUMMARY" in step["run"]
             for step in steps(workflow)
         ), written
+
+
+def test_the_pull_request_gets_the_verdict_of_the_compare_step():
+    """After the compare (also when it failed), fi-attn-pr-verdict reads its JSON with the job's
+    token, which may write the comment and the commit status."""
+    workflow = load_workflow()
+    commands = workflow_commands(workflow)
+    compare = next(c for c in commands if "--baseline" in c.words)
+    verdict = only(commands, "fi-attn-pr-verdict")
+    step = step_of(workflow, verdict)
+    assert verdict.words[0] == option_value(compare, "--json")
+    assert "always()" in step["if"] and "pull_request" in step["if"]
+    assert step["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    assert workflow["permissions"]["pull-requests"] == "write"
+    assert workflow["permissions"]["statuses"] == "write"
+    order = steps(workflow)
+    assert order.index(step) > order.index(step_of(workflow, compare))
 
 
 def step_of(workflow: dict, command: Command) -> dict:

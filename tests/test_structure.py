@@ -46,6 +46,7 @@ COMMAND_LINE_MODULES = {
     "fi_attn_bench.doctor_command_line",
     "fi_attn_bench.device.peaks_command_line",
     "fi_attn_bench.summarizer.command_line",
+    "fi_attn_bench.summarizer.pr_verdict_command_line",
     "fi_attn_bench.history.command_line",
 }
 
