@@ -88,6 +88,7 @@ class ReportOptions:
     max_bytes: int
     plot_dir: Path | None
     only_changed: bool = False
+    bmf_path: Path | None = None  # Bencher Metric Format JSON (summarizer.bmf)
 
 
 def column_list(text: str) -> list[str]:
@@ -143,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--json", type=Path, metavar="PATH", help="Also write the complete result as JSON."
+    )
+    parser.add_argument(
+        "--bmf",
+        type=Path,
+        metavar="PATH",
+        help="Also write Bencher Metric Format JSON (bencher run --adapter json): the run's "
+        "cases, or the candidate's in regression mode.",
     )
     parser.add_argument(
         "--max-report-bytes",
@@ -262,6 +270,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--baseline-samples and --candidate-samples go together: give both")
     if is_stdout(args.json) or (args.json is not None and _same_path(args.json, args.output)):
         parser.error("--json needs a file of its own")
+    if args.bmf is not None and (
+        is_stdout(args.bmf) or any(_same_path(args.bmf, p) for p in (args.output, args.json) if p)
+    ):
+        parser.error("--bmf needs a file of its own")
     return args
 
 
@@ -297,7 +309,7 @@ def main(argv=None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     options = ReportOptions(
-        args.output, args.json, args.max_report_bytes, args.plot_dir, args.only_changed
+        args.output, args.json, args.max_report_bytes, args.plot_dir, args.only_changed, args.bmf
     )
     error = _output_error(options)
     plots_module = None
@@ -326,6 +338,7 @@ def _output_error(options: ReportOptions) -> str | None:
         (options.output, "summary report", False),
         (options.json_path, "json report", False),
         (options.plot_dir, "plots", True),
+        (options.bmf_path, "BMF file", False),
     ):
         why = None if path is None else unwritable(path, directory=folder)
         if why:
@@ -356,6 +369,7 @@ def _overwrite_error(args: argparse.Namespace, options: ReportOptions, plots_mod
     targets = [
         OutputTarget(options.output, "report (--output)"),
         OutputTarget(options.json_path, "JSON report (--json)"),
+        OutputTarget(options.bmf_path, "BMF file (--bmf)"),
     ]
     if options.plot_dir is not None:
         suffixes = plots_module.PLOT_FILE_SUFFIXES
@@ -449,10 +463,18 @@ def _report(model, options: ReportOptions, plots_module) -> int:
         options.json_path, JSON.render(model), "JSON", quiet=to_stdout
     ):
         return EXIT_INPUT_ERROR
+    if options.bmf_path is not None and not _write_bmf(model, options.bmf_path, to_stdout):
+        return EXIT_INPUT_ERROR
     if model.verdict is Verdict.NOT_COMPARABLE:
         print(f"error: {model.reason}", file=sys.stderr)
     _print_issues(model.issues)
     return EXIT_INPUT_ERROR if plots_failed else model.exit_code
+
+
+def _write_bmf(model, path: Path, quiet: bool) -> bool:
+    from fi_attn_bench.summarizer.bmf import bmf_json
+
+    return _write(path, bmf_json(model), "BMF", quiet=quiet)
 
 
 def _say(text: str) -> None:
