@@ -542,6 +542,9 @@ def _render_plots(model, options: ReportOptions, plots_module) -> list[str]:
         )
     else:
         paths = plots_module.render_summary_plots(summary_plot_rows(model), options.plot_dir)
+        if model.head_to_head:
+            forest = importlib.import_module("fi_attn_bench.summarizer.forest_plot")
+            paths += forest.render_forest_plots(model.head_to_head, options.plot_dir)
     report_dir = options.output.resolve().parent
     return [Path(os.path.relpath(Path(p).resolve(), report_dir)).as_posix() for p in paths]
 

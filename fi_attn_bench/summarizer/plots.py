@@ -30,8 +30,16 @@ BATCH_COLUMN = "batch_size"
 MODEL_COLUMNS = frozenset({"case_label", "arithmetic_intensity", "state", "speedup"})
 MAX_PANELS = 6
 PANEL_COLUMNS = 3
-MAX_CASE_TICKS = 40
-MAX_TICK_CHARS = 48
+MAX_CASE_TICKS = 40  # more cases than this are drawn by rank, without labels
+MAX_ROW_LABEL_CHARS = 72  # a case's varying fields, cut past this with "…"
+ROW_INCHES = 0.22  # one labelled case row
+ROW_BASE_INCHES = 2.0  # title, legend, axis and footnote around the rows
+ROW_FIGURE_WIDTH = 10.0  # inches
+RANK_FIGURE_HEIGHT = 6.0  # inches, for unlabelled ranks
+FOOTNOTE_CHARS_PER_INCH = 11  # "small" type (10 pt) at DPI
+LEGEND_COLUMNS = 4
+FIGURE_LEGEND_COLUMNS = 6
+GATE_COLOR = "#d62728"
 MAX_BARS = 80  # more cases than this are drawn as dots
 LOG_SPEEDUP_RATIO = 4.0  # a speedup axis spanning more than this ratio is logarithmic
 DPI = 100
@@ -40,7 +48,9 @@ ROOFLINE_SIZE = (7.5, 5.5)  # inches
 PNG_METADATA: Mapping[str, None] = {"Software": None}
 ARTEFACT_PCT = 100.0  # pct_peak_bw above this is marked as a measurement artefact
 SCALING_PNG, ROOFLINE_PNG, SPEEDUP_PNG = "_scaling.png", "_roofline.png", "_speedup.png"
-PLOT_FILE_SUFFIXES = (SCALING_PNG, ROOFLINE_PNG, SPEEDUP_PNG)  # every file written ends with one
+ENERGY_PNG, FOREST_PNG = "_energy.png", "_forest.png"  # the forest: summarizer.forest_plot
+# every file written ends with one
+PLOT_FILE_SUFFIXES = (SCALING_PNG, ROOFLINE_PNG, SPEEDUP_PNG, ENERGY_PNG, FOREST_PNG)
 
 STATE_COLORS: Mapping[str, str] = {
     "regression": "#d62728",
@@ -218,14 +228,42 @@ def _style_seq_axis(ax, seq_col: str, ylabel: str, show_xlabel: bool) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def _legend(target, sources: Sequence) -> None:
-    """One legend on ``target`` holding every distinct label drawn on ``sources``."""
+def _figure_legend(figure, sources: Sequence) -> None:
+    """One legend for the figure, every distinct label drawn on ``sources``, below the
+    panels (outside them: never over a line)."""
     handles = {}
     for ax in sources:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
     if handles:
-        target.legend(handles.values(), handles.keys(), fontsize="x-small", loc="best")
+        labels = sorted(handles, key=_legend_key)
+        figure.legend(
+            [handles[label] for label in labels],
+            labels,
+            fontsize="small",
+            loc="outside lower center",
+            ncol=min(len(handles), FIGURE_LEGEND_COLUMNS),
+            frameon=False,
+        )
+
+
+def _legend_key(label: str) -> tuple:
+    """Batch sizes by value first (the order of their colours), then the rest as drawn."""
+    from fi_attn_bench.summarizer.identity import natural_key
+
+    name, _, value = label.partition("=")
+    return (0, natural_key(value)) if name == BATCH_COLUMN else (1,)
+
+
+def _constant_fields(frame, fixed: Sequence[str]) -> str:
+    """"name=value, ..." of the case parameters every row shares (the panels leave them out)."""
+    names = [c for c in case_columns(frame.columns) if c not in MODEL_COLUMNS and c not in fixed]
+    shared = []
+    for name in names:
+        values = frame[name].dropna().unique().tolist()
+        if len(values) == 1 and frame[name].notna().all() and not _empty(values[0]):
+            shared.append(f"{name}={_format_value(values[0])}")
+    return ", ".join(shared)
 
 
 def _peak_value(peaks: Mapping | None, key: str) -> float | None:
@@ -273,11 +311,13 @@ def _render_scaling(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pat
         r, c = divmod(index, ncols)
         axes[r][c].set_visible(False)
         axes[prow + r][c].set_visible(False)
-    _legend(axes[0][0], [axes[r][c] for r in range(prow) for c in range(ncols)])
-    _legend(axes[prow][0], [axes[prow + r][c] for r in range(prow) for c in range(ncols)])
+    _figure_legend(figure, [ax for row in axes for ax in row])
     more = f"; {plural(omitted, 'more configuration')} not shown" if omitted else ""
     title = f"{api}: time and bandwidth vs {seq_col}{more}{_peaks_label(peaks)}"
     figure.suptitle(_wrap(title, width))
+    common = _constant_fields(rows, fixed)
+    if common:
+        figure.supxlabel(wrap_footnote(f"every case: {common}", width), fontsize="small")
     return _save(figure, out_dir / (safe_file_stem(api) + SCALING_PNG))
 
 
@@ -362,7 +402,7 @@ def _render_energy(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Path
     _log_log_axes(ax, "time per call (ms)", "energy per call (mJ)")
     title = f"{api}: energy vs time, {plural(int(keep.sum()), 'case')}"
     ax.set_title(_wrap(title, ROOFLINE_SIZE[0]))
-    return _save(figure, out_dir / f"{safe_file_stem(api)}_energy.png")
+    return _save(figure, out_dir / (safe_file_stem(api) + ENERGY_PNG))
 
 
 def render_summary_plots(rows, out_dir: Path) -> list[Path]:
@@ -401,25 +441,32 @@ def gate_speedup(gate_pct: float) -> float:
     return 1.0 / (1.0 + gate_pct / 100.0)
 
 
-def _draw_speedups(ax, ranked, speedup, colors: Mapping[str, str]) -> None:
-    from matplotlib.patches import Patch
-
-    x = list(range(1, len(ranked) + 1))
+def _draw_speedups(ax, ranked, positions, colors: Mapping[str, str]) -> None:
+    """A bar from 1 to each case's speedup (a dot past MAX_BARS cases), coloured by state."""
+    speedup = ranked["_speedup"].to_numpy(dtype=float)
     states = ranked["state"].fillna("").astype(str) if "state" in ranked else None
     point_colors = [colors.get(s, "#4c72b0") for s in states] if states is not None else "#4c72b0"
     if len(ranked) <= MAX_BARS:
-        heights = [value - 1.0 for value in speedup]
-        ax.bar(x, heights, bottom=1.0, width=0.8, color=point_colors)
+        ax.barh(positions, speedup - 1.0, left=1.0, height=0.75, color=point_colors)
     else:
-        ax.scatter(x, speedup, s=10, color=point_colors)
+        ax.scatter(speedup, positions, s=10, color=point_colors)
+
+
+def _speedup_legend(ax, colors: Mapping[str, str], gate_pct: float | None) -> None:
+    """States and the gate line in rows above the axes: never over a bar."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     handles = [Patch(color=color, label=state or "(no state)") for state, color in colors.items()]
-    # Above the axes, in one row: never over a bar or the gate's label.
+    if gate_pct is not None:
+        label = f"gate: {gate_pct:g}% slower = ×{gate_speedup(gate_pct):.3f}"
+        handles.append(Line2D([], [], color=GATE_COLOR, ls="--", lw=1.2, label=label))
     ax.legend(
         handles=handles,
         fontsize="x-small",
         loc="lower right",
         bbox_to_anchor=(1.0, 1.0),
-        ncol=len(handles),
+        ncol=min(len(handles), LEGEND_COLUMNS),
         frameon=False,
         borderaxespad=0.2,
     )
@@ -430,15 +477,14 @@ def _style_speedup_axis(ax, low: float, high: float) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     if high / low > LOG_SPEEDUP_RATIO:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylim(low / 1.1, high * 1.1)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(low / 1.1, high * 1.1)
     else:
         margin = 0.06 * (high - low)
-        ax.set_ylim(low - margin, high + margin)
-    ax.set_ylabel("speedup\n(baseline time / candidate time)")
+        ax.set_xlim(low - margin, high + margin)
 
 
 def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Path | None:
@@ -449,7 +495,9 @@ def _render_speedup(api: str, rows, gate_pct: float | None, out_dir: Path) -> Pa
 
 
 def speedup_figure(api: str, rows, gate_pct: float | None):
-    """The speedup figure of one API, or None when no case has a speedup."""
+    """The speedup figure of one API, or None when no case has a speedup: one row per case,
+    the slowest at the top, labelled by the fields that vary (the shared ones in the footnote);
+    past MAX_CASE_TICKS cases, rows by rank without labels."""
     speedup = _numeric(rows, "speedup")
     keep = speedup.notna() & (speedup > 0) & speedup.map(math.isfinite)
     if not keep.any():
@@ -460,47 +508,43 @@ def speedup_figure(api: str, rows, gate_pct: float | None):
     count = len(ranked)
     labelled = count <= MAX_CASE_TICKS and "case_label" in ranked
     ticks, common = (
-        short_labels(ranked["case_label"].astype(str).tolist(), MAX_TICK_CHARS)
+        short_labels(ranked["case_label"].astype(str).tolist(), MAX_ROW_LABEL_CHARS)
         if labelled
         else ([], "")
     )
-    figure = _figure(max(7.0, 0.3 * count + 2.5) if labelled else 10.0, 6.0 if labelled else 5.0)
+    height = ROW_BASE_INCHES + ROW_INCHES * max(count, 5) if labelled else RANK_FIGURE_HEIGHT
+    figure = _figure(ROW_FIGURE_WIDTH, height)
     ax = figure.subplots()
+    positions = list(range(count, 0, -1))  # the slowest case at the top
     states = ranked["state"].fillna("").astype(str).unique().tolist() if "state" in ranked else []
-    _draw_speedups(ax, ranked, ranked["_speedup"].tolist(), _state_colors(states))
-    ax.axhline(1.0, color="black", lw=1)
+    colors = _state_colors(states)
+    _draw_speedups(ax, ranked, positions, colors)
+    ax.axvline(1.0, color="black", lw=1)
     low, high = float(ranked["_speedup"].min()), float(ranked["_speedup"].max())
     if gate_pct is not None:
-        gate = gate_speedup(gate_pct)
-        ax.axhline(gate, color="#d62728", ls="--", lw=1.2)
-        ax.text(
-            0.995,
-            gate,
-            f"gate: {gate_pct:g}% slower = x{gate:.3f} ",
-            color="#d62728",
-            va="top",
-            ha="right",
-            fontsize="small",
-            transform=ax.get_yaxis_transform(),
-            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
-        )
-        low = min(low, gate)
+        ax.axvline(gate_speedup(gate_pct), color=GATE_COLOR, ls="--", lw=1.2)
+        low = min(low, gate_speedup(gate_pct))
     _style_speedup_axis(ax, min(low, 1.0), max(high, 1.0))
-    ax.set_xlim(0.3, count + 0.7)
+    _speedup_legend(ax, colors, gate_pct)
+    ax.set_ylim(0.4, count + 0.6)
     if labelled:
-        ax.set_xticks(range(1, count + 1))
-        ax.set_xticklabels(ticks, rotation=60, ha="right", fontsize="x-small")
-        ax.set_xlabel("case (sorted by speedup)" + (f"; all: {common}" if common else ""))
+        ax.set_yticks(positions, ticks, fontsize="small")
     else:
-        ax.set_xlabel("case rank (sorted by speedup, slowest first)")
-    ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.set_yticks([])
+        ax.set_ylabel("case rank (slowest at the top)")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
     skipped = len(rows) - count
     note = f"; {skipped} not ok in both runs, not shown" if skipped else ""
-    title = _wrap(
-        f"{api}: speedup per case, {plural(count, 'case')}{note}", figure.get_figwidth() * 0.7
-    )
-    ax.set_title(title, loc="left")
+    footnote = "speedup = baseline time / candidate time; right of 1: faster"
+    footnote += f"; every case: {common}" if common else ""
+    figure.supxlabel(wrap_footnote(footnote, ROW_FIGURE_WIDTH), fontsize="small")
+    figure.suptitle(_wrap(f"{api}: speedup per case, {plural(count, 'case')}{note}", 10.0))
     return figure
+
+
+def wrap_footnote(text: str, width_inches: float) -> str:
+    """A footnote in "small" type wrapped to the figure's width."""
+    return "\n".join(textwrap.wrap(text, int(width_inches * FOOTNOTE_CHARS_PER_INCH)))
 
 
 def render_regression_plots(matched, gate_pct: float | None, out_dir: Path) -> list[Path]:
