@@ -242,3 +242,29 @@ def test_the_clipping_check_finds_a_label_out_of_the_figure():
     ax = figure.subplots()
     ax.text(1.2, 0.5, "past the right edge", transform=ax.transAxes)
     assert [problem.split(" at ")[0] for problem in clipped(figure)] == ["'past the right edge'"]
+
+
+def test_hostile_names_are_drawn_as_text(drawn, tmp_path):
+    """A "$" in a CSV would start matplotlib's math mode; an unbalanced formula failed the
+    draw (exit 2, no plots)."""
+    rows = pd.read_csv(HEAD_TO_HEAD, dtype=str, keep_default_na=False)
+    names = {"flashinfer:fa2": "base$", "flashinfer:fa3": "mine$\\frac{a$ <b>"}
+    for column in ("impl", "baseline_impl"):
+        rows[column] = rows[column].map(lambda name: names.get(name, name))
+    rows["api"] = "Ragged$x^$"
+    rows.loc[rows.index // 2 % 4 == 0, "head_dim_vo"] = "$128"  # both rows of a case
+    path = tmp_path / "hostile.csv"
+    rows.to_csv(path, index=False)
+    model = summarize(load_run([path]))
+    plots.render_summary_plots(summary_plot_rows(model), tmp_path)
+    forest_plot.render_forest_plots(model.head_to_head, tmp_path)
+    assert {name.rsplit("_", 1)[1] for name in drawn} == {
+        "scaling.png",
+        "roofline.png",
+        "forest.png",
+    }
+    problems = {name: clipped(figure) for name, figure in drawn.items()}
+    assert {name: texts for name, texts in problems.items() if texts} == {}
+    forest = next(figure for name, figure in drawn.items() if name.endswith("_forest.png"))
+    assert "base\\$" in forest.get_supxlabel()  # drawn as "base$"
+    assert any("head_dim_vo=\\$128" in t.get_text() for t in forest.axes[0].get_yticklabels())

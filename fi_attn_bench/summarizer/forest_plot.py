@@ -29,6 +29,7 @@ from fi_attn_bench.summarizer.plots import (
     _figure,
     _save,
     _wrap,
+    literal,
     safe_file_stem,
     wrap_footnote,
 )
@@ -127,7 +128,7 @@ def forest_figure(forest: Forest):
     _draw_rows(ax, rows, positions)
     ax.axvline(1.0, color="black", lw=1, zorder=1)
     _style_ratio_axis(ax, rows)
-    ax.set_yticks(positions, labels, fontsize="small")
+    ax.set_yticks(positions, [literal(label) for label in labels], fontsize="small")
     ax.set_ylim(-0.7, len(rows) - 0.3)
     _value_column(ax, rows, positions)
     ax.grid(True, axis="x", which="both", alpha=0.3)

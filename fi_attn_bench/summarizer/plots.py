@@ -93,9 +93,15 @@ def _numeric(frame, column: str):
     return pd.to_numeric(frame[column], errors="coerce")
 
 
+def literal(text) -> str:
+    """Text from a CSV drawn as it is: a "$" would start matplotlib's math mode (and an
+    unbalanced formula fails the draw)."""
+    return str(text).replace("$", r"\$")
+
+
 def _wrap(title: str, width_inches: float) -> str:
     """Wrap a title to the figure's width (about 8 characters per inch at 12 pt)."""
-    return "\n".join(textwrap.wrap(title, max(30, int(width_inches * 8))))
+    return literal("\n".join(textwrap.wrap(title, max(30, int(width_inches * 8)))))
 
 
 def _format_value(value) -> str:
@@ -167,7 +173,7 @@ def _panels(frame, facets: Sequence[str]) -> tuple[list[tuple[str, object]], int
         terms = zip(facets, key, strict=True)
         # an empty cell (a uniform batch's workload) names no parameter, as in case labels
         label = ", ".join(f"{c}={_format_value(v)}" for c, v in terms if not _empty(v)) or "n/a"
-        panels.append(("\n".join(textwrap.wrap(label, 44)), rows))
+        panels.append((literal("\n".join(textwrap.wrap(label, 44))), rows))
     return panels, len(groups) - len(kept)
 
 
@@ -182,6 +188,7 @@ def _draw_lines(ax, rows, seq_col: str, value_col: str, colors: Mapping) -> None
         order = x[keep].sort_values(kind="mergesort").index
         color = colors.get(key, "C0") if colors else "C0"
         label = f"{BATCH_COLUMN}={_format_value(key)}" if key is not None else value_col
+        label = literal(label)
         ax.plot(x[order], y[order], marker="o", markersize=3.5, lw=1.2, color=color, label=label)
 
 
@@ -256,7 +263,7 @@ def _legend_key(label: str) -> tuple:
 
 
 def _constant_fields(frame, fixed: Sequence[str]) -> str:
-    """"name=value, ..." of the case parameters every row shares (the panels leave them out)."""
+    """ "name=value, ..." of the case parameters every row shares (the panels leave them out)."""
     names = [c for c in case_columns(frame.columns) if c not in MODEL_COLUMNS and c not in fixed]
     shared = []
     for name in names:
@@ -360,7 +367,7 @@ def _render_roofline(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Pa
                 tflops[keep][part],
                 s=18,
                 color=color,
-                label=f"{BATCH_COLUMN}={_format_value(key)}",
+                label=literal(f"{BATCH_COLUMN}={_format_value(key)}"),
             )
     else:
         ax.scatter(ai[keep], tflops[keep], s=18, color="C0", label="cases")
@@ -394,7 +401,7 @@ def _render_energy(api: str, rows, peaks: Mapping | None, out_dir: Path) -> Path
     ax = figure.subplots()
     points = rows[keep]
     impls = _sorted_unique(points["impl"]) if "impl" in points.columns else []
-    groups = [(f"impl={_format_value(i)}", points["impl"] == i) for i in impls] or [
+    groups = [(literal(f"impl={_format_value(i)}"), points["impl"] == i) for i in impls] or [
         ("cases", slice(None))
     ]
     for index, (label, part) in enumerate(groups):
@@ -528,7 +535,7 @@ def speedup_figure(api: str, rows, gate_pct: float | None):
     _speedup_legend(ax, colors, gate_pct)
     ax.set_ylim(0.4, count + 0.6)
     if labelled:
-        ax.set_yticks(positions, ticks, fontsize="small")
+        ax.set_yticks(positions, [literal(tick) for tick in ticks], fontsize="small")
     else:
         ax.set_yticks([])
         ax.set_ylabel("case rank (slowest at the top)")
@@ -544,7 +551,7 @@ def speedup_figure(api: str, rows, gate_pct: float | None):
 
 def wrap_footnote(text: str, width_inches: float) -> str:
     """A footnote in "small" type wrapped to the figure's width."""
-    return "\n".join(textwrap.wrap(text, int(width_inches * FOOTNOTE_CHARS_PER_INCH)))
+    return literal("\n".join(textwrap.wrap(text, int(width_inches * FOOTNOTE_CHARS_PER_INCH))))
 
 
 def render_regression_plots(matched, gate_pct: float | None, out_dir: Path) -> list[Path]:
