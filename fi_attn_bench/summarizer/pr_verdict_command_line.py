@@ -7,7 +7,7 @@ hidden marker; posted only when the run alerts or the comment there would change
 would post.
 
 Exit codes: 0 pass; 1 the report failed (regression, failed or missing case); 2 bad input (the
-report's own exit 2, an unreadable or invalid JSON, a missing setting) ; 3 GitHub refused or
+report's own exit 2, an unreadable or invalid JSON, a missing setting, a bug); 3 GitHub refused or
 could not be reached (HTTP 4xx/5xx, rate limit, network); 130 interrupted.
 """
 
@@ -177,6 +177,11 @@ def main(argv=None) -> int:
     except GitHubError as exc:
         print(f"error: GitHub API: {exc}", file=sys.stderr)
         return EXIT_GITHUB_ERROR
+    except Exception as exc:  # a bug or memory exhausted: one line; PR_VERDICT_DEBUG=1 re-raises
+        if os.environ.get("PR_VERDICT_DEBUG"):
+            raise
+        print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
 
 
 def _run(request: VerdictRequest) -> int:
