@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -305,11 +306,14 @@ def test_the_token_never_follows_a_next_page_to_another_host(github, tmp_path, c
 
 
 def test_an_unreachable_api_is_one_line_and_exit_3(github, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("GITHUB_API_URL", "http://127.0.0.1:9")  # the discard port: refused
+    with socket.socket() as probe:  # a port just freed: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("GITHUB_API_URL", f"http://127.0.0.1:{port}")
     report = regression_json(tmp_path, "slower", slower=[3])
     capsys.readouterr()
     assert main([str(report)]) == 3
-    assert "cannot reach http://127.0.0.1:9" in one_error_line(capsys)
+    assert f"cannot reach http://127.0.0.1:{port}" in one_error_line(capsys)
 
 
 def test_a_bad_name_is_refused_before_anything_is_read(tmp_path, capsys):

@@ -247,9 +247,10 @@ def _keep_comment(client: GitHub, target: Target, request, verdict, content) -> 
     mine = marked(client.comments(target.repo, target.pull_request), request.name, request.author)
     decision = decide(verdict, content, mine, request.always)
     if decision.duplicates:
+        kept = "updated" if decision.action is Action.UPDATE else "kept as it is"
         print(
             f"note: {decision.duplicates + 1} comments carry this verdict's marker; "
-            f"the newest ({decision.target.id}) is updated, the others left as they are"
+            f"the newest ({decision.target.id}) is {kept}, the others left as they are"
         )
     if decision.action is Action.CREATE:
         made = client.create_comment(target.repo, target.pull_request, body)
