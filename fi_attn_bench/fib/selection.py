@@ -1,0 +1,109 @@
+"""``--fib DIR``: the cases one script measures of a FIB dataset, and the run's dtype and page size.
+
+A run has one dtype and one page size (CSV columns every row shares), so a script measures the
+definitions of one (dtype, page size): the dataset's when it has one, else the one that
+``--dtype`` / ``--page-size`` name.  Definitions no script measures are listed with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fi_attn_bench.cases.spec import DEFAULT_PAGE_SIZE, BenchmarkSpec
+from fi_attn_bench.errors import NoMatchingCase
+from fi_attn_bench.fib.dataset import Dataset, FibError, read_dataset
+from fi_attn_bench.fib.mapping import Mapped, Unmapped, fib_case, mapped_definitions
+from fi_attn_bench.fib.solutions import solutions_asked
+
+DEFAULT_DTYPE = "float16"  # the parser's --dtype default
+
+
+@dataclass(frozen=True)
+class FibSelection:
+    """What ``--fib`` gives one script: its cases (unresolved), dtype and page size."""
+
+    cases: tuple[dict, ...]
+    dtype: str
+    page_size: int
+    notes: tuple[str, ...]  # one line per definition left out, with the reason
+
+
+def notes_of(dataset: Dataset) -> tuple[str, ...]:
+    """One line per definition no script measures, or with no workload, and why."""
+    with_workloads = {w.definition for w in dataset.workloads}
+    lines = []
+    for found in mapped_definitions(dataset):
+        name = found.definition.name
+        if isinstance(found, Unmapped):
+            lines.append(f"fib: definition {name} not measured: {found.reason}")
+        elif name not in with_workloads:
+            lines.append(f"fib: definition {name} ({found.kind.label}) has no workload")
+    orphans = sorted({w.definition for w in dataset.workloads} - set(dataset.definitions))
+    lines += [f"fib: workloads of {name} left out: no such definition" for name in orphans]
+    return tuple(lines)
+
+
+def _group(found: Mapped) -> tuple[str, int | None]:
+    return found.dtype, found.page_size
+
+
+def _chosen_group(
+    script: str, groups: set[tuple[str, int | None]], dtype: str, page_size: int
+) -> tuple[str, int | None]:
+    """The (dtype, page size) this run measures; a value given other than the default must agree."""
+    if len(groups) == 1:
+        chosen = next(iter(groups))
+        given_dtype = dtype != DEFAULT_DTYPE and dtype != chosen[0]
+        given_size = chosen[1] is not None and page_size not in (DEFAULT_PAGE_SIZE, chosen[1])
+        if given_dtype or given_size:
+            raise FibError(
+                f"--fib: {script}'s definitions are {_text(chosen)}; --dtype {dtype} "
+                f"--page-size {page_size} disagree"
+            )
+        return chosen
+    for group in groups:
+        if group[0] == dtype and group[1] in (None, page_size):
+            return group
+    listed = ", ".join(sorted(_text(g) for g in groups))
+    raise FibError(
+        f"--fib: {script}'s definitions come in several dtypes or page sizes ({listed}); "
+        "pick one with --dtype and --page-size"
+    )
+
+
+def _text(group: tuple[str, int | None]) -> str:
+    return group[0] if group[1] is None else f"{group[0]} page size {group[1]}"
+
+
+def select(
+    spec: BenchmarkSpec,
+    directory: str,
+    dtype: str,
+    page_size: int,
+    impl_texts: Sequence[str] = (),
+) -> FibSelection:
+    """The cases of ``directory`` that ``spec``'s script measures (FibError: one line, exit 2;
+    NoMatchingCase when it measures none, so bench_all leaves it out); with ``--impl fib:NAME``
+    only the workloads of those solutions' definitions."""
+    dataset = read_dataset(directory)
+    only = {solution.definition for solution in solutions_asked(dataset, impl_texts)}
+    mine = [
+        found
+        for found in mapped_definitions(dataset)
+        if isinstance(found, Mapped)
+        and found.kind.script == spec.script
+        and (not only or found.definition.name in only)
+    ]
+    names = {found.definition.name: found for found in mine}
+    workloads = [w for w in dataset.workloads if w.definition in names]
+    if not workloads:
+        raise NoMatchingCase(f"--fib {directory}: no workload that {spec.script} measures")
+    groups = {_group(names[w.definition]) for w in workloads}
+    chosen = _chosen_group(spec.script, groups, dtype, page_size)
+    cases = tuple(
+        fib_case(names[w.definition], w, directory)
+        for w in workloads
+        if _group(names[w.definition]) == chosen
+    )
+    return FibSelection(cases, chosen[0], chosen[1] or page_size, notes_of(dataset))
