@@ -136,7 +136,9 @@ def workloads(root: str) -> list[dict]:
                  "num_pages": num_pages}, {"k_cache": {"type": "random"},
                  "v_cache": {"type": "random"}, "sm_scale": {"type": "scalar", "value": 0.25},
                  **stored}))  # fmt: skip
-    stored = _file(root, RAGGED, "rag-a", {"qo_indptr": _indptr([2, 6]), "kv_indptr": _indptr([5, 6])})
+    stored = _file(
+        root, RAGGED, "rag-a", {"qo_indptr": _indptr([2, 6]), "kv_indptr": _indptr([5, 6])}
+    )
     lines.append(_line(RAGGED, "rag-a", {"len_indptr": 3, "total_q": 8, "total_kv": 11},
                  {"q": {"type": "random"}, "k": {"type": "random"}, "v": {"type": "random"},
                   "sm_scale": {"type": "scalar", "value": 0.25}, **stored}))  # fmt: skip
@@ -154,7 +156,7 @@ def _line(definition, uuid, axes, inputs):
             "solution": None, "evaluation": None}  # fmt: skip
 
 
-DECODE_SOLUTION = '''
+DECODE_SOLUTION = """
 import torch
 
 def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output):
@@ -169,7 +171,7 @@ def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output):
         scores = torch.einsum("hd,thd->ht", q[b].float(), k) * sm_scale
         output[b] = torch.einsum("ht,thd->hd", scores.softmax(-1), v).to(output.dtype)
     SCALE_OUTPUT
-'''
+"""
 
 
 def solution(name: str, wrong: bool = False) -> dict:
