@@ -6,7 +6,7 @@ reads every ``*.jsonl`` under ``traces/``); the name carries the run id, so a fi
 is never touched, and a file of that name already there is refused.  The harness's own numbers
 that FIB has no field for (the interval of the median, noise, samples, paired ratio and its
 interval, the row's repro command) go beside them in ``DIR/fi-attn-bench/<run_id>.jsonl``, a
-folder FIB does not read.  Definitions the folder lacks are copied there unchanged.
+folder FIB does not read.  Definitions the folder lacks are written there as FIB reads them (``fib.dump``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import csv
 import json
 import math
 import os
-import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.fib.dataset import Dataset, read_dataset
+from fi_attn_bench.fib.dump import fib_definition
 from fi_attn_bench.fib.mapping import workload_label
 from fi_attn_bench.fib.solutions import PREFIX
 from fi_attn_bench.results.schema import HARNESS_VERSION
@@ -188,15 +188,17 @@ def _new_file(path: str, lines: list[str]) -> None:
 
 
 def _copy_definitions(dataset: Dataset, folder: str, names: Iterable[str]) -> None:
-    """The traces' definitions into ``folder`` where it lacks them (TraceSet links by name)."""
+    """The traces' definitions into ``folder`` where it lacks them (TraceSet links by name), in
+    the form FIB's schema accepts (``fib.dump``)."""
     for name in sorted(set(names)):
         definition = dataset.definitions[name]
         target = os.path.join(folder, "definitions", definition.op_type, f"{name}.json")
         if os.path.realpath(target) == os.path.realpath(definition.path):
             continue
         if not os.path.exists(target):
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copyfile(definition.path, target)
+            with open(definition.path, encoding="utf-8") as handle:
+                record = fib_definition(json.load(handle))
+            _new_file(target, [json.dumps(record, indent=2)])
 
 
 def write_traces(csv_path: str, folder: str, dataset_dir: str) -> Written:
