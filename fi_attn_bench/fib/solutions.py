@@ -110,7 +110,7 @@ def _load_module(solution: Solution, path: str) -> ModuleType:
     return module
 
 
-def _argument(inputs: object, name: str) -> object:
+def fib_argument(inputs: object, name: str) -> object:
     """The value FIB passes as input ``name``, read from the script's inputs."""
     table = getattr(inputs, "table", None)
     for holder in (inputs, table):
@@ -153,7 +153,7 @@ def solution_factory(solution: Solution) -> Callable[[ImplContext], PluginRun]:
             raise TypeError(
                 f"fib:{solution.name} implements {solution.definition}, not {definition.name}"
             )
-        arguments = [_argument(context.inputs, name) for name in definition.inputs]
+        arguments = [fib_argument(context.inputs, name) for name in definition.inputs]
         if "sm_scale" in definition.inputs:  # the scale the reference uses, where none was given
             at = list(definition.inputs).index("sm_scale")
             arguments[at] = _SCALES[file_inputs.mapped.kind.label](context.case, context.inputs)
