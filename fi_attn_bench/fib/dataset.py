@@ -20,7 +20,6 @@ import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from fi_attn_bench.errors import UsageError
 
@@ -233,16 +232,16 @@ def parse_definition(record: object, where: str) -> Definition:
     tensors = {}
     for part in ("inputs", "outputs"):
         specs = _object(record.get(part, {}), f"{where}: {part}")
-        tensors[part] = MappingProxyType(
-            {k: _tensor_spec(v, f"{where}: {part[:-1]} {k!r}", axes) for k, v in specs.items()}
-        )
+        tensors[part] = {
+            k: _tensor_spec(v, f"{where}: {part[:-1]} {k!r}", axes) for k, v in specs.items()
+        }
     tags = record.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise FibError(f"{where}: tags must be a list of strings")
     return Definition(
         name=_safe_name(_text(record, "name", where), where),
         op_type=_text(record, "op_type", where),
-        axes=MappingProxyType(axes),
+        axes=axes,
         inputs=tensors["inputs"],
         outputs=tensors["outputs"],
         tags=tuple(tags),
@@ -309,8 +308,8 @@ def parse_workload(root: str, record: object, where: str) -> Workload:
     return Workload(
         definition=_text(record, "definition", where),
         uuid=_safe_name(_text(body, "uuid", where), where),
-        axes=MappingProxyType(axes),
-        inputs=MappingProxyType({k: _input_source(root, k, v, where) for k, v in inputs.items()}),
+        axes=axes,
+        inputs={k: _input_source(root, k, v, where) for k, v in inputs.items()},
         where=where,
     )
 
@@ -376,7 +375,7 @@ def parse_solution(record: object, where: str) -> Solution:
         entry_file=entry_file,
         entry_symbol=entry_symbol,
         destination_passing_style=bool(spec.get("destination_passing_style", True)),
-        sources=MappingProxyType(sources),
+        sources=sources,
         path=where,
     )
 
@@ -414,8 +413,8 @@ def read_dataset(directory: str) -> Dataset:
         raise FibError(f"--fib {directory}: no definition (definitions/*.json or dump *.json)")
     return Dataset(
         root=root,
-        definitions=MappingProxyType(definitions),
+        definitions=definitions,
         workloads=tuple(workloads),
-        solutions=MappingProxyType(solutions),
+        solutions=solutions,
         layout="dataset" if is_dataset else "dump",
     )

@@ -7,6 +7,8 @@ definitions of one (dtype, page size): the dataset's when it has one, else the o
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -76,6 +78,19 @@ def _text(group: tuple[str, int | None]) -> str:
     return group[0] if group[1] is None else f"{group[0]} page size {group[1]}"
 
 
+def _signature(directory: str) -> tuple:
+    """Every file's name, size and change time: a changed dataset is read again."""
+    found = []
+    for here, _, names in os.walk(directory):
+        for name in names:
+            try:
+                stat = os.stat(os.path.join(here, name))
+            except OSError:
+                continue
+            found.append((here, name, stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(found))
+
+
 def select(
     spec: BenchmarkSpec,
     directory: str,
@@ -85,22 +100,36 @@ def select(
 ) -> FibSelection:
     """The cases of ``directory`` that ``spec``'s script measures (FibError: one line, exit 2;
     NoMatchingCase when it measures none, so bench_all leaves it out); with ``--impl fib:NAME``
-    only the workloads of those solutions' definitions."""
+    only the workloads of those solutions' definitions.  Planning asks several times: the
+    answer is kept while no file of the dataset changes."""
+    signature = _signature(directory) if os.path.isdir(directory) else ()
+    return _select(spec.script, directory, dtype, page_size, tuple(impl_texts), signature)
+
+
+@functools.lru_cache(maxsize=8)
+def _select(
+    script: str,
+    directory: str,
+    dtype: str,
+    page_size: int,
+    impl_texts: tuple[str, ...],
+    signature: tuple,
+) -> FibSelection:
     dataset = read_dataset(directory)
     only = {solution.definition for solution in solutions_asked(dataset, impl_texts)}
     mine = [
         found
         for found in mapped_definitions(dataset)
         if isinstance(found, Mapped)
-        and found.kind.script == spec.script
+        and found.kind.script == script
         and (not only or found.definition.name in only)
     ]
     names = {found.definition.name: found for found in mine}
     workloads = [w for w in dataset.workloads if w.definition in names]
     if not workloads:
-        raise NoMatchingCase(f"--fib {directory}: no workload that {spec.script} measures")
+        raise NoMatchingCase(f"--fib {directory}: no workload that {script} measures")
     groups = {_group(names[w.definition]) for w in workloads}
-    chosen = _chosen_group(spec.script, groups, dtype, page_size)
+    chosen = _chosen_group(script, groups, dtype, page_size)
     cases = tuple(
         fib_case(names[w.definition], w, directory)
         for w in workloads
