@@ -196,3 +196,17 @@ def test_traces_of_an_earlier_run_are_never_overwritten(dataset, tmp_path):
     with pytest.raises(UsageError, match="never overwritten"):
         write_traces(str(out), str(tmp_path / "t"), dataset)
     assert {p: open(p).read() for p in before} == before
+
+
+def test_bench_all_leaves_out_the_scripts_the_dataset_has_no_workload_for(
+    dataset, tmp_path, capsys
+):
+    for kind in ("gqa_ragged", "mla_paged"):
+        for name in os.listdir(os.path.join(dataset, "workloads", kind)):
+            os.remove(os.path.join(dataset, "workloads", kind, name))
+    argv = ["--fib", dataset, "--backend", "torch", "--output-dir", str(tmp_path / "all")]
+    assert bench_all([*argv, *FAST]) == 0
+    err = capsys.readouterr().err
+    assert "bench_batch_mla.py: --fib " in err and "no workload that bench_batch_mla.py" in err
+    assert "no case matches --filter" not in err
+    assert len([p for p in os.listdir(tmp_path / "all") if p.endswith(".csv")]) == 2
