@@ -73,3 +73,10 @@ def test_the_gate_fails_when_a_good_solution_fails():
         "traces": {"statuses": {"d": ["py_decode:RUNTIME_ERROR", "py_decode_wrong:PASSED"]}},
     }
     assert not trip.passed(result)
+
+
+def test_the_planning_benchmark_runs(capsys):
+    from benchmarks import fib_planning
+
+    assert fib_planning.main(["20"]) == 0
+    assert capsys.readouterr().out.startswith("20 workloads: read_dataset ")
