@@ -162,6 +162,9 @@ def test_each_dumped_kind_maps_to_its_script_and_case_heads(record, spec, heads)
         ({**gqa_decode(), "inputs": {**gqa_decode()["inputs"],
           "block_tables": _tensor(["batch_size", "num_pages"], "int32")}},
          "input 'block_tables' has no counterpart"),
+        ({**gqa_decode(), "inputs": {**gqa_decode()["inputs"],
+          "k_cache": _tensor(["num_pages", "num_kv_heads", "head_dim"])}},
+         "input 'k_cache' has axes ['num_pages', 'num_kv_heads', 'head_dim']"),
     ],
 )  # fmt: skip
 def test_a_definition_no_script_measures_is_listed_with_its_reason(record, reason):

@@ -137,6 +137,13 @@ def _head_value(definition: Definition, axes: Sequence[str]) -> int | None:
     return next((definition.const(a) for a in axes if definition.const(a) is not None), None)
 
 
+def _rank(kind: Kind, name: str) -> int:
+    """Axes the script's tensor has: a paged cache [pages, page_size, (heads,) dim]."""
+    if kind.paged and name.endswith("_cache"):
+        return 3 if kind.label.startswith("mla") else 4
+    return 3
+
+
 def classify(definition: Definition) -> Mapped | Unmapped:
     """Which script measures ``definition``, or why none does."""
     kind = _kind_of(definition)
@@ -156,6 +163,13 @@ def classify(definition: Definition) -> Mapped | Unmapped:
         return Unmapped(definition, f"no constant value for {absent[0]}")
     if "num_kv_heads" in heads and heads["num_qo_heads"] % heads["num_kv_heads"]:
         return Unmapped(definition, "num_qo_heads is not a multiple of num_kv_heads")
+    flat = [n for n in kind.float_inputs if len(inputs[n].shape or ()) != _rank(kind, n)]
+    if flat:
+        shape = list(inputs[flat[0]].shape or ())
+        return Unmapped(
+            definition, f"input {flat[0]!r} has axes {shape}; {kind.script} takes "
+            f"{_rank(kind, flat[0])} (pages, page_size, ...)"
+        )  # fmt: skip
     dtypes = {inputs[n].dtype for n in kind.float_inputs}
     if len(dtypes) > 1 or not dtypes <= set(FLOAT_DTYPES):
         return Unmapped(
