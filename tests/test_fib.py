@@ -210,3 +210,13 @@ def test_bench_all_leaves_out_the_scripts_the_dataset_has_no_workload_for(
     assert "bench_batch_mla.py: --fib " in err and "no workload that bench_batch_mla.py" in err
     assert "no case matches --filter" not in err
     assert len([p for p in os.listdir(tmp_path / "all") if p.endswith(".csv")]) == 2
+
+
+def test_a_solution_plugin_pickles_for_a_worker_process(dataset):
+    import pickle
+
+    from fi_attn_bench.fib.solutions import impl_resolver
+
+    impl = impl_resolver(dataset)("fib:py_decode")
+    factory = pickle.loads(pickle.dumps(impl.factory))
+    assert factory.solution.name == "py_decode" and factory == impl.factory

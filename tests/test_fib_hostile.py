@@ -217,3 +217,31 @@ def test_bench_all_refuses_a_hostile_dataset_before_any_script_runs(dataset, tmp
     assert "leads outside the dataset folder" in refused(capsys)
     made = os.listdir(tmp_path / "all") if (tmp_path / "all").exists() else []
     assert not [p for p in made if p.endswith(".csv")]
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda s: s["sources"][0].update(content="def run(:\n"), "cannot import main.py"),
+        (lambda s: s["spec"].update(language="cuda"), "only python and triton solutions"),
+        (lambda s: s["spec"].update(entry_point="main.py::missing"), "no function 'missing'"),
+        (lambda s: s["sources"][0].update(path="../main.py"), "leaves the solution's folder"),
+        (lambda s: s.update(definition="nowhere"), "its definition 'nowhere' is not in --fib"),
+    ],
+)
+def test_a_broken_solution_is_exit_2_before_any_case(change, message, dataset, tmp_path, capsys):
+    solution = fib_data.solution("broken")
+    change(solution)
+    with open(os.path.join(dataset, "solutions", "broken.json"), "w") as handle:
+        json.dump(solution, handle)
+    argv = ["--fib", dataset, "--impl", "torch", "--impl", "fib:broken"]
+    assert bench(argv, tmp_path) == 2
+    assert message in refused(capsys)
+
+
+def test_a_solution_of_another_script_is_refused_by_name(dataset, tmp_path, capsys):
+    from fi_attn_bench.apis import prefill_paged
+
+    argv = ["--fib", dataset, "--impl", "torch", "--impl", "fib:py_decode", "--device", "cpu"]
+    assert main_for(prefill_paged.SPEC, argv) == 2
+    assert "its definition 'gqa_paged_decode_h4_kv2_d16_ps4' is not one that" in refused(capsys)

@@ -46,6 +46,16 @@ def notes_of(dataset: Dataset) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _check_solution(solution, dataset: Dataset, names, script: str) -> None:
+    """A ``--impl fib:NAME`` whose definition this script does not measure: why, in one line
+    (NoMatchingCase, so bench_all leaves the script out)."""
+    where = f"--impl fib:{solution.name}: its definition {solution.definition!r}"
+    if solution.definition not in dataset.definitions:
+        raise FibError(f"{where} is not in --fib")
+    if solution.definition not in names:
+        raise NoMatchingCase(f"{where} is not one that {script} measures")
+
+
 def _group(found: Mapped) -> tuple[str, int | None]:
     return found.dtype, found.page_size
 
@@ -116,7 +126,8 @@ def _select(
     signature: tuple,
 ) -> FibSelection:
     dataset = read_dataset(directory)
-    only = {solution.definition for solution in solutions_asked(dataset, impl_texts)}
+    asked = solutions_asked(dataset, impl_texts)
+    only = {solution.definition for solution in asked}
     mine = [
         found
         for found in mapped_definitions(dataset)
@@ -125,6 +136,8 @@ def _select(
         and (not only or found.definition.name in only)
     ]
     names = {found.definition.name: found for found in mine}
+    for solution in asked:
+        _check_solution(solution, dataset, names, script)
     workloads = [w for w in dataset.workloads if w.definition in names]
     if not workloads:
         raise NoMatchingCase(f"--fib {directory}: no workload that {script} measures")

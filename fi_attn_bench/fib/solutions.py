@@ -10,12 +10,14 @@ kernel's source from its file) and imported from there.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import importlib.util
 import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 
 import torch
@@ -139,13 +141,35 @@ def _first(result: object) -> object:
     return result[0] if isinstance(result, tuple | list) else result
 
 
-def solution_factory(solution: Solution) -> Callable[[ImplContext], PluginRun]:
-    """The plugin factory of ``solution`` (imported now: a broken one is exit 2)."""
-    entry = _import_entry(solution)
+_ENTRIES: dict[str, Callable] = {}  # imported entry points, by solution_key
 
-    def factory(context: ImplContext) -> PluginRun:
-        workload = context.case.get("workload")
-        file_inputs = getattr(workload, "inputs", None)
+
+def solution_key(solution: Solution) -> str:
+    """A solution's identity: its name and every source (a changed source is another one)."""
+    digest = hashlib.sha1(solution.name.encode())
+    for path, content in sorted(solution.sources.items()):
+        digest.update(path.encode() + b"\0" + content.encode())
+    return digest.hexdigest()
+
+
+def entry_of(solution: Solution) -> Callable:
+    """The solution's entry point, imported once per process."""
+    key = solution_key(solution)
+    if key not in _ENTRIES:
+        _ENTRIES[key] = _import_entry(solution)
+    return _ENTRIES[key]
+
+
+@dataclass(frozen=True)
+class SolutionFactory:
+    """The plugin factory of a FIB solution: plain data, so it pickles (a worker process
+    imports the solution again from its sources)."""
+
+    solution: Solution
+
+    def __call__(self, context: ImplContext) -> PluginRun:
+        solution, entry = self.solution, entry_of(self.solution)
+        file_inputs = getattr(context.case.get("workload"), "inputs", None)
         if not isinstance(file_inputs, FileInputs):
             raise TypeError(f"fib:{solution.name} runs on --fib cases only")
         definition = file_inputs.mapped.definition
@@ -154,7 +178,7 @@ def solution_factory(solution: Solution) -> Callable[[ImplContext], PluginRun]:
                 f"fib:{solution.name} implements {solution.definition}, not {definition.name}"
             )
         arguments = [fib_argument(context.inputs, name) for name in definition.inputs]
-        if "sm_scale" in definition.inputs:  # the scale the reference uses, where none was given
+        if "sm_scale" in definition.inputs:  # the scale plan() and the reference use
             at = list(definition.inputs).index("sm_scale")
             arguments[at] = _SCALES[file_inputs.mapped.kind.label](context.case, context.inputs)
         if not solution.destination_passing_style:
@@ -162,7 +186,11 @@ def solution_factory(solution: Solution) -> Callable[[ImplContext], PluginRun]:
         outputs = _outputs(context.inputs, list(definition.outputs))
         return PluginRun(run=lambda: entry(*arguments, *outputs), output=outputs[0])
 
-    return factory
+
+def solution_factory(solution: Solution) -> SolutionFactory:
+    """The plugin factory of ``solution``, imported now: a broken one is exit 2."""
+    entry_of(solution)
+    return SolutionFactory(solution)
 
 
 def impl_resolver(directory: str | None) -> Callable[[str], Impl | None]:
