@@ -245,3 +245,30 @@ def test_a_solution_of_another_script_is_refused_by_name(dataset, tmp_path, caps
     argv = ["--fib", dataset, "--impl", "torch", "--impl", "fib:py_decode", "--device", "cpu"]
     assert main_for(prefill_paged.SPEC, argv) == 2
     assert "its definition 'gqa_paged_decode_h4_kv2_d16_ps4' is not one that" in refused(capsys)
+
+
+def test_traces_that_cannot_be_written_are_one_line_and_the_csv_is_kept(dataset, tmp_path, capsys):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "traces").write_text("a file where the traces folder would be\n")
+    out = tmp_path / "out.csv"
+    fast = ["--max-time-per-case", "0.05", "--min-samples", "3"]
+    argv = ["--fib", dataset, "--backend", "torch", "--device", "cpu", "--output", str(out), *fast]
+    assert main_for(decode.SPEC, [*argv, "--fib-traces", str(folder)]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert "cannot write" in line and "--resume CSV" in line
+    assert out.exists() and len(out.read_text().splitlines()) == 3  # header and both cases
+    (folder / "traces").unlink()
+    resume = [
+        "--fib",
+        dataset,
+        "--backend",
+        "torch",
+        "--device",
+        "cpu",
+        "--resume",
+        str(out),
+        *fast,
+    ]
+    assert main_for(decode.SPEC, [*resume, "--fib-traces", str(folder)]) == 0
+    assert len(list((folder / "traces").rglob("*.jsonl"))) == 1

@@ -178,13 +178,24 @@ def _baselines(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, str]]:
 
 
 def _new_file(path: str, lines: list[str]) -> None:
-    """Write ``path`` only if it does not exist (refusing, never overwriting)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    """Write ``path`` only if it does not exist (refusing, never overwriting); a write that
+    fails leaves no partial file."""
     try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "x", encoding="utf-8") as handle:
-            handle.writelines(line + "\n" for line in lines)
+            try:
+                handle.writelines(line + "\n" for line in lines)
+            except BaseException:
+                handle.close()
+                os.remove(path)
+                raise
     except FileExistsError:
         raise UsageError(f"--fib-traces: {path} exists; it is never overwritten") from None
+    except OSError as exc:
+        raise UsageError(
+            f"--fib-traces: cannot write {path} ({exc.strerror or exc}); the CSV is kept: "
+            "write the traces with --resume CSV --fib DIR --fib-traces DIR"
+        ) from None
 
 
 def _copy_definitions(dataset: Dataset, folder: str, names: Iterable[str]) -> None:
