@@ -580,14 +580,9 @@ def execute(
         timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
         code = Sweep(spec, options, timer, csv_stream=csv_stream).run()
     if options.fib_traces and code != 130:
-        written = write_traces(options.output, options.fib_traces, _fib_directory(options))
+        written = write_traces(options.output, options.fib_traces, options.fib)
         print(f"fib: {written.describe()}", flush=True)
     return code
-
-
-def _fib_directory(options: RunOptions) -> str:
-    """The --fib dataset the cases came from (their workloads' source names it)."""
-    return next(serving.workload_of(case).source[1] for case in options.cases)
 
 
 @contextlib.contextmanager

@@ -94,6 +94,7 @@ class RunOptions:
     cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
     integrity: bool = True  # the timed calls' integrity checks (--no-integrity: off)
     energy: bool = True  # read the energy counter around the timed batches (--no-energy: off)
+    fib: str = ""  # --fib DIR: the FlashInfer-Bench dataset the cases come from
     fib_traces: str = ""  # --fib-traces DIR: FlashInfer-Bench traces written after the sweep
 
     @property
@@ -356,6 +357,7 @@ def resolve_options(
         cpu_threads=_cpu_threads(asked, device, listing),
         integrity=asked.integrity,
         energy=asked.energy,
+        fib=getattr(asked, "fib", None) or "",
         fib_traces="" if listing else _fib_traces(asked, output),
     )
 
