@@ -272,3 +272,15 @@ def test_traces_that_cannot_be_written_are_one_line_and_the_csv_is_kept(dataset,
     ]
     assert main_for(decode.SPEC, [*resume, "--fib-traces", str(folder)]) == 0
     assert len(list((folder / "traces").rglob("*.jsonl"))) == 1
+
+
+def test_a_triton_solution_without_triton_is_exit_2(dataset, tmp_path, capsys, monkeypatch):
+    from fi_attn_bench.fib import solutions
+
+    monkeypatch.setattr(solutions, "triton_installed", lambda: False)
+    solution = fib_data.solution("tri")
+    solution["spec"]["language"] = "triton"
+    with open(os.path.join(dataset, "solutions", "tri.json"), "w") as handle:
+        json.dump(solution, handle)
+    assert bench(["--fib", dataset, "--impl", "torch", "--impl", "fib:tri"], tmp_path) == 2
+    assert "a Triton solution; triton is not installed" in refused(capsys)

@@ -75,13 +75,17 @@ def _write_sources(solution: Solution) -> str:
     return folder
 
 
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
 def _import_entry(solution: Solution) -> Callable:
     if solution.language not in LANGUAGES:
         raise UsageError(
             f"--impl fib:{solution.name}: language {solution.language!r}; "
             f"only {' and '.join(LANGUAGES)} solutions run here"
         )
-    if solution.language == "triton" and importlib.util.find_spec("triton") is None:
+    if solution.language == "triton" and not triton_installed():
         raise UsageError(f"--impl fib:{solution.name}: a Triton solution; triton is not installed")
     folder = _write_sources(solution)
     sys.path.insert(0, folder)  # the entry file may import its sibling sources
