@@ -192,10 +192,17 @@ def test_a_safetensors_symlink_leaving_the_folder_is_refused(dataset, tmp_path, 
         (["--impl", "torch", "--impl", "fib:nobody"], "no solution 'nobody'"),
         (["--fib-traces", "TRACES", "--output", "-"], "give --output FILE, not -"),
         (["--dtype", "float16", "--page-size", "8"], "disagree"),
+        (
+            ["--fib-traces", "DATASET/workloads/t", "--output", "OUT"],
+            "inside the dataset's workloads/",
+        ),
     ],
 )
 def test_bad_options_with_fib_exit_2(argv, message, dataset, tmp_path, capsys):
-    argv = [word.replace("TRACES", str(tmp_path / "t")) for word in argv]
+    argv = [
+        w.replace("TRACES", str(tmp_path / "t")).replace("DATASET", dataset)
+        .replace("OUT", str(tmp_path / "o.csv")) for w in argv
+    ]  # fmt: skip
     code = main_for(decode.SPEC, ["--fib", dataset, "--backend", "torch", "--device", "cpu", *argv])
     assert code == 2
     assert message in refused(capsys)

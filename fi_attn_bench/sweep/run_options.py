@@ -371,8 +371,22 @@ def _fib_traces(asked, output: str) -> str:
         raise UsageError("--fib-traces writes the traces of a --fib run: give --fib DIR")
     if writes_stdout(output):
         raise UsageError("--fib-traces reads the sweep's CSV back: give --output FILE, not -")
+    _not_inside_the_inputs(folder, asked.fib)
     probe_directory(folder, "--fib-traces")
     return folder
+
+
+def _not_inside_the_inputs(folder: str, dataset: str) -> None:
+    """Traces written under the dataset's definitions/, workloads/ or solutions/ would be read
+    back as its inputs: refused (DIR itself or a new folder is where they go)."""
+    target = os.path.realpath(folder)
+    for part in ("definitions", "workloads", "solutions"):
+        inputs = os.path.realpath(os.path.join(dataset, part))
+        if target == inputs or target.startswith(inputs + os.sep):
+            raise UsageError(
+                f"--fib-traces {folder} is inside the dataset's {part}/, which --fib reads; "
+                "give the dataset folder itself or another one"
+            )
 
 
 def _cpu_threads(asked, device: torch.device, listing: bool) -> int | None:
