@@ -220,3 +220,15 @@ def test_a_solution_plugin_pickles_for_a_worker_process(dataset):
     impl = impl_resolver(dataset)("fib:py_decode")
     factory = pickle.loads(pickle.dumps(impl.factory))
     assert factory.solution.name == "py_decode" and factory == impl.factory
+
+
+def test_workload_lines_read_fib_page_tables_as_full_pages_too(dataset):
+    """--workload's flashinfer-bench lines and --fib agree on a page table without last-page
+    lengths (FIB's references read every page as full)."""
+    from fi_attn_bench.cases.workload_files import fib_batch
+
+    line = json.loads(
+        open(os.path.join(dataset, "workloads/gqa_paged", f"{fib_data.DECODE}.jsonl")).readline()
+    )
+    assert fib_batch(line, dataset).kv_lens == [8, 12, 4]
+    assert fib_batch(line, dataset) == case_of(decode.SPEC, dataset, "dec-a")["workload"].batch
