@@ -318,7 +318,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     dump_dir.mkdir(parents=True)
     device = torch.device("cuda")
     calls = make_calls(device)
-    dumped = dump_definitions(calls, dump_dir, device)
+    try:
+        dumped = dump_definitions(calls, dump_dir, device)
+    except Exception as exc:  # noqa: BLE001 - recorded: FlashInfer missing or failing
+        return _stopped(out, f"FlashInfer calls failed: {type(exc).__name__}: {exc}")
+    if not dumped:
+        return _stopped(out, "FlashInfer wrote no definition (FLASHINFER_TRACE_DUMP needs 0.7+)")
     impls = {
         decode.SPEC.script: [
             "flashinfer",
@@ -331,6 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "round_trip.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return 0 if passed(result) else 1
+
+
+def _stopped(out: Path, why: str) -> int:
+    (out / "round_trip.json").write_text(json.dumps({"error": why}, indent=2))
+    print(f"error: {why}", file=sys.stderr)
+    return 1
 
 
 def passed(result: dict) -> bool:

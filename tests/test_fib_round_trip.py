@@ -80,3 +80,8 @@ def test_the_planning_benchmark_runs(capsys):
 
     assert fib_planning.main(["20"]) == 0
     assert capsys.readouterr().out.startswith("20 workloads: read_dataset ")
+
+
+def test_without_a_gpu_the_script_says_how_to_run_it(tmp_path, capsys):
+    assert trip.main([str(tmp_path / "out")]) == 2  # the CPU machine has no GPU
+    assert "on a GPU with FlashInfer" in capsys.readouterr().err
