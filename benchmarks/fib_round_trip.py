@@ -20,6 +20,7 @@ writes them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -35,6 +36,7 @@ import torch  # noqa: E402
 
 from fi_attn_bench.apis import decode, mla, prefill_paged, prefill_ragged  # noqa: E402
 from fi_attn_bench.cases.spec import BenchmarkSpec, Settings  # noqa: E402
+from fi_attn_bench.command_line import main_for  # noqa: E402
 from fi_attn_bench.fib.dataset import parse_definition  # noqa: E402
 from fi_attn_bench.fib.dump import fib_definition  # noqa: E402
 from fi_attn_bench.fib.mapping import Mapped, classify  # noqa: E402
@@ -251,24 +253,27 @@ def write_solutions(root: Path, definition: str) -> list[str]:
     return list(sources)
 
 
-def run_scripts(root: Path, out: Path, device: str, impls: dict[str, list[str]]) -> dict[str, int]:
-    """Each script with --fib and --fib-traces (its own --impl words); exit codes by script."""
+def run_scripts(
+    root: Path, out: Path, device: str, impls: dict[str, list[str]], in_process: bool = False
+) -> dict[str, int]:
+    """Each script with --fib and --fib-traces (its own --impl words), as a user runs it
+    (``in_process``: through ``main_for`` in this process, sparing the tests four starts);
+    exit codes by script."""
     codes = {}
     for spec in (decode.SPEC, prefill_paged.SPEC, prefill_ragged.SPEC, mla.SPEC):
-        argv = [sys.executable, str(ROOT / spec.script), "--fib", str(root), "--device", device]
-        argv += [
-            "--output",
-            str(out / f"{spec.script[:-3]}.csv"),
-            "--fib-traces",
-            str(out / "traces"),
-        ]
-        argv += [w for impl in impls.get(spec.script, []) for w in ("--impl", impl)]
+        words = ["--fib", str(root), "--device", device, "--fib-traces", str(out / "traces")]
+        words += ["--output", str(out / f"{spec.script[:-3]}.csv")]
+        words += [w for impl in impls.get(spec.script, []) for w in ("--impl", impl)]
         if device == "cpu":
-            argv += ["--max-time-per-case", "0.05", "--min-samples", "3"]
+            words += ["--max-time-per-case", "0.05", "--min-samples", "3"]
         with open(out / f"{spec.script[:-3]}.log", "w") as log:
-            codes[spec.script] = subprocess.run(
-                argv, stdout=log, stderr=subprocess.STDOUT
-            ).returncode
+            if in_process:
+                with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                    codes[spec.script] = main_for(spec, words)
+            else:
+                argv = [sys.executable, str(ROOT / spec.script), *words]
+                run = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT)
+                codes[spec.script] = run.returncode
     return codes
 
 
@@ -289,14 +294,19 @@ def load_traces(folder: Path) -> dict:
 
 
 def round_trip(
-    out: Path, dump_dir: Path, calls: Sequence[Call], device: str, impls: dict[str, list[str]]
+    out: Path,
+    dump_dir: Path,
+    calls: Sequence[Call],
+    device: str,
+    impls: dict[str, list[str]],
+    in_process: bool = False,
 ) -> dict:
     """Steps 2-4 on dumps already in ``dump_dir``."""
     root = out / "dataset"
     matched = build_dataset(dump_dir, calls, root)
     decode_name = matched.get(decode.SPEC.script, "")
     solutions = write_solutions(root, decode_name) if decode_name.startswith("gqa") else []
-    codes = run_scripts(root, out, device, impls)
+    codes = run_scripts(root, out, device, impls, in_process)
     return {"definitions": matched, "not_measured": not_measured(dump_dir),
             "solutions": solutions, "exit_codes": codes,
             "traces": load_traces(out / "traces")}  # fmt: skip

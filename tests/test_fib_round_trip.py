@@ -44,7 +44,7 @@ def test_a_dataset_from_dumps_runs_through_the_scripts_and_loads_in_fib(tmp_path
     write_dumps(dump_dir)
     calls = trip.make_calls(torch.device("cpu"), SMALL)
     impls = {decode.SPEC.script: ["torch", "fib:py_decode", "fib:py_decode_wrong"]}
-    result = trip.round_trip(tmp_path / "out", dump_dir, calls, "cpu", impls)
+    result = trip.round_trip(tmp_path / "out", dump_dir, calls, "cpu", impls, in_process=True)
     assert result["definitions"] == {
         decode.SPEC.script: "gqa_paged_decode_h32_kv8_d128_ps16",
         prefill_paged.SPEC.script: "gqa_paged_prefill_h32_kv8_d128_ps16",
