@@ -32,6 +32,10 @@ from fi_attn_bench.cases.spec import (
     BenchmarkSpec,
 )
 from fi_attn_bench.errors import UsageError
+from fi_attn_bench.fib.dataset import read_dataset
+from fi_attn_bench.fib.selection import notes_of
+from fi_attn_bench.fib.solutions import impl_resolver
+from fi_attn_bench.fib.traces import write_traces
 from fi_attn_bench.program import program_name
 from fi_attn_bench.sweep.outputs import STDOUT, writes_stdout
 from fi_attn_bench.sweep.request import SweepRequest
@@ -137,6 +141,7 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         help="wrapper workspace size in MiB (default 128)",
     )
     _add_serving_arguments(parser)
+    _add_fib_arguments(parser)
     where = parser.add_argument_group("backend and device")
     where.add_argument(
         "--backend",
@@ -423,6 +428,24 @@ def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_fib_arguments(parser: argparse.ArgumentParser) -> None:
+    """FlashInfer-Bench datasets in and traces out (docs/FIB.md)."""
+    group = parser.add_argument_group("FlashInfer-Bench (docs/FIB.md)")
+    group.add_argument(
+        "--fib",
+        metavar="DIR",
+        help="a FlashInfer-Bench dataset (definitions/, workloads/, solutions/) or a "
+        "FLASHINFER_TRACE_DUMP_DIR: each workload of a definition this script measures is a "
+        "case, on the workload's own inputs; its solutions can run as --impl fib:NAME",
+    )
+    group.add_argument(
+        "--fib-traces",
+        metavar="DIR",
+        help="write one FlashInfer-Bench trace per case and implementation into DIR/traces/ "
+        "(new files only; intervals and noise beside them in DIR/fi-attn-bench/)",
+    )
+
+
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
@@ -463,7 +486,7 @@ def main_for(
 def _run(spec: BenchmarkSpec, asked, probe: Probe, timer_factory: TimerFactory) -> int:
     for text in asked.filter:  # syntax first: no import, no device query for a typo
         parse_filter(text, spec.case_fields)
-    if asked.batch or asked.workload:  # a bad spec or workload line, before probing the machine
+    if asked.batch or asked.workload or asked.fib:  # bad input, before probing the machine
         selected_cases(spec, asked, COMMAND_LINE_CASES)
     request = shard_request(asked, os.environ)
     if asked.list:
@@ -511,13 +534,19 @@ def plan(
     impl_kind = "flashinfer" if asking else asked.backend
     asked_by = f"--impl {asking[0]}" if asking else ""
     choice = resolve_impl_kind(impl_kind, device_text, probe, asked_by)
-    chosen = impls.parse_impls(asked.impl, spec.api, choice.flashinfer, default=choice.impl_kind)
+    other = impl_resolver(asked.fib)  # --impl fib:NAME, a solution of the --fib dataset
+    chosen = impls.parse_impls(
+        asked.impl, spec.api, choice.flashinfer, default=choice.impl_kind, other=other
+    )
     baseline = impls.baseline_index(chosen, asked.baseline_impl)
     if asked.fail_if_slower is not None and len(chosen) < 2:
         raise UsageError("--fail-if-slower compares implementations: give two or more --impl")
     options = resolve_options(spec, asked, choice, chosen, baseline)
     if choice.note:
         announce(choice.note)
+    if asked.fib:
+        for line in notes_of(read_dataset(asked.fib)):
+            announce(line)
     return options
 
 
@@ -549,7 +578,11 @@ def execute(
         log = print if options.verbose else (lambda _: None)
         timer = timer_factory(options.timing, device, log)
         timer.self_check()  # SelfCheckFailed is a UsageError: exit 2 before any case
-        return Sweep(spec, options, timer, csv_stream=csv_stream).run()
+        code = Sweep(spec, options, timer, csv_stream=csv_stream).run()
+    if options.fib_traces and code != 130:
+        written = write_traces(options.output, options.fib_traces, options.fib)
+        print(f"fib: {written.describe()}", flush=True)
+    return code
 
 
 @contextlib.contextmanager

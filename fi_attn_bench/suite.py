@@ -301,12 +301,16 @@ def _resolve(chosen, probe) -> SuitePlan | None:
                 runs.append((spec, listing_options(spec, asked, probe)))
             else:
                 runs.append((spec, plan(spec, asked, probe, announce, request)))
-        except NoMatchingCase:
-            left_out.append(spec.script)
+        except NoMatchingCase as exc:  # --fib: the dataset has no workload of this script
+            left_out.append((spec.script, str(exc) if asked.fib else "no case matches --filter"))
     if len(left_out) == len(chosen):
-        raise UsageError("no script has a case that matches --filter")
-    for script in left_out:
-        print(f"{prog()}: {script}: no case matches --filter; left out", file=sys.stderr)
+        fib = chosen[0][1].fib if chosen else None
+        raise UsageError(
+            f"no script measures a workload of --fib {fib}" if fib
+            else "no script has a case that matches --filter"
+        )  # fmt: skip
+    for script, why in left_out:
+        print(f"{prog()}: {script}: {why}; left out", file=sys.stderr)
     if listing:
         if request.shard is not None:
             list_shard(runs, request)

@@ -27,6 +27,7 @@ FLOORS = {
     "apis": 4,  # one module per API, and their registry
     "sweep": 4,
     "summarizer": 4,
+    "fib": 4,  # FlashInfer-Bench datasets in, solutions as plugins, traces out
     "command_line": 5,
     "suite_command_line": 5,
     "suite_record": 5,

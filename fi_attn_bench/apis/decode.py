@@ -103,6 +103,11 @@ def sm_scale(case: Mapping[str, int]) -> float:
     return 1.0 / math.sqrt(case["head_dim"])
 
 
+def scale_of(case: Mapping[str, int], inputs) -> float:
+    """The softmax scale of plan() and the reference: the inputs' own where they carry one."""
+    return sm_scale(case) if inputs.sm_scale is None else inputs.sm_scale
+
+
 @dataclass(frozen=True)
 class DecodeInputs:
     """Query, paged K/V caches and their page table for one case."""
@@ -111,6 +116,7 @@ class DecodeInputs:
     k_cache: torch.Tensor
     v_cache: torch.Tensor
     table: bi.PagedTable
+    sm_scale: float | None = None  # a FlashInfer-Bench workload's own; None: sm_scale(case)
 
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> DecodeInputs:
@@ -160,13 +166,13 @@ def plan_arguments(
         "pos_encoding_mode": "NONE",
         "q_data_type": settings.dtype,
         "kv_data_type": settings.dtype,
-        "sm_scale": sm_scale(case),
+        "sm_scale": scale_of(case, inputs),
     }
 
 
 def reference(case: Mapping[str, int], inputs: DecodeInputs) -> Callable[[], torch.Tensor]:
     """The float32 reference of one case on its inputs (what --backend torch measures)."""
-    return reference_fn(inputs, sm_scale(case))
+    return reference_fn(inputs, scale_of(case, inputs))
 
 
 def prepare(case: Mapping[str, int], settings: Settings, inputs: DecodeInputs) -> Prepared:

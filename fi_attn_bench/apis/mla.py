@@ -114,6 +114,11 @@ def sm_scale(case: Mapping[str, int]) -> float:
     return 1.0 / math.sqrt(QK_NOPE_HEAD_DIM + case["head_dim_kpe"])
 
 
+def scale_of(case: Mapping[str, int], inputs) -> float:
+    """The softmax scale of plan() and the reference: the inputs' own where they carry one."""
+    return sm_scale(case) if inputs.sm_scale is None else inputs.sm_scale
+
+
 @dataclass(frozen=True)
 class MlaInputs:
     """Split query, paged latent caches and their page table for one case."""
@@ -124,6 +129,7 @@ class MlaInputs:
     kpe_cache: torch.Tensor
     qo_indptr: torch.Tensor
     table: bi.PagedTable
+    sm_scale: float | None = None  # a FlashInfer-Bench workload's own; None: sm_scale(case)
 
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> MlaInputs:
@@ -178,7 +184,7 @@ def plan_arguments(
         "head_dim_kpe": case["head_dim_kpe"],
         "page_size": settings.page_size,
         "causal": CAUSAL,
-        "sm_scale": sm_scale(case),
+        "sm_scale": scale_of(case, inputs),
         "q_data_type": settings.dtype,
         "kv_data_type": settings.dtype,
     }
@@ -186,7 +192,7 @@ def plan_arguments(
 
 def reference(case: Mapping[str, int], inputs: MlaInputs) -> Callable[[], torch.Tensor]:
     """The float32 reference of one case on its inputs (what --backend torch measures)."""
-    return reference_fn(inputs, sm_scale(case))
+    return reference_fn(inputs, scale_of(case, inputs))
 
 
 def prepare(case: Mapping[str, int], settings: Settings, inputs: MlaInputs) -> Prepared:

@@ -127,6 +127,11 @@ def sm_scale(case: Mapping[str, int]) -> float:
     return 1.0 / math.sqrt(case["head_dim"])
 
 
+def scale_of(case: Mapping[str, int], inputs) -> float:
+    """The softmax scale of plan() and the reference: the inputs' own where they carry one."""
+    return sm_scale(case) if inputs.sm_scale is None else inputs.sm_scale
+
+
 @dataclass(frozen=True)
 class PagedPrefillInputs:
     """Queries with their indptr, paged K/V caches and their page table for one case."""
@@ -136,6 +141,7 @@ class PagedPrefillInputs:
     k_cache: torch.Tensor
     v_cache: torch.Tensor
     table: bi.PagedTable
+    sm_scale: float | None = None  # a FlashInfer-Bench workload's own; None: sm_scale(case)
 
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> PagedPrefillInputs:
@@ -188,7 +194,7 @@ def plan_arguments(
         "page_size": settings.page_size,
         "causal": CAUSAL,
         "pos_encoding_mode": "NONE",
-        "sm_scale": sm_scale(case),
+        "sm_scale": scale_of(case, inputs),
         "q_data_type": settings.dtype,
         "kv_data_type": settings.dtype,
     }
@@ -196,7 +202,7 @@ def plan_arguments(
 
 def reference(case: Mapping[str, int], inputs: PagedPrefillInputs) -> Callable[[], torch.Tensor]:
     """The float32 reference of one case on its inputs (what --backend torch measures)."""
-    return reference_fn(inputs, sm_scale(case))
+    return reference_fn(inputs, scale_of(case, inputs))
 
 
 def prepare(case: Mapping[str, int], settings: Settings, inputs: PagedPrefillInputs) -> Prepared:

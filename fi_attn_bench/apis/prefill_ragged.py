@@ -136,6 +136,11 @@ def sm_scale(case: Mapping[str, int]) -> float:
     return 1.0 / math.sqrt(case["head_dim_qk"])
 
 
+def scale_of(case: Mapping[str, int], inputs) -> float:
+    """The softmax scale of plan() and the reference: the inputs' own where they carry one."""
+    return sm_scale(case) if inputs.sm_scale is None else inputs.sm_scale
+
+
 @dataclass(frozen=True)
 class RaggedInputs:
     """Token-major q/k/v with their indptrs for one case."""
@@ -145,6 +150,7 @@ class RaggedInputs:
     v: torch.Tensor
     qo_indptr: torch.Tensor
     kv_indptr: torch.Tensor
+    sm_scale: float | None = None  # a FlashInfer-Bench workload's own; None: sm_scale(case)
 
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> RaggedInputs:
@@ -189,7 +195,7 @@ def plan_arguments(
         "head_dim_vo": case["head_dim_vo"],
         "causal": CAUSAL,
         "pos_encoding_mode": "NONE",
-        "sm_scale": sm_scale(case),
+        "sm_scale": scale_of(case, inputs),
         "q_data_type": settings.dtype,
         "kv_data_type": settings.dtype,
     }
@@ -203,7 +209,7 @@ def output_buffer(inputs: RaggedInputs) -> torch.Tensor:
 
 def reference(case: Mapping[str, int], inputs: RaggedInputs) -> Callable[[], torch.Tensor]:
     """The float32 reference of one case on its inputs (what --backend torch measures)."""
-    return reference_fn(inputs, sm_scale(case))
+    return reference_fn(inputs, scale_of(case, inputs))
 
 
 def prepare(case: Mapping[str, int], settings: Settings, inputs: RaggedInputs) -> Prepared:

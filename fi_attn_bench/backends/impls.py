@@ -201,10 +201,17 @@ def names_flashinfer(text: str) -> bool:
 
 
 def parse_impls(
-    texts: Sequence[str], api: str, flashinfer: ModuleType | None, default: str
+    texts: Sequence[str],
+    api: str,
+    flashinfer: ModuleType | None,
+    default: str,
+    other: Callable[[str], Impl | None] = lambda text: None,
 ) -> tuple[Impl, ...]:
-    """Every ``--impl`` (``default`` when none), with unique names."""
-    impls = tuple(parse_impl(text, api, flashinfer) for text in (texts or (default,)))
+    """Every ``--impl`` (``default`` when none), with unique names; ``other`` resolves the
+    targets a higher floor knows (``fib:NAME``: a FlashInfer-Bench solution), else None."""
+    impls = tuple(
+        other(text) or parse_impl(text, api, flashinfer) for text in (texts or (default,))
+    )
     names = [impl.name for impl in impls]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:

@@ -193,6 +193,14 @@ def reference_as_run(reference: Callable[[], torch.Tensor], inputs: object = Non
     return Prepared(run=reference, output=None, reference=reference, plan_ms=0.0, inputs=inputs)
 
 
+def case_inputs(spec: BenchmarkSpec, case: Mapping[str, int], settings: Settings) -> object:
+    """The inputs of ``case``: its workload's own (read from a file) where it carries them,
+    else the script's ``make_inputs``."""
+    workload = case.get("workload")
+    from_file = getattr(workload, "inputs", None)
+    return from_file(settings) if from_file is not None else spec.make_inputs(case, settings)
+
+
 def prepare_case(
     spec: BenchmarkSpec, case: Mapping[str, int], settings: Settings, inputs: object = None
 ) -> Prepared:
@@ -200,7 +208,7 @@ def prepare_case(
     handed over): the reference as the run for ``--backend torch`` when the spec declares one,
     else the spec's prepare()."""
     if inputs is None:
-        inputs = spec.make_inputs(case, settings)
+        inputs = case_inputs(spec, case, settings)
     if settings.impl_kind == "torch" and spec.reference is not None:
         return reference_as_run(spec.reference(case, inputs), inputs)
     return spec.prepare(case, settings, inputs)

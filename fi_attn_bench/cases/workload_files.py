@@ -65,8 +65,9 @@ _PAGE_SIZE = re.compile(r"_ps([0-9]+)(?:_|$)")
 
 def fib_batch(line: Mapping, base_dir: str) -> Batch:
     """A flashinfer-bench workload as a batch: q_len from ``qo_indptr`` (1 each when absent:
-    decode), kv_len from ``kv_indptr`` (tokens for ragged definitions; pages, with
-    ``kv_last_page_len`` or the definition's ``_ps<N>`` page size, for paged ones)."""
+    decode), kv_len from ``kv_indptr`` (tokens for ragged definitions; pages of the
+    definition's ``_ps<N>`` page size for paged ones, the last one ``kv_last_page_len`` long
+    where given, else full as in FIB's references)."""
     definition = str(line.get("definition", ""))
     inputs = line["workload"].get("inputs", {})
     kv_indptr = _fib_tensor(inputs, "kv_indptr", base_dir)
@@ -80,14 +81,10 @@ def fib_batch(line: Mapping, base_dir: str) -> Batch:
     last = _fib_tensor(inputs, "kv_last_page_len", base_dir)
     match = _PAGE_SIZE.search(definition)
     page_size = int(match.group(1)) if match else None
-    if last is None and page_size != 1:
-        raise WorkloadError(
-            f"definition {definition!r}: kv lengths need kv_last_page_len or page size 1 (_ps1)"
-        )
-    if last is None:
-        return Batch.of(q_lens, counts)
     if page_size is None:
         raise WorkloadError(f"definition {definition!r}: no _ps<N> page size in its name")
+    if last is None:  # every page full, as FIB's references read a page table (docs/FIB.md)
+        last = [page_size] * len(counts)
     return Batch.of(
         q_lens, [(p - 1) * page_size + tail for p, tail in zip(counts, last, strict=True)]
     )

@@ -145,12 +145,15 @@ class Workload:
     """A varied-length batch as a case carries it: its identity label and its requests.
 
     ``str()`` is the label, so the case's ``workload`` cell, key and seed text use it;
-    ``source`` is the command-line option that rebuilds it (for repro commands).
+    ``source`` is the command-line option that rebuilds it (for repro commands); ``inputs``,
+    where set, builds the case's inputs from a file (``inputs(settings)``: a FlashInfer-Bench
+    workload's tensors) instead of the script's random ones.
     """
 
     label: str
     batch: Batch = field(compare=False)
     source: tuple[str, ...] = field(default=(), compare=False)
+    inputs: Callable[..., object] | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.label

@@ -24,6 +24,7 @@ class SweepRequest:
     batch: tuple[str, ...]
     workload: tuple[str, ...]
     imbalance: bool
+    fib: str | None
     # backend, device, implementations
     backend: str
     device: str | None
@@ -61,6 +62,7 @@ class SweepRequest:
     resume: str | None
     force: bool
     samples_dir: str | None
+    fib_traces: str | None
     peak_bandwidth: float | None
     peak_tflops: float | None
     verbose: bool

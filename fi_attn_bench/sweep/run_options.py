@@ -18,6 +18,8 @@ from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, se
 from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
 from fi_attn_bench.cases.spec import DEFAULT_WORKSPACE_BYTES, DTYPES, BenchmarkSpec, Settings
 from fi_attn_bench.errors import NoMatchingCase, UsageError
+from fi_attn_bench.fib.selection import FibSelection
+from fi_attn_bench.fib.selection import select as fib_select
 from fi_attn_bench.program import face_path, rerun_words
 from fi_attn_bench.sweep.outputs import (
     check_new_output,
@@ -92,6 +94,8 @@ class RunOptions:
     cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
     integrity: bool = True  # the timed calls' integrity checks (--no-integrity: off)
     energy: bool = True  # read the energy counter around the timed batches (--no-energy: off)
+    fib: str = ""  # --fib DIR: the FlashInfer-Bench dataset the cases come from
+    fib_traces: str = ""  # --fib-traces DIR: FlashInfer-Bench traces written after the sweep
 
     @property
     def impls(self) -> tuple[Impl, ...]:
@@ -190,12 +194,22 @@ def _filtered(spec, cases, filters: Sequence[str], source: str) -> tuple[dict, .
     return tuple(kept)
 
 
+def fib_selection(spec: BenchmarkSpec, asked) -> FibSelection:
+    """``--fib DIR``'s cases for this script, with the run's dtype and page size."""
+    if asked.batch or asked.workload or asked.preset:
+        raise UsageError("--fib replaces --preset, --batch and --workload; give one of them")
+    return fib_select(spec, asked.fib, asked.dtype, asked.page_size, asked.impl)
+
+
 def selected_cases(
     spec: BenchmarkSpec, asked, preset: str, filters: Sequence[str] | None = None
 ) -> tuple[dict, ...]:
-    """The cases of ``--batch`` / ``--workload`` when given, else of the preset; filtered by
-    ``filters`` (default: ``--filter``)."""
+    """The cases of ``--fib``, ``--batch`` / ``--workload`` when given, else of the preset;
+    filtered by ``filters`` (default: ``--filter``)."""
     filters = asked.filter if filters is None else filters
+    if getattr(asked, "fib", None):
+        cases = serving.resolve_all(spec, fib_selection(spec, asked).cases, asked.seed)
+        return _filtered(spec, cases, filters, COMMAND_LINE_CASES)
     batches, files = getattr(asked, "batch", None) or [], getattr(asked, "workload", None) or []
     if not (batches or files):
         return select_for_preset(spec, preset, filters, asked.seed)
@@ -239,8 +253,13 @@ def _samples_path(asked, output: str, resume: bool) -> str:
     return path
 
 
+def _command_line_cases(asked) -> bool:
+    """Whether the cases come from --batch, --workload or --fib rather than a preset."""
+    return any(getattr(asked, name, None) for name in ("batch", "workload", "fib"))
+
+
 def preset_for(spec: BenchmarkSpec, asked, device: torch.device) -> str:
-    if getattr(asked, "batch", None) or getattr(asked, "workload", None):
+    if _command_line_cases(asked):
         return COMMAND_LINE_CASES
     if asked.preset:
         return asked.preset
@@ -266,7 +285,7 @@ def _selection(spec: BenchmarkSpec, asked, device, output: str, resume: bool):
 
 def _check_resumed_source(asked, recorded: Selection | None, output: str) -> None:
     """A sweep of --batch/--workload cases is resumed with them, a preset's without them."""
-    given = bool(getattr(asked, "batch", None) or getattr(asked, "workload", None))
+    given = _command_line_cases(asked)
     if recorded is None or given == (recorded.preset == COMMAND_LINE_CASES):
         return
     if given:
@@ -300,6 +319,10 @@ def resolve_options(
     else:  # a selection with no case creates no output directory
         selection, cases = _selection(spec, asked, device, "", False)
         output, resume = _output_path(spec, asked)
+    dtype_name, page_size = asked.dtype, asked.page_size
+    if getattr(asked, "fib", None):
+        chosen = fib_selection(spec, asked)
+        dtype_name, page_size = chosen.dtype, chosen.page_size
     version = (
         flashinfer_api.flashinfer_version(choice.flashinfer) or ""
         if choice.flashinfer is not None
@@ -310,8 +333,8 @@ def resolve_options(
         cases=cases,
         impl_kind=choice.impl_kind,
         device=device,
-        dtype_name=asked.dtype,
-        page_size=asked.page_size,
+        dtype_name=dtype_name,
+        page_size=page_size,
         seed=asked.seed,
         workspace_bytes=asked.workspace_mb * 2**20,
         timing=_timing_options(asked, device),
@@ -334,7 +357,36 @@ def resolve_options(
         cpu_threads=_cpu_threads(asked, device, listing),
         integrity=asked.integrity,
         energy=asked.energy,
+        fib=getattr(asked, "fib", None) or "",
+        fib_traces="" if listing else _fib_traces(asked, output),
     )
+
+
+def _fib_traces(asked, output: str) -> str:
+    """``--fib-traces DIR``: checked writable now; its traces are read from the sweep's CSV."""
+    folder = getattr(asked, "fib_traces", None)
+    if not folder:
+        return ""
+    if not getattr(asked, "fib", None):
+        raise UsageError("--fib-traces writes the traces of a --fib run: give --fib DIR")
+    if writes_stdout(output):
+        raise UsageError("--fib-traces reads the sweep's CSV back: give --output FILE, not -")
+    _not_inside_the_inputs(folder, asked.fib)
+    probe_directory(folder, "--fib-traces")
+    return folder
+
+
+def _not_inside_the_inputs(folder: str, dataset: str) -> None:
+    """Traces written under the dataset's definitions/, workloads/ or solutions/ would be read
+    back as its inputs: refused (DIR itself or a new folder is where they go)."""
+    target = os.path.realpath(folder)
+    for part in ("definitions", "workloads", "solutions"):
+        inputs = os.path.realpath(os.path.join(dataset, part))
+        if target == inputs or target.startswith(inputs + os.sep):
+            raise UsageError(
+                f"--fib-traces {folder} is inside the dataset's {part}/, which --fib reads; "
+                "give the dataset folder itself or another one"
+            )
 
 
 def _cpu_threads(asked, device: torch.device, listing: bool) -> int | None:
@@ -437,7 +489,8 @@ def resume_command(spec: BenchmarkSpec, options: RunOptions) -> str:
     words = [*rerun_words(spec.script, face_file), "--resume", options.output]
     words += _setting_words(spec, options)
     if options.preset == COMMAND_LINE_CASES:  # the CSV cannot rebuild these cases
-        words += [word for case in options.cases for word in serving.workload_of(case).source]
+        sources = dict.fromkeys(serving.workload_of(case).source for case in options.cases)
+        words += [word for source in sources for word in source]
     if options.samples:
         words += ["--samples-dir", os.path.dirname(options.samples) or "."]
     return " ".join(shlex.quote(word) for word in words)
