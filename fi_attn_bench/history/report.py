@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from fi_attn_bench.history.analysis import (
@@ -35,6 +35,8 @@ class HistoryReport:
 
     analysis: Analysis
     changes: tuple[CaseChange, ...]
+    case_filter: dict[str, str] = field(default_factory=dict)  # --cases, as parsed
+    since: str = ""  # --since, as given
 
 
 def series_payload(series: CaseSeries, change_runs: dict) -> dict:

@@ -14,6 +14,7 @@ without torch.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import enum
 import io
@@ -572,13 +573,18 @@ class ResultCsvWriter:
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         temporary = f"{self.path}.tmp{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8", newline="") as handle:
-            handle.write(_csv_line(self.fieldnames))
-            for record in records:
-                handle.write(self._row(record))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        try:
+            with open(temporary, "w", encoding="utf-8", newline="") as handle:
+                handle.write(_csv_line(self.fieldnames))
+                for record in records:
+                    handle.write(self._row(record))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+        except BaseException:  # a full disk or Ctrl-C leaves the old file and no temporary
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
     def append(self, record: Mapping[str, object]) -> None:
         """Append one record; writes the header first when the file is new or empty."""

@@ -10,7 +10,7 @@ stdout.  No output path may be an input or an existing data file.
 Exit codes: 0 valid input and nothing failed; 1 a failed case, a candidate missing a
 baseline case, or a regression beyond the gate; 2 bad arguments, unreadable or
 invalid input, runs that measured different things (schema.Compare.MUST_MATCH
-columns; see --allow-difference), or a report that cannot be written.  A reader that
+columns; see --allow-difference), or a report that cannot be written; 130 interrupted.  A reader that
 closes stdout early (``| head``) does not change the exit code.
 
 The work is load -> validate -> compare -> render (package ``summarizer``); this
@@ -58,7 +58,7 @@ from fi_attn_bench.summarizer.output import (
 )
 from fi_attn_bench.summarizer.paths import expand_paths
 from fi_attn_bench.summarizer.renderers import JSON, MARKDOWN, TERMINAL
-from fi_attn_bench.summarizer.terminal import terminal_width
+from fi_attn_bench.summarizer.terminal import terminal_text, terminal_width
 
 # main's exit codes stay beside it; the seed's record-level API is summarize_results.py's.
 __all__ = [
@@ -71,6 +71,7 @@ __all__ = [
     "run_as_program",
 ]
 
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
 MIN_REPORT_BYTES = 4096
 STDERR_ISSUE_LIMIT = 50
 ALLOWABLE_DIFFERENCES = tuple(column.name for column in MUST_MATCH_COLUMNS)
@@ -288,6 +289,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         return _run(args)
+    except KeyboardInterrupt:  # reports are written atomically: nothing half-written remains
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:
         if os.environ.get("SUMMARIZE_DEBUG"):
             raise
@@ -351,6 +355,8 @@ def _overwrite_error(args: argparse.Namespace, options: ReportOptions, plots_mod
     from fi_attn_bench.summarizer.rank_test import SAMPLES_PATTERN
 
     inputs = [*(args.csv or ()), *(args.baseline or ()), *(args.candidate or ())]
+    if args.noise_from is not None:
+        inputs.append(args.noise_from)
     for paths in (args.baseline_samples, args.candidate_samples):
         inputs += expand_paths(paths or [], SAMPLES_PATTERN)[0]
     targets = [
@@ -402,7 +408,10 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
 def _print_note(note: str, options: ReportOptions) -> None:
     """The runs left out, on stdout; on stderr while stdout carries the report."""
     if note:
-        print(f"note: {note}", file=sys.stderr if is_stdout(options.output) else sys.stdout)
+        print(
+            terminal_text(f"note: {note}"),
+            file=sys.stderr if is_stdout(options.output) else sys.stdout,
+        )
 
 
 def _run_samples(baseline, candidate):
@@ -450,7 +459,7 @@ def _report(model, options: ReportOptions, plots_module) -> int:
     ):
         return EXIT_INPUT_ERROR
     if model.verdict is Verdict.NOT_COMPARABLE:
-        print(f"error: {model.reason}", file=sys.stderr)
+        print(terminal_text(f"error: {model.reason}"), file=sys.stderr)
     _print_issues(model.issues)
     return EXIT_INPUT_ERROR if plots_failed else model.exit_code
 
@@ -489,7 +498,9 @@ def _write(path: Path, text: str, what: str, quiet: bool = False) -> bool:
 
 def _print_issues(issues) -> None:
     for issue in issues[:STDERR_ISSUE_LIMIT]:
-        print(f"error: {issue.group}: {issue.source}: {issue.message}", file=sys.stderr)
+        print(
+            terminal_text(f"error: {issue.group}: {issue.source}: {issue.message}"), file=sys.stderr
+        )
     if len(issues) > STDERR_ISSUE_LIMIT:
         print(
             f"error: ... and {plural(len(issues) - STDERR_ISSUE_LIMIT, 'more issue')} "

@@ -9,6 +9,7 @@ report holds the rest.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 
@@ -21,6 +22,24 @@ MAX_CONSOLE_ROWS = 20
 MIN_CASE_WIDTH = 16
 FALLBACK_COLUMNS = 100
 UNLIMITED = sys.maxsize  # the width of a stdout that is not a terminal: nothing is cut
+
+
+# C0 and C1 control codes (ESC starts an ANSI sequence), DEL, and the bidirectional
+# overrides that make a terminal show text in another order than it is ("Trojan source").
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text) -> str:
+    """``text`` with every control code but the newline shown as its escape (ESC as
+    \\x1b), so a string from a CSV or the store cannot move the cursor, recolor, retitle
+    the terminal or hide itself."""
+    text = str(text)
+    return _CONTROL.sub(_escape_control, text) if _CONTROL.search(text) else text
+
+
+def _escape_control(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def terminal_width(stream=None) -> int:
@@ -37,17 +56,22 @@ def terminal_width(stream=None) -> int:
 
 def head_lines(model) -> list[str]:
     """The verdict, then each warning and the allowed differences, one line each."""
-    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
-    lines += [f"Warning: {w.headline} — {w.detail}".replace("\n", " ") for w in model.warnings]
+    lines = [f"Verdict: {model.verdict.label.upper()} — {terminal_text(model.reason)}"]
+    lines += [
+        terminal_text(f"Warning: {w.headline} — {w.detail}".replace("\n", " "))
+        for w in model.warnings
+    ]
     allowed = getattr(model, "allowed_differences", [])
     if allowed:
-        lines.append("Allowed differences (--allow-difference): " + "; ".join(allowed))
+        lines.append(
+            terminal_text("Allowed differences (--allow-difference): " + "; ".join(allowed))
+        )
     return lines
 
 
 def fit(text: str, width: int) -> str:
     """``text`` padded or cut (with "…") to exactly ``width`` characters."""
-    text = str(text).replace("\n", " ")
+    text = terminal_text(str(text).replace("\n", " "))
     return text.ljust(width) if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
@@ -131,7 +155,7 @@ def _listed(headers, rows, width: int, common: str, hidden: int, noun: str) -> l
     holds beyond it."""
     lines = _table(headers, rows, width, 1)
     if common:
-        lines.append(f"(every case listed: {common})")
+        lines.append(terminal_text(f"(every case listed: {common})"))
     if hidden > 0:
         lines.append(f"… {plural(hidden, 'more ' + noun)} in the report")
     return lines
