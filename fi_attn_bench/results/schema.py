@@ -546,7 +546,11 @@ def format_cell(value: object) -> str:
 
 def _csv_line(cells: Iterable[object]) -> str:
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow([format_cell(cell) for cell in cells])
+    texts = [format_cell(cell) for cell in cells]
+    # The writer quotes a cell holding its line terminator (\n) but not a bare CR, which
+    # every reader takes for a line break: such a line is written with every cell quoted.
+    quoting = csv.QUOTE_ALL if any("\r" in str(text) for text in texts) else csv.QUOTE_MINIMAL
+    csv.writer(buffer, lineterminator="\n", quoting=quoting).writerow(texts)
     return buffer.getvalue()
 
 

@@ -29,18 +29,29 @@ _ESCAPES = (
 )
 
 
-_NEEDS_WORK = re.compile(r"[\\|`*_#\[\]<>\r\n]")  # most cells have none: returned as they are
+# Most cells have none of these: returned as they are.  Control codes (ESC starts a
+# terminal's escape sequence, where a report is printed), the bidirectional overrides and
+# U+2028/9 (a line break to some readers) are shown as escapes or <br>.
+_NEEDS_WORK = re.compile(
+    "[\\\\|`*_#\\[\\]<>\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+_LINE_BREAKS = re.compile("\r\n|[\r\n\u2028\u2029]")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def escape_markdown(value) -> str:
-    """Text from a CSV made inert in Markdown; line breaks become <br>."""
+    """Text from a CSV made inert in Markdown; line breaks become <br>, other control
+    codes their escapes (ESC as \\x1b)."""
     text = str(value)
     if not _NEEDS_WORK.search(text):
         return text
-    if "\r" in text or "\n" in text:
-        parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        return "<br>".join(_escaped(part) for part in parts)
-    return _escaped(text)
+    parts = _LINE_BREAKS.split(text)
+    return "<br>".join(_escaped(_CONTROLS.sub(_control_escape, part)) for part in parts)
+
+
+def _control_escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _escaped(text: str) -> str:

@@ -26,13 +26,13 @@ UNLIMITED = sys.maxsize  # the width of a stdout that is not a terminal: nothing
 
 # C0 and C1 control codes (ESC starts an ANSI sequence), DEL, and the bidirectional
 # overrides that make a terminal show text in another order than it is ("Trojan source").
-_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def terminal_text(text) -> str:
-    """``text`` with every control code but the newline shown as its escape (ESC as
-    \\x1b), so a string from a CSV or the store cannot move the cursor, recolor, retitle
-    the terminal or hide itself."""
+    """One line: ``text`` with every control code shown as its escape (ESC as \\x1b, a
+    newline as \\x0a), so a string from a CSV or the store cannot move the cursor, recolor
+    or retitle the terminal, hide itself, or pass for another line."""
     text = str(text)
     return _CONTROL.sub(_escape_control, text) if _CONTROL.search(text) else text
 
