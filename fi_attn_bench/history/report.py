@@ -278,7 +278,7 @@ table{{border-collapse:collapse;margin:8px 0}} td,th{{border:1px solid #ccc;padd
 
 _SCRIPT = r"""
 const D = JSON.parse(document.getElementById('data').textContent);
-const NS = 'http://www.w3.org/2000/svg', W = 440, H = 190, L = 66, R = 8, T = 8, B = 40, TABLE_ROWS = 200;
+const NS = 'http://www.w3.org/2000/svg', W = 440, H = 190, L = 66, R = 8, T = 8, B = 40, GAP = 6, TABLE_ROWS = 200;
 function el(tag, attrs, parent, text) {
   const e = document.createElementNS(NS, tag);
   for (const k in attrs) e.setAttribute(k, attrs[k]);
@@ -294,20 +294,20 @@ function ticks(lo, hi) {
   return {lo: Math.min(lo, out[0]), hi: Math.max(hi, out[out.length - 1]), out};
 }
 function ms(t) { return `${Number(t.toPrecision(4))} ms`; }
-function runLabel(run) { return [(run.start || '').slice(0, 10) || '?', (run.commit || run.id || '').slice(0, 7)]; }
+function runLabel(run) { return [(run.start || '?').slice(0, 16).replace('T', ' '), (run.commit || run.id || '').slice(0, 7)]; }
 function draw(s, box) {
   const svg = el('svg', {viewBox: `0 0 ${W} ${H}`}, box);
   const n = D.runs.length, first = s.runs[0], last = s.runs[s.runs.length - 1];
   const span = Math.max(last - first, 1);
   const yt = ticks(Math.min(...s.time_ms), Math.max(...s.time_ms));
-  const x = r => L + (W - L - R) * (last > first ? (r - first) / span : 0.5);
-  const y = t => H - B - (H - B - T) * (t - yt.lo) / (yt.hi - yt.lo);
+  const x = r => L + GAP + (W - L - R - GAP) * (last > first ? (r - first) / span : 0.5);
+  const y = t => H - B - GAP - (H - B - T - GAP) * (t - yt.lo) / (yt.hi - yt.lo);
   const yAxis = el('g', {class: 'y-axis'}, svg);
-  el('line', {x1: L, x2: L, y1: T, y2: H - B, stroke: '#666'}, yAxis);
   for (const t of yt.out) {
     el('line', {x1: L, x2: W - R, y1: y(t), y2: y(t), stroke: '#e4e4e4'}, yAxis);
     el('text', {x: L - 3, y: y(t) + 3, 'text-anchor': 'end', class: 'tick'}, yAxis, ms(t));
   }
+  el('line', {x1: L, x2: L, y1: T, y2: H - B, stroke: '#666'}, yAxis);  // over the gridlines
   el('text', {x: 10, y: (H - B) / 2, transform: `rotate(-90 10 ${(H - B) / 2})`, 'text-anchor': 'middle', class: 'unit'}, yAxis, 'time (ms)');
   const xAxis = el('g', {class: 'x-axis'}, svg);
   el('line', {x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: '#666'}, xAxis);
