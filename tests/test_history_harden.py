@@ -13,13 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from fi_attn_bench.history.command_line import main
 from fi_attn_bench.results import run_store as store_module
 from fi_attn_bench.results.run_store import RunStore
 from fi_attn_bench.summarizer.command_line import main as summarize
-from tests.test_history import ROOT, noisy_factors, stored_runs, write_runs
+from tests.test_history import DECODE, ROOT, noisy_factors, stored_runs, write_runs
 
 RUNS = 12
 CONNECT = sqlite3.connect  # the real one, for stand-ins that patch it
@@ -333,3 +334,130 @@ def test_a_store_from_json_lines_is_not_mistaken_for_sqlite(workspace, capsys):
     assert main(["add", str(workspace / "in.csv"), "--store", str(lines)]) == 2
     assert "not an SQLite file" in one_error_line(capsys)
     assert lines.read_text() == json.dumps({"a": 1}) + "\n"
+
+
+# ------------------------------------------------------------------ silent non-answers
+
+
+@pytest.mark.parametrize(
+    ("option", "why"),
+    [
+        (["--cases", "batch_size=999"], "matches no case"),
+        (["--since", "deadbeef"], "no stored commit and not a date"),
+        (["--since", "notadate"], "no stored commit and not a date"),
+        (["--since", "2099-01-01"], "no run started at or after it"),
+    ],
+)
+@pytest.mark.parametrize("command", [["detect"], ["detect", "--json"], ["report", "--md"]])
+def test_a_query_that_matches_nothing_says_so(workspace, capsys, option, why, command):
+    argv = [*command, str(workspace / "d.md")] if command[0] == "report" else command
+    assert main([*argv, "--store", str(workspace / "h.sqlite"), *option]) == 2
+    assert why in one_error_line(capsys)
+    assert not (workspace / "d.md").exists()
+
+
+def test_a_since_date_inside_the_history_still_answers(workspace, capsys):
+    argv = ["detect", "--store", str(workspace / "h.sqlite"), "--since", "2026-01-01T00:05Z"]
+    assert main(argv) == 0
+    assert "change point(s)" in capsys.readouterr().out
+
+
+def regression(workspace, *extra: str) -> int:
+    return summarize(
+        [
+            "--baseline", str(workspace / "in.csv"), "--candidate", str(workspace / "data.csv"),
+            "--output", str(workspace / "r.md"), *extra,
+        ]
+    )  # fmt: skip
+
+
+def test_noise_from_a_store_too_short_for_any_case_says_so(workspace, tmp_path, capsys):
+    short = tmp_path / "short.sqlite"
+    paths = write_runs(tmp_path / "few", noisy_factors(3, 27, seed=4))
+    assert main(["add", *map(str, paths), "--store", str(short)]) == 0
+    capsys.readouterr()
+    assert regression(workspace, "--noise-from", str(short)) == 2
+    assert "excused nothing" in capsys.readouterr().err
+    assert (workspace / "r.md").exists()  # the comparison is still reported
+    assert regression(workspace, "--noise-from", str(workspace / "h.sqlite")) in (0, 1)
+
+
+def test_an_energy_gate_with_no_energy_on_either_side_says_so(workspace, capsys):
+    assert regression(workspace, "--fail-on-energy-regression", "5") == 2
+    assert "energy gate checked nothing" in capsys.readouterr().err
+
+
+def with_time(source: Path, target: Path, time_ms: str) -> Path:
+    lines = source.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[1].split(",")
+    cells[header.index("time_ms")] = time_ms
+    target.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+    return target
+
+
+def test_a_time_beyond_any_measurement_is_not_ok(workspace, capsys):
+    huge = with_time(workspace / "in.csv", workspace / "huge.csv", "1e308")
+    assert summarize([str(huge), "--output", str(workspace / "s.md")]) == 2
+    assert "beyond 1e+07 ms" in capsys.readouterr().err
+    assert main(["add", str(huge), "--store", str(workspace / "new.sqlite")]) == 2
+    assert "not a measured time" in one_error_line(capsys)
+    assert not (workspace / "new.sqlite").exists()
+
+
+def test_baseline_files_of_apis_differing_in_punctuation_do_not_collide(tmp_path):
+    from fi_attn_bench.history.baseline import baseline_paths, write_baseline
+
+    apis = ["Batch.Decode", "Batch-Decode", "Prefill"]
+    paths = baseline_paths(apis, tmp_path)
+    assert len(set(paths.values())) == 3
+    assert paths["Prefill"].name == "baseline_Prefill.csv"  # a name of its own stays short
+    header = pd.read_csv(DECODE, nrows=0).columns.tolist()
+    row = pd.read_csv(DECODE, dtype=str, keep_default_na=False).iloc[0].to_dict()
+    written = write_baseline([{**row, "api": api} for api in apis], tuple(header), tmp_path)
+    assert sorted(pd.read_csv(path)["api"][0] for path in written) == sorted(apis)
+
+
+# ------------------------------------------------------- the summarizer's smaller defects
+
+
+def test_a_schema_version_2_file_is_one_stderr_line(workspace, capsys):
+    lines = (workspace / "in.csv").read_text().splitlines()
+    header = lines[0].split(",").index("schema_version")
+    rows = [
+        ",".join("2" if i == header else c for i, c in enumerate(line.split(",")))
+        for line in lines[1:]
+    ]
+    (workspace / "v2.csv").write_text("\n".join([lines[0], *rows]) + "\n")
+    assert summarize([str(workspace / "v2.csv"), "--output", str(workspace / "v2.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unsupported schema_version '2'" in err and "(27 rows)" in err
+
+
+def test_not_comparable_runs_print_no_changed_case_line(workspace, capsys):
+    text = (workspace / "data.csv").read_text().replace(",float16,", ",bfloat16,")
+    (workspace / "bf16.csv").write_text(text)
+    argv = ["--baseline", str(workspace / "in.csv"), "--candidate", str(workspace / "bf16.csv")]
+    assert summarize([*argv, "--output", str(workspace / "r.md")]) == 2
+    out = capsys.readouterr().out
+    assert "NOT COMPARABLE" in out and "No changed case" not in out
+
+
+def test_an_older_file_left_out_is_still_a_valid_file(workspace, capsys):
+    text = (workspace / "in.csv").read_text().replace("2026-01-01T", "2026-01-02T")
+    (workspace / "newer.csv").write_text(text)
+    argv = [str(workspace / "in.csv"), str(workspace / "newer.csv")]
+    assert summarize([*argv, "--output", str(workspace / "s.md")]) == 0
+    report = (workspace / "s.md").read_text()
+    assert "- Valid files: 2 (1 of them an older run, left out)" in report
+
+
+@pytest.mark.parametrize("command", ["summarizer", "history"])
+def test_an_output_into_a_missing_folder_says_it_created_it(workspace, capsys, command):
+    target = workspace / "new" / "deeper" / "r.md"
+    if command == "summarizer":
+        assert summarize([str(workspace / "in.csv"), "--output", str(target)]) == 0
+    else:
+        assert main(["report", "--store", str(workspace / "h.sqlite"), "--md", str(target)]) == 0
+    assert f"note: created folder {workspace / 'new'}" in capsys.readouterr().err
+    assert target.exists()

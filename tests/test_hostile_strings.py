@@ -35,7 +35,7 @@ PAYLOADS = (
     "bell\x07back\x08space",
     "line\u2028sep\u2029para",
     "\u202eright-to-left",
-    "=HYPERLINK(\"https://evil.example\",\"x\")",
+    '=HYPERLINK("https://evil.example","x")',
     "@SUM(1+1)",
     "+1+1",
     "-1+1",
@@ -57,7 +57,9 @@ def hostile_frame(run: int, factor: np.ndarray) -> pd.DataFrame:
     frame = pd.read_csv(DECODE, dtype=str, keep_default_na=False)
     frame["impl"] = [PAYLOADS[i % len(PAYLOADS)] for i in range(len(frame))]
     frame["device"] = HOSTILE_DEVICE
-    frame["time_ms"] = [repr(float(t) * float(f)) for t, f in zip(frame["time_ms"], factor, strict=True)]
+    frame["time_ms"] = [
+        repr(float(t) * float(f)) for t, f in zip(frame["time_ms"], factor, strict=True)
+    ]
     frame["timestamp_utc"] = f"2026-02-{run + 1:02d}T00:00:00Z"
     frame["git_commit"] = HOSTILE_COMMIT if run == STEP_RUN else f"{run:040x}"
     frame["filter"] = PAYLOADS[run % len(PAYLOADS)]
@@ -79,7 +81,9 @@ def hostile(tmp_path_factory):
             writer.writerow(frame.columns)
             writer.writerows(frame.itertuples(index=False))
     store = folder / "h.sqlite"
-    assert history(["add", *map(str, paths), "--store", str(store), "--branch", HOSTILE_BRANCH]) == 0
+    assert (
+        history(["add", *map(str, paths), "--store", str(store), "--branch", HOSTILE_BRANCH]) == 0
+    )
     return folder, store, paths
 
 

@@ -18,6 +18,7 @@ from fi_attn_bench.summarizer.output import (
     OutputTarget,
     input_named,
     is_sqlite_file,
+    missing_folder,
     overwrite_error,
     unwritable,
     write_atomically,
@@ -326,10 +327,12 @@ def run_report(args) -> int:
     report = HistoryReport(
         analysis, tuple(selected_changes(analysis, terms, args.since)), terms, args.since or ""
     )
-    if args.html:
-        write_atomically(Path(args.html), HTML.render(report))
-    if args.md:
-        write_atomically(Path(args.md), MARKDOWN.render(report))
+    for path, renderer in ((args.html, HTML), (args.md, MARKDOWN)):
+        if path:
+            created = missing_folder(path)
+            write_atomically(Path(path), renderer.render(report))
+            if created is not None:  # a mistyped folder should not go unnoticed
+                print(f"note: created folder {created} for {path}", file=sys.stderr)
     return EXIT_OK
 
 

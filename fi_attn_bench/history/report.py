@@ -2,7 +2,7 @@
 by a small script) and a Markdown digest short enough for a pull-request comment.
 
 Every string from a CSV or the store is escaped for where it goes: Markdown cells by the
-summarizer's ``escape_markdown``, the page's data as JSON with ``<``, ``>``, ``&`` and the
+summarizer's ``visible_markdown``, the page's data as JSON with ``<``, ``>``, ``&`` and the
 line separators as \\u escapes (so no stored ``</script>`` or ``<!--<script>`` can end the
 data element), and the page's text set through ``textContent``, never as markup."""
 
@@ -26,7 +26,7 @@ from fi_attn_bench.history.analysis import (
     sensitivity_summary,
 )
 from fi_attn_bench.summarizer import renderers
-from fi_attn_bench.summarizer.markdown_text import cell, escape_markdown
+from fi_attn_bench.summarizer.markdown_text import cell, visible_markdown
 from fi_attn_bench.summarizer.model import ReportKind
 
 MARKDOWN_CHANGES = 10  # rows of the PR digest; the dashboard lists every change
@@ -201,7 +201,7 @@ def left_out_note(series_left_out: int, changes: int) -> str:
 
 def markdown_code(text: str) -> str:
     """A commit as inline code when it is one (hex); anything else as escaped text."""
-    return f"`{text}`" if _HEX.fullmatch(text) else escape_markdown(text)
+    return f"`{text}`" if _HEX.fullmatch(text) else visible_markdown(text)
 
 
 def render_markdown(report: HistoryReport) -> str:

@@ -351,6 +351,11 @@ def case_columns(names: Iterable[str]) -> list[str]:
     return sorted(found, key=lambda name: (order.get(name, len(order)), name))
 
 
+# No attention call takes 10,000 s: a larger time_ms (1e308 is finite and positive, so the
+# seed's rule passes it) is not a measurement; the summarizer and fi-attn-history refuse it.
+MAX_PLAUSIBLE_TIME_MS = 1e7
+
+
 def _parse_finite(text: str) -> float | None:
     try:
         number = float(text)

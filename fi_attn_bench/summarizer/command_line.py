@@ -24,6 +24,7 @@ import gc
 import importlib
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ from fi_attn_bench.summarizer.model import (
 from fi_attn_bench.summarizer.output import (
     OutputTarget,
     is_stdout,
+    missing_folder,
     overwrite_error,
     unwritable,
     write_report,
@@ -318,10 +320,67 @@ def _run(args: argparse.Namespace) -> int:
         model = _regression(args, options, plots_module)
         if model is None:
             return EXIT_INPUT_ERROR
+        idle = _idle_checks(args, model) + _implausible_times(model.matched, "time_ms_candidate")
+        if idle:
+            status = _report(model, options, plots_module)
+            for why in idle:
+                print(f"error: {why}", file=sys.stderr)
+            return max(status, EXIT_INPUT_ERROR)
     else:
         contest = ContestOptions(args.suspicious_speedup)
         model = _summary(args.csv, options, plots_module, args.all_runs, contest)
+        implausible = _implausible_times(model.frame, "time_ms")
+        if implausible:
+            status = _report(model, options, plots_module)
+            print(f"error: {implausible[0]}", file=sys.stderr)
+            return max(status, EXIT_INPUT_ERROR)
     return _report(model, options, plots_module)
+
+
+def _implausible_times(table, column: str) -> list[str]:
+    """Why no run measured these times: past MAX_PLAUSIBLE_TIME_MS (1e308 passes the
+    seed's finite-and-positive rule, which the reader keeps), as one line (exit 2)."""
+    import numpy as np
+
+    from fi_attn_bench.results.schema import MAX_PLAUSIBLE_TIME_MS
+
+    if table is None or column not in getattr(table, "columns", ()):
+        return []
+    times = table[column].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        count = int((times > MAX_PLAUSIBLE_TIME_MS).sum())
+    if not count:
+        return []
+    return [
+        f"{plural(count, 'row')} with {column} beyond {MAX_PLAUSIBLE_TIME_MS:g} ms "
+        f"(largest {np.nanmax(times):g}): not a measured time; check the CSV"
+    ]
+
+
+def _idle_checks(args: argparse.Namespace, model) -> list[str]:
+    """The checks asked for that could check nothing (exit 2 after the reports): an energy
+    gate with no case measured on both sides, a --noise-from store that knows no matched
+    case's run-to-run noise (fewer than 10 runs of each)."""
+    from fi_attn_bench.results.series_noise import MIN_SERIES_RUNS
+
+    if model.verdict is Verdict.NOT_COMPARABLE or not len(model.matched):
+        return []
+    idle = []
+    if args.fail_on_energy_regression is not None:
+        delta = model.matched["energy_mJ_delta_pct"].to_numpy(dtype=float)
+        if not (delta == delta).any():
+            idle.append(
+                "--fail-on-energy-regression: no matched case has energy_mJ on both sides,"
+                " so the energy gate checked nothing"
+            )
+    if args.noise_from is not None:
+        noise = model.matched["run_noise_pct"].to_numpy(dtype=float)
+        if not (noise == noise).any():
+            idle.append(
+                f"--noise-from {args.noise_from}: no matched case has {MIN_SERIES_RUNS} or more"
+                " runs there, so run-to-run noise excused nothing"
+            )
+    return idle
 
 
 def _output_error(options: ReportOptions) -> str | None:
@@ -483,6 +542,7 @@ def _stdout_closed() -> None:
 
 
 def _write(path: Path, text: str, what: str, quiet: bool = False) -> bool:
+    created = missing_folder(path)
     try:
         write_report(path, text)
     except OSError as exc:
@@ -491,22 +551,47 @@ def _write(path: Path, text: str, what: str, quiet: bool = False) -> bool:
             return True
         print(f"error: cannot write {what.lower()} report to {path}: {exc}", file=sys.stderr)
         return False
+    if created is not None:  # a mistyped folder should not go unnoticed
+        print(f"note: created folder {created} for the {what.lower()} report", file=sys.stderr)
     if not is_stdout(path) and not quiet:
         _say(f"{what} saved to {path}")
     return True
 
 
+_LINE_PREFIX = re.compile(r"line (\d+): ")
+
+
 def _print_issues(issues) -> None:
-    for issue in issues[:STDERR_ISSUE_LIMIT]:
+    """One stderr line per distinct problem: rows of a file failing the same way (a
+    schema_version 2 file: every row) are one line naming their first lines."""
+    grouped: dict[tuple, list[str]] = {}
+    for issue in issues:
+        found = _LINE_PREFIX.match(issue.message)
+        message = issue.message[found.end() :] if found else issue.message
+        lines = grouped.setdefault((issue.group, issue.source, message), [])
+        if found:
+            lines.append(found.group(1))
+    shown = list(grouped.items())[:STDERR_ISSUE_LIMIT]
+    for (group, source, message), lines in shown:
+        where = _line_list(lines)
+        text = f"error: {group}: {source}: {where}{message}"
+        print(terminal_text(text), file=sys.stderr)
+    if len(grouped) > STDERR_ISSUE_LIMIT:
         print(
-            terminal_text(f"error: {issue.group}: {issue.source}: {issue.message}"), file=sys.stderr
-        )
-    if len(issues) > STDERR_ISSUE_LIMIT:
-        print(
-            f"error: ... and {plural(len(issues) - STDERR_ISSUE_LIMIT, 'more issue')} "
+            f"error: ... and {plural(len(grouped) - STDERR_ISSUE_LIMIT, 'more issue')} "
             "(see the report)",
             file=sys.stderr,
         )
+
+
+def _line_list(lines: list[str]) -> str:
+    if not lines:
+        return ""
+    if len(lines) == 1:
+        return f"line {lines[0]}: "
+    first = ", ".join(lines[:3])
+    more = f", … ({len(lines)} rows)" if len(lines) > 3 else ""
+    return f"lines {first}{more}: "
 
 
 def _import_plots():

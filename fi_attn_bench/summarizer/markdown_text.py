@@ -29,28 +29,39 @@ _ESCAPES = (
 )
 
 
-# Most cells have none of these: returned as they are.  Control codes (ESC starts a
-# terminal's escape sequence, where a report is printed), the bidirectional overrides and
-# U+2028/9 (a line break to some readers) are shown as escapes or <br>.
-_NEEDS_WORK = re.compile(
-    "[\\\\|`*_#\\[\\]<>\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+_NEEDS_WORK = re.compile(r"[\\|`*_#\[\]<>\r\n]")  # most cells have none: returned as they are
+# What the seed's escape leaves as it is: control codes (ESC starts a terminal's escape
+# sequence, where a report is printed), the bidirectional overrides, and U+2028/9 (a line
+# break to some readers).  ``cell`` shows them as escapes or <br>.
+_UNSEEN = re.compile(
+    "[\x00-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
 )
-_LINE_BREAKS = re.compile("\r\n|[\r\n\u2028\u2029]")
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def escape_markdown(value) -> str:
-    """Text from a CSV made inert in Markdown; line breaks become <br>, other control
-    codes their escapes (ESC as \\x1b)."""
+    """Text from a CSV made inert in Markdown; line breaks become <br> (the seed's rule)."""
     text = str(value)
     if not _NEEDS_WORK.search(text):
         return text
-    parts = _LINE_BREAKS.split(text)
-    return "<br>".join(_escaped(_CONTROLS.sub(_control_escape, part)) for part in parts)
+    if "\r" in text or "\n" in text:
+        parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        return "<br>".join(_escaped(part) for part in parts)
+    return _escaped(text)
 
 
-def _control_escape(match: re.Match) -> str:
+def visible_markdown(value) -> str:
+    """``escape_markdown``, with control codes shown as escapes (ESC as \\x1b) and U+2028/9
+    as line breaks, so a report printed on a terminal cannot be made to run anything."""
+    text = str(value)
+    if _UNSEEN.search(text):
+        text = _UNSEEN.sub(_unseen_escape, text)
+    return escape_markdown(text)
+
+
+def _unseen_escape(match: re.Match) -> str:
     code = ord(match.group())
+    if code in (0x2028, 0x2029):
+        return "\n"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
@@ -73,7 +84,7 @@ def clip(value, limit: int = MAX_CELL_CHARS) -> str:
 
 def cell(value) -> str:
     """A CSV value as one Markdown table cell: clipped, then escaped."""
-    return escape_markdown(clip(value))
+    return visible_markdown(clip(value))
 
 
 def format_metric(value) -> str:

@@ -49,6 +49,17 @@ def write_report(path, text: str) -> None:
     write_atomically(Path(path), text)
 
 
+def missing_folder(path) -> Path | None:
+    """The outermost folder that writing ``path`` would create (None: its folder exists),
+    so the command can say it made one."""
+    if is_stdout(path):
+        return None
+    folder, missing = Path(path).parent, None
+    while not folder.exists():
+        folder, missing = folder.parent, folder
+    return missing
+
+
 def unwritable(path, directory: bool = False) -> str | None:
     """Why ``path`` cannot be written (None when it can), found without writing
     anything that stays: a probe file is created and removed in the nearest existing

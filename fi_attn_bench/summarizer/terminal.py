@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from fi_attn_bench.summarizer.identity import short_labels
+from fi_attn_bench.summarizer.model import Verdict
 from fi_attn_bench.summarizer.regression import plural
 
 MAX_CONSOLE_ROWS = 20
@@ -135,7 +136,8 @@ def regression_console(model, width: int, only_changed: bool = False) -> str:
     lines = head_lines(model)
     changes = model.changes(only_changed=True)
     if not len(changes):
-        lines.append(f"No changed case among {plural(len(model.matched), 'matched case')}.")
+        if model.verdict is not Verdict.NOT_COMPARABLE:  # nothing was compared
+            lines.append(f"No changed case among {plural(len(model.matched), 'matched case')}.")
         return "\n".join(lines)
     top = changes.iloc[np.arange(min(len(changes), MAX_CONSOLE_ROWS))]
     labels, common = short_labels(model.case_labels(top["case_id"]).tolist(), width)
