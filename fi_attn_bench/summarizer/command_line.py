@@ -565,14 +565,15 @@ def _print_issues(issues) -> None:
     """One stderr line per distinct problem: rows of a file failing the same way (a
     schema_version 2 file: every row) are one line naming their first lines."""
     grouped: dict[tuple, list[str]] = {}
-    for issue in issues:
+    for index, issue in enumerate(issues):
         found = _LINE_PREFIX.match(issue.message)
-        message = issue.message[found.end() :] if found else issue.message
-        lines = grouped.setdefault((issue.group, issue.source, message), [])
         if found:
-            lines.append(found.group(1))
+            key = (issue.group, issue.source, issue.message[found.end() :], None)
+            grouped.setdefault(key, []).append(found.group(1))
+        else:  # no line to name: each is its own line
+            grouped[(issue.group, issue.source, issue.message, index)] = []
     shown = list(grouped.items())[:STDERR_ISSUE_LIMIT]
-    for (group, source, message), lines in shown:
+    for (group, source, message, _), lines in shown:
         where = _line_list(lines)
         text = f"error: {group}: {source}: {where}{message}"
         print(terminal_text(text), file=sys.stderr)
