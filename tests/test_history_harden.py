@@ -461,3 +461,14 @@ def test_an_output_into_a_missing_folder_says_it_created_it(workspace, capsys, c
         assert main(["report", "--store", str(workspace / "h.sqlite"), "--md", str(target)]) == 0
     assert f"note: created folder {workspace / 'new'}" in capsys.readouterr().err
     assert target.exists()
+
+
+def test_ctrl_c_in_the_summarizer_is_one_line_exit_130(workspace, capsys, monkeypatch):
+    from fi_attn_bench.summarizer import command_line as summarizer_command_line
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(summarizer_command_line, "_run", interrupted)
+    assert summarize([str(workspace / "in.csv"), "--output", str(workspace / "s.md")]) == 130
+    assert "interrupted" in one_error_line(capsys)
