@@ -100,6 +100,7 @@ def test_titles_leave_out_what_every_chart_shares(dashboard):
     common = re.search(r'<span id="common">([^<]*)</span>', dom).group(1)
     assert "device=NVIDIA H100 80GB HBM3" in common and "impl=flashinfer" in common
     assert not any("NVIDIA H100" in title or "[flashinfer]" in title for title in titles)
+    assert "break-all" not in dashboard.read_text()  # titles wrap between words
 
 
 def test_the_changes_table_follows_the_filter(dashboard):

@@ -89,6 +89,7 @@ REFUSED_OUTPUTS = [
     ("summarizer --json another store", ["S", "--json", "{w}/other.html"]),
     ("summarizer --output an input", ["S", "--output", "{w}/in.csv"]),
     ("summarizer --json a data file", ["S", "--json", "{w}/data.csv"]),
+    ("summarizer --plot-dir the noise store", ["S", "--plot-dir", "{w}/h.sqlite"]),
 ]
 
 
@@ -293,7 +294,8 @@ def test_ctrl_c_during_add_is_one_line_exit_130_and_whole_runs(tmp_path, capsys,
 
 
 INTERRUPTED_ADD = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even if started in the background
 from fi_attn_bench.results import run_store as store
 original = store.RunStore.add_run
 def waiting(self, run, branch):
@@ -472,3 +474,26 @@ def test_ctrl_c_in_the_summarizer_is_one_line_exit_130(workspace, capsys, monkey
     monkeypatch.setattr(summarizer_command_line, "_run", interrupted)
     assert summarize([str(workspace / "in.csv"), "--output", str(workspace / "s.md")]) == 130
     assert "interrupted" in one_error_line(capsys)
+
+
+def test_a_store_with_more_series_than_the_page_draws_keeps_the_changed_ones(
+    tmp_path, capsys, monkeypatch
+):
+    import json as json_module
+
+    from fi_attn_bench.history import report
+
+    factors = noisy_factors(14, 27, seed=6)
+    factors[8:, 5] *= 1.08
+    store = tmp_path / "h.sqlite"
+    assert (
+        main(["add", *map(str, write_runs(tmp_path / "in", factors)), "--store", str(store)]) == 0
+    )
+    monkeypatch.setattr(report, "HTML_MAX_SERIES", 5)
+    page = tmp_path / "d.html"
+    assert main(["report", "--store", str(store), "--html", str(page)]) == 0
+    text = page.read_text()
+    data = json_module.loads(text.split('type="application/json">')[1].split("</script>")[0])
+    assert len(data["series"]) == 5
+    assert any(series["changes"] for series in data["series"])  # the stepped case is drawn
+    assert "22 more series are not drawn" in text
