@@ -497,3 +497,20 @@ def test_a_store_with_more_series_than_the_page_draws_keeps_the_changed_ones(
     assert len(data["series"]) == 5
     assert any(series["changes"] for series in data["series"])  # the stepped case is drawn
     assert "22 more series are not drawn" in text
+
+
+def test_a_full_disk_while_the_summarizer_writes_keeps_the_old_report(
+    workspace, capsys, monkeypatch
+):
+    report = workspace / "s.md"
+    report.write_text("the previous report")
+
+    def full(descriptor):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert summarize([str(workspace / "in.csv"), "--output", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err
+    assert report.read_text() == "the previous report"
+    assert no_temporary_files(workspace) == []

@@ -3,8 +3,9 @@
 ``-`` (and ``/dev/stdout``) is standard output; other targets that are not regular
 files (a pipe, /dev/null, /proc/self/fd/N) are written directly.  Every output path
 is checked before any is written (``unwritable``), so a bad path writes nothing, and
-before any input is read (``overwrite_error``), so a report never replaces an input
-or an existing data file.
+before any input is read (``overwrite_error``), so a report never replaces an input,
+an existing data file or an SQLite file (a history store, whatever its name).
+fi-attn-history's outputs go through the same checks.
 """
 
 from __future__ import annotations
