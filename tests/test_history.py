@@ -322,8 +322,8 @@ def test_detect_filters_cases_and_rejects_bad_filters(tmp_path, capsys):
     store = tmp_path / "h.sqlite"
     main(["add", *map(str, write_runs(tmp_path / "in", factors)), "--store", str(store)])
     capsys.readouterr()
-    assert main(["detect", "--store", str(store), "--json", "--cases", "seq_len_kv=999999"]) == 0
-    assert capsys.readouterr().out == ""
+    assert main(["detect", "--store", str(store), "--json", "--cases", "seq_len_kv=999999"]) == 2
+    assert "matches no case" in one_error_line(capsys)
     assert main(["detect", "--store", str(store), "--json", "--since", f"{11:040x}"[:12]]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1  # the change at run 12
     assert main(["detect", "--store", str(store), "--json", "--since", "2026-01-01T00:13"]) == 0

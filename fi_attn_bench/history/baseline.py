@@ -3,8 +3,10 @@ per case the median of its last K runs there, written back as result CSVs."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import statistics
+from collections import Counter
 from pathlib import Path
 
 from fi_attn_bench.results.run_store import RunInfo, RunStore
@@ -68,15 +70,29 @@ def _measured_as(row: dict) -> tuple[str, ...]:
     return tuple(row.get(column.name, "") for column in MUST_MATCH_COLUMNS)
 
 
+def baseline_paths(apis, out_dir: Path) -> dict[str, Path]:
+    """Each API's file under ``out_dir``: ``baseline_<API>.csv`` with the API's name's
+    punctuation as ``_``; names that would collide (APIs differing only in punctuation)
+    get a short hash of the API's own name, so no API's file replaces another's."""
+    slugs = {api: re.sub(r"[^A-Za-z0-9]+", "_", api).strip("_") for api in apis}
+    taken = Counter(slugs.values())
+    return {
+        api: out_dir / f"baseline_{slug}.csv"
+        if taken[slug] == 1
+        else out_dir / f"baseline_{slug}_{hashlib.sha256(api.encode()).hexdigest()[:8]}.csv"
+        for api, slug in slugs.items()
+    }
+
+
 def write_baseline(rows: list[dict], columns: tuple[str, ...], out_dir: Path) -> list[Path]:
     """One CSV per API under ``out_dir`` (replaced atomically); the paths written."""
     by_api: dict[str, list[dict]] = {}
     for row in rows:
         by_api.setdefault(row["api"], []).append(row)
+    named = baseline_paths(by_api, out_dir)
     paths = []
     for api, api_rows in sorted(by_api.items()):
-        path = out_dir / f"baseline_{re.sub(r'[^A-Za-z0-9]+', '_', api).strip('_')}.csv"
         header = [name for name in columns if any(name in row for row in api_rows)]
-        ResultCsvWriter(path, header).write_all(api_rows)
-        paths.append(path)
+        ResultCsvWriter(named[api], header).write_all(api_rows)
+        paths.append(named[api])
     return paths

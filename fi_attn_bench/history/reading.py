@@ -9,7 +9,12 @@ from pathlib import Path
 
 from fi_attn_bench.results.case_identity import case_identity
 from fi_attn_bench.results.run_store import CaseResult, ParsedRun
-from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, STATUS_FAILED, case_columns
+from fi_attn_bench.results.schema import (
+    IDENTITY_DEFAULTS,
+    MAX_PLAUSIBLE_TIME_MS,
+    STATUS_FAILED,
+    case_columns,
+)
 from fi_attn_bench.summarizer.loading import load_inputs
 
 RUN_ID_COLUMN = "run_id"  # one id per benchmark invocation, where the writer stamps it
@@ -73,6 +78,12 @@ def runs_in_file(path: Path) -> list[ParsedRun]:
     runs = []
     for run_id, rows in groups.items():
         results = tuple(case_result(row, keys, header) for row in rows)
+        implausible = [r.time_ms for r in results if (r.time_ms or 0) > MAX_PLAUSIBLE_TIME_MS]
+        if implausible:
+            raise NotARunError(
+                f"{path}: not a benchmark run: time_ms {max(implausible):g} is beyond"
+                f" {MAX_PLAUSIBLE_TIME_MS:g} ms, not a measured time"
+            )
         runs.append(
             parsed_run(run_id or fallback_run_id(rows, results), path, header, rows, results)
         )

@@ -472,9 +472,17 @@ class _Transaction:
                 self.connection.execute("COMMIT")
                 return
             except sqlite3.OperationalError as error:
-                self.connection.execute("ROLLBACK")
+                self._rollback()
                 raise StoreError(_sqlite_message(self.path, error)) from None
-        self.connection.execute("ROLLBACK")
+        self._rollback()
+        if isinstance(exc, sqlite3.Error):  # a full disk, a read-only file: one line, its cause
+            raise StoreError(_sqlite_message(self.path, exc)) from None
+
+    def _rollback(self) -> None:
+        """Undo the transaction, if SQLite has not already (it does after a full disk, and
+        a second ROLLBACK would replace the cause with "no transaction is active")."""
+        if self.connection.in_transaction:
+            self.connection.execute("ROLLBACK")
 
 
 def _sqlite_message(path: Path, exc: sqlite3.Error) -> str:

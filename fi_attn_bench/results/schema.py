@@ -14,6 +14,7 @@ without torch.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import enum
 import io
@@ -350,6 +351,11 @@ def case_columns(names: Iterable[str]) -> list[str]:
     return sorted(found, key=lambda name: (order.get(name, len(order)), name))
 
 
+# No attention call takes 10,000 s: a larger time_ms (1e308 is finite and positive, so the
+# seed's rule passes it) is not a measurement; the summarizer and fi-attn-history refuse it.
+MAX_PLAUSIBLE_TIME_MS = 1e7
+
+
 def _parse_finite(text: str) -> float | None:
     try:
         number = float(text)
@@ -545,7 +551,11 @@ def format_cell(value: object) -> str:
 
 def _csv_line(cells: Iterable[object]) -> str:
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow([format_cell(cell) for cell in cells])
+    texts = [format_cell(cell) for cell in cells]
+    # The writer quotes a cell holding its line terminator (\n) but not a bare CR, which
+    # every reader takes for a line break: such a line is written with every cell quoted.
+    quoting = csv.QUOTE_ALL if any("\r" in str(text) for text in texts) else csv.QUOTE_MINIMAL
+    csv.writer(buffer, lineterminator="\n", quoting=quoting).writerow(texts)
     return buffer.getvalue()
 
 
@@ -572,13 +582,18 @@ class ResultCsvWriter:
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         temporary = f"{self.path}.tmp{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8", newline="") as handle:
-            handle.write(_csv_line(self.fieldnames))
-            for record in records:
-                handle.write(self._row(record))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        try:
+            with open(temporary, "w", encoding="utf-8", newline="") as handle:
+                handle.write(_csv_line(self.fieldnames))
+                for record in records:
+                    handle.write(self._row(record))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+        except BaseException:  # a full disk or Ctrl-C leaves the old file and no temporary
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
     def append(self, record: Mapping[str, object]) -> None:
         """Append one record; writes the header first when the file is new or empty."""

@@ -10,7 +10,7 @@ stdout.  No output path may be an input or an existing data file.
 Exit codes: 0 valid input and nothing failed; 1 a failed case, a candidate missing a
 baseline case, or a regression beyond the gate; 2 bad arguments, unreadable or
 invalid input, runs that measured different things (schema.Compare.MUST_MATCH
-columns; see --allow-difference), or a report that cannot be written.  A reader that
+columns; see --allow-difference), or a report that cannot be written; 130 interrupted.  A reader that
 closes stdout early (``| head``) does not change the exit code.
 
 The work is load -> validate -> compare -> render (package ``summarizer``); this
@@ -24,6 +24,7 @@ import gc
 import importlib
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,13 +53,14 @@ from fi_attn_bench.summarizer.model import (
 from fi_attn_bench.summarizer.output import (
     OutputTarget,
     is_stdout,
+    missing_folder,
     overwrite_error,
     unwritable,
     write_report,
 )
 from fi_attn_bench.summarizer.paths import expand_paths
 from fi_attn_bench.summarizer.renderers import JSON, MARKDOWN, TERMINAL
-from fi_attn_bench.summarizer.terminal import terminal_width
+from fi_attn_bench.summarizer.terminal import terminal_text, terminal_width
 
 # main's exit codes stay beside it; the seed's record-level API is summarize_results.py's.
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "run_as_program",
 ]
 
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended
 MIN_REPORT_BYTES = 4096
 STDERR_ISSUE_LIMIT = 50
 ALLOWABLE_DIFFERENCES = tuple(column.name for column in MUST_MATCH_COLUMNS)
@@ -300,6 +303,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         return _run(args)
+    except KeyboardInterrupt:  # reports are written atomically: nothing half-written remains
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:
         if os.environ.get("SUMMARIZE_DEBUG"):
             raise
@@ -326,10 +332,67 @@ def _run(args: argparse.Namespace) -> int:
         model = _regression(args, options, plots_module)
         if model is None:
             return EXIT_INPUT_ERROR
+        idle = _idle_checks(args, model) + _implausible_times(model.matched, "time_ms_candidate")
+        if idle:
+            status = _report(model, options, plots_module)
+            for why in idle:
+                print(f"error: {why}", file=sys.stderr)
+            return max(status, EXIT_INPUT_ERROR)
     else:
         contest = ContestOptions(args.suspicious_speedup)
         model = _summary(args.csv, options, plots_module, args.all_runs, contest)
+        implausible = _implausible_times(model.frame, "time_ms")
+        if implausible:
+            status = _report(model, options, plots_module)
+            print(f"error: {implausible[0]}", file=sys.stderr)
+            return max(status, EXIT_INPUT_ERROR)
     return _report(model, options, plots_module)
+
+
+def _implausible_times(table, column: str) -> list[str]:
+    """Why no run measured these times: past MAX_PLAUSIBLE_TIME_MS (1e308 passes the
+    seed's finite-and-positive rule, which the reader keeps), as one line (exit 2)."""
+    import numpy as np
+
+    from fi_attn_bench.results.schema import MAX_PLAUSIBLE_TIME_MS
+
+    if table is None or column not in getattr(table, "columns", ()):
+        return []
+    times = table[column].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        count = int((times > MAX_PLAUSIBLE_TIME_MS).sum())
+    if not count:
+        return []
+    return [
+        f"{plural(count, 'row')} with {column} beyond {MAX_PLAUSIBLE_TIME_MS:g} ms "
+        f"(largest {np.nanmax(times):g}): not a measured time; check the CSV"
+    ]
+
+
+def _idle_checks(args: argparse.Namespace, model) -> list[str]:
+    """The checks asked for that could check nothing (exit 2 after the reports): an energy
+    gate with no case measured on both sides, a --noise-from store that knows no matched
+    case's run-to-run noise (fewer than 10 runs of each)."""
+    from fi_attn_bench.results.series_noise import MIN_SERIES_RUNS
+
+    if model.verdict is Verdict.NOT_COMPARABLE or not len(model.matched):
+        return []
+    idle = []
+    if args.fail_on_energy_regression is not None:
+        delta = model.matched["energy_mJ_delta_pct"].to_numpy(dtype=float)
+        if not (delta == delta).any():
+            idle.append(
+                "--fail-on-energy-regression: no matched case has energy_mJ on both sides,"
+                " so the energy gate checked nothing"
+            )
+    if args.noise_from is not None:
+        noise = model.matched["run_noise_pct"].to_numpy(dtype=float)
+        if not (noise == noise).any():
+            idle.append(
+                f"--noise-from {args.noise_from}: no matched case has {MIN_SERIES_RUNS} or more"
+                " runs there, so run-to-run noise excused nothing"
+            )
+    return idle
 
 
 def _output_error(options: ReportOptions) -> str | None:
@@ -364,6 +427,8 @@ def _overwrite_error(args: argparse.Namespace, options: ReportOptions, plots_mod
     from fi_attn_bench.summarizer.rank_test import SAMPLES_PATTERN
 
     inputs = [*(args.csv or ()), *(args.baseline or ()), *(args.candidate or ())]
+    if args.noise_from is not None:
+        inputs.append(args.noise_from)
     for paths in (args.baseline_samples, args.candidate_samples):
         inputs += expand_paths(paths or [], SAMPLES_PATTERN)[0]
     targets = [
@@ -416,7 +481,10 @@ def _regression(args: argparse.Namespace, options: ReportOptions, plots_module):
 def _print_note(note: str, options: ReportOptions) -> None:
     """The runs left out, on stdout; on stderr while stdout carries the report."""
     if note:
-        print(f"note: {note}", file=sys.stderr if is_stdout(options.output) else sys.stdout)
+        print(
+            terminal_text(f"note: {note}"),
+            file=sys.stderr if is_stdout(options.output) else sys.stdout,
+        )
 
 
 def _run_samples(baseline, candidate):
@@ -466,7 +534,7 @@ def _report(model, options: ReportOptions, plots_module) -> int:
     if options.bmf_path is not None and not _write_bmf(model, options.bmf_path, to_stdout):
         return EXIT_INPUT_ERROR
     if model.verdict is Verdict.NOT_COMPARABLE:
-        print(f"error: {model.reason}", file=sys.stderr)
+        print(terminal_text(f"error: {model.reason}"), file=sys.stderr)
     _print_issues(model.issues)
     return EXIT_INPUT_ERROR if plots_failed else model.exit_code
 
@@ -496,6 +564,7 @@ def _stdout_closed() -> None:
 
 
 def _write(path: Path, text: str, what: str, quiet: bool = False) -> bool:
+    created = missing_folder(path)
     try:
         write_report(path, text)
     except OSError as exc:
@@ -504,20 +573,48 @@ def _write(path: Path, text: str, what: str, quiet: bool = False) -> bool:
             return True
         print(f"error: cannot write {what.lower()} report to {path}: {exc}", file=sys.stderr)
         return False
+    if created is not None:  # a mistyped folder should not go unnoticed
+        print(f"note: created folder {created} for the {what.lower()} report", file=sys.stderr)
     if not is_stdout(path) and not quiet:
         _say(f"{what} saved to {path}")
     return True
 
 
+_LINE_PREFIX = re.compile(r"line (\d+): ")
+
+
 def _print_issues(issues) -> None:
-    for issue in issues[:STDERR_ISSUE_LIMIT]:
-        print(f"error: {issue.group}: {issue.source}: {issue.message}", file=sys.stderr)
-    if len(issues) > STDERR_ISSUE_LIMIT:
+    """One stderr line per distinct problem: rows of a file failing the same way (a
+    schema_version 2 file: every row) are one line naming their first lines."""
+    grouped: dict[tuple, list[str]] = {}
+    for index, issue in enumerate(issues):
+        found = _LINE_PREFIX.match(issue.message)
+        if found:
+            key = (issue.group, issue.source, issue.message[found.end() :], None)
+            grouped.setdefault(key, []).append(found.group(1))
+        else:  # no line to name: each is its own line
+            grouped[(issue.group, issue.source, issue.message, index)] = []
+    shown = list(grouped.items())[:STDERR_ISSUE_LIMIT]
+    for (group, source, message, _), lines in shown:
+        where = _line_list(lines)
+        text = f"error: {group}: {source}: {where}{message}"
+        print(terminal_text(text), file=sys.stderr)
+    if len(grouped) > STDERR_ISSUE_LIMIT:
         print(
-            f"error: ... and {plural(len(issues) - STDERR_ISSUE_LIMIT, 'more issue')} "
+            f"error: ... and {plural(len(grouped) - STDERR_ISSUE_LIMIT, 'more issue')} "
             "(see the report)",
             file=sys.stderr,
         )
+
+
+def _line_list(lines: list[str]) -> str:
+    if not lines:
+        return ""
+    if len(lines) == 1:
+        return f"line {lines[0]}: "
+    first = ", ".join(lines[:3])
+    more = f", … ({len(lines)} rows)" if len(lines) > 3 else ""
+    return f"lines {first}{more}: "
 
 
 def _import_plots():

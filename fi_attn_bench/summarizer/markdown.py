@@ -112,7 +112,12 @@ def _summary_head(model: SummaryModel) -> list[str]:
         "",
         *warning_lines(model.warnings),
         f"- Input files: {len(model.paths)}",
-        f"- Valid files: {model.valid_files}",
+        f"- Valid files: {model.valid_files}"
+        + (
+            f" ({model.older_files} of them {_older(model.older_files)}, left out)"
+            if model.older_files
+            else ""
+        ),
         f"- Total rows: {model.total_rows}",
     ]
     if model.noisy:
@@ -613,3 +618,7 @@ def _metric_cell(base: float, cand: float, delta: float) -> str:
     if delta != delta:
         return "n/a"
     return f"{format_metric(base)} → {format_metric(cand)}, {format_delta(delta)}"
+
+
+def _older(count: int) -> str:
+    return "an older run" if count == 1 else "older runs"

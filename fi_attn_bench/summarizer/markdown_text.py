@@ -30,10 +30,16 @@ _ESCAPES = (
 
 
 _NEEDS_WORK = re.compile(r"[\\|`*_#\[\]<>\r\n]")  # most cells have none: returned as they are
+# What the seed's escape leaves as it is: control codes (ESC starts a terminal's escape
+# sequence, where a report is printed), the bidirectional overrides, and U+2028/9 (a line
+# break to some readers).  ``cell`` shows them as escapes or <br>.
+_UNSEEN = re.compile(
+    "[\x00-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
 
 
 def escape_markdown(value) -> str:
-    """Text from a CSV made inert in Markdown; line breaks become <br>."""
+    """Text from a CSV made inert in Markdown; line breaks become <br> (the seed's rule)."""
     text = str(value)
     if not _NEEDS_WORK.search(text):
         return text
@@ -41,6 +47,22 @@ def escape_markdown(value) -> str:
         parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         return "<br>".join(_escaped(part) for part in parts)
     return _escaped(text)
+
+
+def visible_markdown(value) -> str:
+    """``escape_markdown``, with control codes shown as escapes (ESC as \\x1b) and U+2028/9
+    as line breaks, so a report printed on a terminal cannot be made to run anything."""
+    text = str(value)
+    if _UNSEEN.search(text):
+        text = _UNSEEN.sub(_unseen_escape, text)
+    return escape_markdown(text)
+
+
+def _unseen_escape(match: re.Match) -> str:
+    code = ord(match.group())
+    if code in (0x2028, 0x2029):
+        return "\n"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _escaped(text: str) -> str:
@@ -62,7 +84,7 @@ def clip(value, limit: int = MAX_CELL_CHARS) -> str:
 
 def cell(value) -> str:
     """A CSV value as one Markdown table cell: clipped, then escaped."""
-    return escape_markdown(clip(value))
+    return visible_markdown(clip(value))
 
 
 def format_metric(value) -> str:

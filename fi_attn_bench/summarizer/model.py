@@ -207,6 +207,7 @@ class SummaryModel:
     warnings: list[ReportWarning] = field(default_factory=list)
     noisy: list = field(default_factory=list)  # NoisyRow per row the harness marked noisy
     run_note: str = ""  # the runs left out because a newer run measured their cases
+    older_files: int = 0  # of valid_files: files of older runs of the same cases, left out
 
     JSON_EXCLUDE = ("cases",)
 
@@ -291,7 +292,19 @@ def summarize(result: LoadResult, contest: ContestOptions = DEFAULT_CONTEST) -> 
     model = summary_model(
         FrameView(frame), result.paths, result.issues, valid_files, frame, contest
     )
-    return replace(model, run_note=result.note, files=_left_out(model.files, result))
+    files = _left_out(model.files, result)
+    older = sum(file.status == LEFT_OUT_STATUS for file in files)
+    # A file left out as an older run is valid: it is counted, and said to be left out.
+    return replace(
+        model,
+        run_note=result.note,
+        files=files,
+        valid_files=model.valid_files + older,
+        older_files=older,
+    )
+
+
+LEFT_OUT_STATUS = "older run, left out"
 
 
 def _left_out(files: list[FileSummary], result: LoadResult) -> list[FileSummary]:
@@ -300,8 +313,7 @@ def _left_out(files: list[FileSummary], result: LoadResult) -> list[FileSummary]
         return files
     read = result.valid_sources | {issue.source for issue in result.issues}
     return [
-        file if file.source in read else replace(file, status="older run, left out")
-        for file in files
+        file if file.source in read else replace(file, status=LEFT_OUT_STATUS) for file in files
     ]
 
 

@@ -3,14 +3,16 @@
 ``-`` (and ``/dev/stdout``) is standard output; other targets that are not regular
 files (a pipe, /dev/null, /proc/self/fd/N) are written directly.  Every output path
 is checked before any is written (``unwritable``), so a bad path writes nothing, and
-before any input is read (``overwrite_error``), so a report never replaces an input
-or an existing data file.
+before any input is read (``overwrite_error``), so a report never replaces an input,
+an existing data file or an SQLite file (a history store, whatever its name).
+fi-attn-history's outputs go through the same checks.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, is_dataclass
@@ -19,8 +21,10 @@ from enum import Enum
 from pathlib import Path
 
 STDOUT_NAMES = ("-", "/dev/stdout")
-# What a report never replaces: measured results (CSV, raw samples), compressed or not.
-DATA_SUFFIXES = (".csv", ".jsonl", ".gz")
+# What a report never replaces: measured results (CSV, raw samples), compressed or not, and
+# history stores (SQLite files are also recognized by their first bytes, whatever their name).
+DATA_SUFFIXES = (".csv", ".jsonl", ".gz", ".sqlite", ".sqlite3", ".db")
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,17 @@ def write_report(path, text: str) -> None:
         sys.stdout.flush()
         return
     write_atomically(Path(path), text)
+
+
+def missing_folder(path) -> Path | None:
+    """The outermost folder that writing ``path`` would create (None: its folder exists),
+    so the command can say it made one."""
+    if is_stdout(path):
+        return None
+    folder, missing = Path(path).parent, None
+    while not folder.exists():
+        folder, missing = folder.parent, folder
+    return missing
 
 
 def unwritable(path, directory: bool = False) -> str | None:
@@ -92,19 +107,43 @@ def overwrite_error(targets, inputs) -> str | None:
     return None
 
 
-def _file_overwrite(path: Path, inputs: list[Path], resolved: dict) -> str | None:
+def is_sqlite_file(path) -> bool:
+    """Whether ``path`` is a regular file that starts as every SQLite database does."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO's open would wait for a writer
+            return False
+        with open(path, "rb") as stream:
+            return stream.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:  # missing, unreadable: not a store we could lose
+        return False
+
+
+def input_named(path, inputs) -> Path | None:
+    """The input ``path`` is (resolved, or the same file through a hard link), or None."""
     real = os.path.realpath(path)
-    if real in resolved:
-        return f"it is an input ({resolved[real]})"
-    if not path.exists():
+    for source in inputs:
+        if os.path.realpath(source) == real:
+            return Path(source)
+    if not os.path.exists(path):
         return None
     for source in inputs:
         try:
             if os.path.samefile(path, source):
-                return f"it is an input ({source})"
+                return Path(source)
         except OSError:  # an input that does not exist: the reader reports it
             continue
-    for name in (path.name, Path(real).name):
+    return None
+
+
+def _file_overwrite(path: Path, inputs: list[Path], resolved: dict) -> str | None:
+    source = input_named(path, inputs)
+    if source is not None:
+        return f"it is an input ({source})"
+    if not path.exists():
+        return None
+    if is_sqlite_file(path):
+        return "it is an SQLite file (a history store?); choose another path"
+    for name in (path.name, Path(os.path.realpath(path)).name):
         if name.lower().endswith(DATA_SUFFIXES):
             return "it is an existing data file; choose another path"
     return None
@@ -115,7 +154,8 @@ def _folder_overwrite(target: OutputTarget, resolved: dict) -> str | None:
     folder = os.path.join(os.path.realpath(target.path), "")
     for real, source in resolved.items():
         if real.startswith(folder) and real.endswith(target.file_suffixes):
-            return f"the input {source} has a plot file's name there"
+            kind = "a plot file's name" if "plot" in target.what else "the name of a file written"
+            return f"the input {source} has {kind} there"
     return None
 
 

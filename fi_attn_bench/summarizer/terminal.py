@@ -9,18 +9,38 @@ report holds the rest.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 
 import numpy as np
 
 from fi_attn_bench.summarizer.identity import short_labels
+from fi_attn_bench.summarizer.model import Verdict
 from fi_attn_bench.summarizer.regression import plural
 
 MAX_CONSOLE_ROWS = 20
 MIN_CASE_WIDTH = 16
 FALLBACK_COLUMNS = 100
 UNLIMITED = sys.maxsize  # the width of a stdout that is not a terminal: nothing is cut
+
+
+# C0 and C1 control codes (ESC starts an ANSI sequence), DEL, and the bidirectional
+# overrides that make a terminal show text in another order than it is ("Trojan source").
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text) -> str:
+    """One line: ``text`` with every control code shown as its escape (ESC as \\x1b, a
+    newline as \\x0a), so a string from a CSV or the store cannot move the cursor, recolor
+    or retitle the terminal, hide itself, or pass for another line."""
+    text = str(text)
+    return _CONTROL.sub(_escape_control, text) if _CONTROL.search(text) else text
+
+
+def _escape_control(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def terminal_width(stream=None) -> int:
@@ -37,17 +57,22 @@ def terminal_width(stream=None) -> int:
 
 def head_lines(model) -> list[str]:
     """The verdict, then each warning and the allowed differences, one line each."""
-    lines = [f"Verdict: {model.verdict.label.upper()} — {model.reason}"]
-    lines += [f"Warning: {w.headline} — {w.detail}".replace("\n", " ") for w in model.warnings]
+    lines = [f"Verdict: {model.verdict.label.upper()} — {terminal_text(model.reason)}"]
+    lines += [
+        terminal_text(f"Warning: {w.headline} — {w.detail}".replace("\n", " "))
+        for w in model.warnings
+    ]
     allowed = getattr(model, "allowed_differences", [])
     if allowed:
-        lines.append("Allowed differences (--allow-difference): " + "; ".join(allowed))
+        lines.append(
+            terminal_text("Allowed differences (--allow-difference): " + "; ".join(allowed))
+        )
     return lines
 
 
 def fit(text: str, width: int) -> str:
     """``text`` padded or cut (with "…") to exactly ``width`` characters."""
-    text = str(text).replace("\n", " ")
+    text = terminal_text(str(text).replace("\n", " "))
     return text.ljust(width) if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
@@ -111,7 +136,8 @@ def regression_console(model, width: int, only_changed: bool = False) -> str:
     lines = head_lines(model)
     changes = model.changes(only_changed=True)
     if not len(changes):
-        lines.append(f"No changed case among {plural(len(model.matched), 'matched case')}.")
+        if model.verdict is not Verdict.NOT_COMPARABLE:  # nothing was compared
+            lines.append(f"No changed case among {plural(len(model.matched), 'matched case')}.")
         return "\n".join(lines)
     top = changes.iloc[np.arange(min(len(changes), MAX_CONSOLE_ROWS))]
     labels, common = short_labels(model.case_labels(top["case_id"]).tolist(), width)
@@ -131,7 +157,7 @@ def _listed(headers, rows, width: int, common: str, hidden: int, noun: str) -> l
     holds beyond it."""
     lines = _table(headers, rows, width, 1)
     if common:
-        lines.append(f"(every case listed: {common})")
+        lines.append(terminal_text(f"(every case listed: {common})"))
     if hidden > 0:
         lines.append(f"… {plural(hidden, 'more ' + noun)} in the report")
     return lines
