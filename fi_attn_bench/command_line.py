@@ -319,6 +319,13 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         "itself in the integrity column (default on; needs --check)",
     )
     check.add_argument(
+        "--judge",
+        action="store_true",
+        help="every strict check on: more timed calls checked on their fresh values, and a "
+        "plugin whose source reaches into the harness (the static screen's findings) fails "
+        "its rows instead of warning (docs/INTEGRITY.md)",
+    )
+    check.add_argument(
         "--rtol",
         type=_non_negative_float,
         default=DEFAULT_TOLERANCE,
@@ -511,7 +518,12 @@ def plan(
     impl_kind = "flashinfer" if asking else asked.backend
     asked_by = f"--impl {asking[0]}" if asking else ""
     choice = resolve_impl_kind(impl_kind, device_text, probe, asked_by)
-    chosen = impls.parse_impls(asked.impl, spec.api, choice.flashinfer, default=choice.impl_kind)
+    chosen = impls.parse_impls(
+        asked.impl, spec.api, choice.flashinfer, default=choice.impl_kind, judge=asked.judge
+    )
+    for impl in chosen:
+        for finding in impl.screened:
+            announce(f"warning: --impl {impl.target}: {finding.describe()}")
     baseline = impls.baseline_index(chosen, asked.baseline_impl)
     if asked.fail_if_slower is not None and len(chosen) < 2:
         raise UsageError("--fail-if-slower compares implementations: give two or more --impl")

@@ -112,6 +112,10 @@ class DecodeInputs:
     v_cache: torch.Tensor
     table: bi.PagedTable
 
+    def kv_rows(self) -> bi.KvRows:
+        """Every request's cache pages, for the integrity checks' per-call rewrite."""
+        return self.table.kv_rows(self.k_cache, self.v_cache)
+
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> DecodeInputs:
     """Random q/K/V (deterministic per seed and case) on a shuffled page table."""

@@ -125,6 +125,10 @@ class MlaInputs:
     qo_indptr: torch.Tensor
     table: bi.PagedTable
 
+    def kv_rows(self) -> bi.KvRows:
+        """Every request's cache pages, for the integrity checks' per-call rewrite."""
+        return self.table.kv_rows(self.ckv_cache, self.kpe_cache)
+
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> MlaInputs:
     """Random queries and caches (deterministic per seed and case) on a shuffled page table."""

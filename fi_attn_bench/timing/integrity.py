@@ -54,8 +54,16 @@ from fi_attn_bench.results.schema import (
     GRAPH_CAPTURE,
     INTEGRITY_OFF,
     INTEGRITY_PASS,
+    INTEGRITY_PASS_WEAK,
     TIMED_OUTPUT,
     TIMELINE,
+)
+from fi_attn_bench.timing.fresh import (
+    SAMPLE_RATES,
+    FreshCalls,
+    Refresher,
+    SampledFailure,
+    SampleRate,
 )
 from fi_attn_bench.timing.timers import HostStopwatch, Stopwatch
 
@@ -91,6 +99,10 @@ LATE_WAIT_S = 0.5
 IN_LOOP_TIMERS = (CPU_TIMER, "events")
 """Timers whose samples are taken call by call, so one call may be poisoned inside the loop."""
 
+FRESH_TIMERS = (CPU_TIMER,)
+"""Timers that refresh the inputs before every timed call and check sampled calls on their
+own values (``timing.fresh``); the others run the weaker set (``pass_weak``)."""
+
 BLIND_SPOTS = {
     "events": "integrity: the events timer times only run()'s own stream (work on another "
     "stream is checked for completion on return, not timed)",
@@ -108,13 +120,16 @@ class IntegrityError(RuntimeError):
         self.check = check
 
 
-def integrity_column(enabled: bool, error: BaseException | None = None) -> dict[str, str]:
-    """The row's ``integrity`` column (its one writer)."""
+def integrity_column(
+    enabled: bool, error: BaseException | None = None, timer_name: str = CPU_TIMER
+) -> dict[str, str]:
+    """The row's ``integrity`` column (its one writer): ``pass_weak`` where the timer ran
+    the weaker set (no fresh values per timed call, see ``FRESH_TIMERS``)."""
     if not enabled:
         return {"integrity": INTEGRITY_OFF}
     if isinstance(error, IntegrityError):
         return {"integrity": error.check}
-    return {"integrity": INTEGRITY_PASS}
+    return {"integrity": INTEGRITY_PASS if timer_name in FRESH_TIMERS else INTEGRITY_PASS_WEAK}
 
 
 def floating_tensors(inputs: object) -> list[Tensor]:
@@ -297,13 +312,46 @@ class IntegrityProbe:
     sentinel: TimedCallSentinel | None = None
     clock: Callable[[], float] = time.perf_counter
     notes: list[str] = field(default_factory=list)
+    rate: SampleRate = SAMPLE_RATES["default"]  # of the sampled checks (``--judge``: more)
+    fresh: FreshCalls | None = None
+    cpu: CpuTimes | None = None
 
     def timed_fn(self) -> Callable[[], object]:
-        """What the timer calls: the sentinel where samples are taken call by call."""
+        """What the timer calls: fresh values and sampled checks under ``FRESH_TIMERS``, the
+        poisoning sentinel where samples are taken call by call, else run() itself."""
+        if self.timer_name in FRESH_TIMERS:
+            tensors = floating_tensors(self.subject.inputs)
+            refresh = Refresher.of(self.subject.inputs, tensors, self.subject.device)
+            self.fresh = FreshCalls(
+                self.subject.run,
+                refresh,
+                self._sampled_check,
+                rate=self.rate,
+                on_call=self._count_cpu,
+            )
+            return self.fresh
         if self.timer_name not in IN_LOOP_TIMERS:
             return self.subject.run
         self.sentinel = TimedCallSentinel(self.subject)
         return self.sentinel
+
+    def _count_cpu(self, wall_s: float) -> None:
+        if self.subject.device.type == "cpu":
+            self.cpu = (self.cpu or CpuTimes.now()).after_call(wall_s)
+
+    def _sampled_check(self, result: object) -> SampledFailure | None:
+        """A drawn timed call's output, copied as it was on return, against the reference
+        on that call's own values (the reference measured as an implementation is not
+        checked against itself)."""
+        if self.subject.run is self.subject.reference:
+            return None
+        snapshot = self.subject.output_of(result).clone()
+        self.subject.sync()
+        expected = self.subject.reference()
+        found = check_output(snapshot, expected, self.subject.tolerance)
+        if found.passed:
+            return None
+        return SampledFailure(found.message, self._turns_right(self.subject.output, expected))
 
     def blind_spot(self) -> str:
         return BLIND_SPOTS.get(self.timer_name, "")
@@ -312,8 +360,13 @@ class IntegrityProbe:
 
     def check_timed_output(self, session, measurement=None) -> None:
         """The poisoned timed call's output against the checked call's; on the CPU, with one
-        torch thread, the CPU time other threads spent during the timed calls."""
-        self._check_other_threads()
+        torch thread, the CPU time other threads spent during the timed calls.  Under
+        ``FRESH_TIMERS``: the sampled calls' checks on their own values."""
+        if self.fresh is not None:
+            self._check_other_threads(self.cpu)
+            self._check_sampled_calls(self.fresh)
+            return
+        self._check_other_threads(self.sentinel.cpu if self.sentinel is not None else None)
         if self.verified is None:
             return
         snapshot = self.sentinel.snapshot if self.sentinel is not None else None
@@ -335,8 +388,24 @@ class IntegrityProbe:
             + found.message,
         )
 
-    def _check_other_threads(self) -> None:
-        cpu = self.sentinel.cpu if self.sentinel is not None else None
+    def _check_sampled_calls(self, fresh: FreshCalls) -> None:
+        failure = fresh.failure
+        if failure is None:
+            return
+        checked = f"{fresh.checked} of {fresh.calls} timed calls, drawn at random, were checked"
+        if failure.late:
+            raise IntegrityError(
+                TIMELINE,
+                "a timed call's output was unfinished when run() returned and right a moment "
+                f"later (work left on another stream or thread; {checked}): {failure.message}",
+            )
+        raise IntegrityError(
+            TIMED_OUTPUT,
+            "a timed call's output differs from the reference on the fresh values it was "
+            f"given ({checked}): {failure.message}",
+        )
+
+    def _check_other_threads(self, cpu: CpuTimes | None) -> None:
         if cpu is None or torch.get_num_threads() != 1:  # torch's own threads work in calls
             return
         if cpu.other_threads_s > cpu.other_threads_limit_s():

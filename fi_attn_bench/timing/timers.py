@@ -173,6 +173,17 @@ class SessionDefaults:
         return None
 
 
+def call_hooks(fn: Callable[[], object]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """What a per-call timer runs right before and right after each timed call, outside its
+    timing window: a timed function's ``before_call`` and ``after_call`` (the integrity
+    checks' fresh values and sampled checks, ``timing.fresh.FreshCalls``), else nothing."""
+    return getattr(fn, "before_call", _nothing), getattr(fn, "after_call", _nothing)
+
+
+def _nothing() -> None:
+    return None
+
+
 def run_required_checks(timer: Timer, checks: Mapping[str, Callable[[], CheckResult]]) -> None:
     """Run the checks ``required_checks`` names for this timer and L2 mode, in order; raise
     ``SelfCheckFailed`` at the first that fails."""
@@ -213,10 +224,13 @@ class _WallSession(SessionDefaults):
 
     def batch(self, calls: int) -> Batch:
         samples = []
+        before, after = call_hooks(self.fn)
         for _ in range(calls):
+            before()
             start = self.clock()
             self.fn()
             samples.append((self.clock() - start) * 1e3)
+            after()
         return Batch(tuple(samples))
 
 

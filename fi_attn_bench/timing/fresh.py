@@ -1,0 +1,185 @@
+"""Fresh input values before every timed call, and checks of sampled timed calls' outputs.
+
+Under the per-call timers (the CPU wall clock), each timed call sees values no earlier call
+saw: before it, outside its timing window, all of q (every floating input that is not K/V)
+and a window of every request's K/V rows (``KvRows``; an input without them is rewritten
+whole) are written in place from a generator seeded by the OS's entropy.  So an output cache,
+keyed on pointers, versions or a fingerprint, never hits, and a kernel that skips work
+returns a wrong output.  The outputs of a random sample of timed calls (drawn from the OS's
+entropy, not announced: every call gets the same preparation) are compared, after the call
+returns and outside its window, with the float32 reference on that call's own values.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from fi_attn_bench.cases.inputs import KvRows
+
+WINDOW_SHARE = 16
+"""Each request's window is 1/16 of its K/V rows (at least one row): a stale K/V transform
+or cached output is wrong on every call, at 1/16 of the K/V bytes written per call."""
+
+@dataclass(frozen=True)
+class SampleRate:
+    """Timed call n of a case is checked with probability max(``early`` / n, ``floor``):
+    about ``early`` * (ln(n) + 1) checks among the first calls, however few the stop rule
+    lets run, and a ``floor`` share of the rest, so a cheat kept for the late calls meets
+    checks too."""
+
+    early: float
+    floor: float
+
+    def chance(self, call: int) -> float:
+        return max(self.early / max(call, 1), self.floor)
+
+
+SAMPLE_RATES = {"default": SampleRate(1.0, 1 / 64), "judge": SampleRate(2.0, 1 / 8)}
+"""Per mode (``--judge`` turns the second on)."""
+
+
+def _generator(device: torch.device) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int.from_bytes(secrets.token_bytes(8), "little") >> 1)
+    return generator
+
+
+def _normal_(tensor: Tensor, generator: torch.Generator) -> None:
+    if tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        tensor.normal_(generator=generator)
+    else:  # fp8 and other storage types: drawn in float32 and converted
+        tensor.copy_(torch.randn(tensor.shape, generator=generator, device=tensor.device))
+
+
+def _randn_like_rows(tensor: Tensor, count: int, generator: torch.Generator) -> Tensor:
+    drawn = torch.randn(
+        (count, *tensor.shape[1:]), generator=generator, device=tensor.device, dtype=torch.float32
+    )
+    return drawn.to(tensor.dtype)
+
+
+@dataclass(frozen=True)
+class RowWindows:
+    """One ``KvRows``'s per-call windows: a random start within each request's rows, the
+    same number of rows every call (so a call's preparation launches the same work)."""
+
+    kv: KvRows
+    base: Tensor  # float, each request's first position in ``kv.rows``
+    span: Tensor  # float, how many window starts each request has
+    request: Tensor  # long, per slot: its request
+    offset: Tensor  # long, per slot: its row within the window
+
+    @classmethod
+    def of(cls, kv: KvRows) -> RowWindows | None:
+        indptr = kv.indptr.detach().to("cpu", torch.long).tolist()
+        starts, spans, request, offset = [], [], [], []
+        for index, (begin, end) in enumerate(zip(indptr[:-1], indptr[1:], strict=True)):
+            length = end - begin
+            if length <= 0:
+                continue
+            window = max(1, length // WINDOW_SHARE)
+            starts.append(begin)
+            spans.append(length - window + 1)
+            request.extend([len(starts) - 1] * window)
+            offset.extend(range(window))
+        if not starts:
+            return None
+        device = kv.rows.device
+        return cls(
+            kv,
+            torch.tensor(starts, dtype=torch.float64, device=device),
+            torch.tensor(spans, dtype=torch.float64, device=device),
+            torch.tensor(request, dtype=torch.long, device=device),
+            torch.tensor(offset, dtype=torch.long, device=device),
+        )
+
+    def rewrite(self, generator: torch.Generator) -> None:
+        draw = torch.rand(self.base.shape, generator=generator, device=self.base.device)
+        first = (self.base + (draw * self.span).floor()).long()
+        rows = self.kv.rows.long()[first[self.request] + self.offset]
+        for tensor in self.kv.tensors:
+            tensor.index_copy_(0, rows, _randn_like_rows(tensor, rows.numel(), generator))
+
+
+@dataclass
+class Refresher:
+    """Writes new values into a case's inputs in place (see the module docstring)."""
+
+    whole: list[Tensor]
+    windows: list[RowWindows]
+    generator: torch.Generator
+
+    @classmethod
+    def of(cls, inputs: object, tensors: list[Tensor], device: torch.device) -> Refresher:
+        """``tensors``: the inputs' floating tensors; those ``inputs.kv_rows()`` names get
+        windows, the rest are rewritten whole."""
+        windows: list[RowWindows] = []
+        kv_rows = getattr(inputs, "kv_rows", None)
+        kv = kv_rows() if callable(kv_rows) else None
+        if isinstance(kv, KvRows):
+            found = RowWindows.of(kv)
+            windows = [found] if found is not None else []
+        windowed = {id(t) for w in windows for t in w.kv.tensors}
+        whole = [t for t in tensors if id(t) not in windowed]
+        return cls(whole, windows, _generator(device))
+
+    def __call__(self) -> None:
+        for tensor in self.whole:
+            _normal_(tensor, self.generator)
+        for window in self.windows:
+            window.rewrite(self.generator)
+
+
+@dataclass(frozen=True)
+class SampledFailure:
+    """A sampled timed call whose output disagreed with the reference on its own values."""
+
+    message: str
+    late: bool  # the output turned right a moment later (work left on a stream or thread)
+
+
+@dataclass
+class FreshCalls:
+    """run() for a per-call timer: ``before_call`` refreshes the inputs, the timer times
+    ``__call__``, ``after_call`` checks the output when the call was drawn.  Outside the
+    window, both hooks run for every call alike (the draw is made after the call)."""
+
+    run: Callable[[], object]
+    refresh: Callable[[], None]
+    check: Callable[[object], SampledFailure | None]  # the call's result -> why it is wrong
+    rate: SampleRate = SAMPLE_RATES["default"]
+    draw: Callable[[], float] = field(
+        default_factory=lambda: random.Random(secrets.randbits(64)).random
+    )
+    on_call: Callable[[float], None] = lambda _wall_s: None  # the CPU times' bookkeeping
+    calls: int = 0
+    checked: int = 0
+    failure: SampledFailure | None = None
+    result: object = None
+    started: float = 0.0
+
+    def before_call(self) -> None:
+        self.refresh()
+        self.started = time.perf_counter()
+
+    def __call__(self) -> object:
+        self.calls += 1
+        self.result = self.run()
+        return self.result
+
+    def after_call(self) -> None:
+        self.on_call(time.perf_counter() - self.started)
+        result, self.result = self.result, None
+        if self.failure is not None or self.draw() >= self.rate.chance(self.calls):
+            return
+        self.checked += 1
+        self.failure = self.check(result)
+
+
