@@ -122,7 +122,8 @@ TIMELINE = "timeline"  # run()'s output was unfinished when it returned (other s
 GRAPH_CAPTURE = "graph_capture"  # a CUDA-graph replay runs other kernels than an eager call
 INTEGRITY_CHECKS = (FRESH_INPUTS, FRESH_INPUTS_TIME, TIMED_OUTPUT, TIMELINE, GRAPH_CAPTURE)
 SOURCE_SCREEN = "source_screen"  # --judge: the plugin's source reaches into the harness
-INTEGRITY_CHECKS = (*INTEGRITY_CHECKS, SOURCE_SCREEN)
+INPUTS_WRITTEN = "inputs_written"  # a timed call wrote into its inputs (fresh values changed)
+INTEGRITY_CHECKS = (*INTEGRITY_CHECKS, SOURCE_SCREEN, INPUTS_WRITTEN)
 INTEGRITY_PASS, INTEGRITY_OFF = "pass", "off"
 # passed the weaker set: the timer cannot refresh inputs before each timed call (events,
 # cuda_graph, profiler), so only today's after-loop checks ran

@@ -29,7 +29,8 @@ or cached output is wrong on every call, at 1/16 of the K/V bytes written per ca
 
 @dataclass(frozen=True)
 class SampleRate:
-    """Timed call n of a case is checked with probability max(``early`` / n, ``floor``):
+    """Timed call n of a case is checked with probability max(``early`` / n, ``floor``) (at
+    most 1):
     about ``early`` * (ln(n) + 1) checks among the first calls, however few the stop rule
     lets run, and a ``floor`` share of the rest, so a cheat kept for the late calls meets
     checks too."""
@@ -38,7 +39,7 @@ class SampleRate:
     floor: float
 
     def chance(self, call: int) -> float:
-        return max(self.early / max(call, 1), self.floor)
+        return min(1.0, max(self.early / max(call, 1), self.floor))
 
 
 SAMPLE_RATES = {"default": SampleRate(1.0, 1 / 64), "judge": SampleRate(2.0, 1 / 8)}
@@ -100,12 +101,17 @@ class RowWindows:
             torch.tensor(offset, dtype=torch.long, device=device),
         )
 
-    def rewrite(self, generator: torch.Generator) -> None:
+    def rewrite(self, generator: torch.Generator) -> tuple[Tensor, list[Tensor]]:
+        """Writes the windows; the rows and the values written into each tensor."""
         draw = torch.rand(self.base.shape, generator=generator, device=self.base.device)
         first = (self.base + (draw * self.span).floor()).long()
         rows = self.kv.rows.long()[first[self.request] + self.offset]
+        written = []
         for tensor in self.kv.tensors:
-            tensor.index_copy_(0, rows, _randn_like_rows(tensor, rows.numel(), generator))
+            values = _randn_like_rows(tensor, rows.numel(), generator)
+            tensor.index_copy_(0, rows, values)
+            written.append(values)
+        return rows, written
 
 
 @dataclass
@@ -115,6 +121,8 @@ class Refresher:
     whole: list[Tensor]
     windows: list[RowWindows]
     generator: torch.Generator
+    kept: list[Tensor] = field(default_factory=list)  # the values the last refresh wrote
+    rows: list[tuple[Tensor, list[Tensor]]] = field(default_factory=list)
 
     @classmethod
     def of(cls, inputs: object, tensors: list[Tensor], device: torch.device) -> Refresher:
@@ -131,10 +139,24 @@ class Refresher:
         return cls(whole, windows, _generator(device))
 
     def __call__(self) -> None:
-        for tensor in self.whole:
-            _normal_(tensor, self.generator)
-        for window in self.windows:
-            window.rewrite(self.generator)
+        if not self.kept:
+            self.kept = [torch.empty_like(tensor) for tensor in self.whole]
+        for tensor, kept in zip(self.whole, self.kept, strict=True):
+            _normal_(kept, self.generator)
+            tensor.copy_(kept)
+        self.rows = [window.rewrite(self.generator) for window in self.windows]
+
+    def overwritten(self) -> str | None:
+        """Which input no longer holds what the last refresh wrote (run() wrote into its
+        inputs), or None."""
+        for index, (tensor, kept) in enumerate(zip(self.whole, self.kept, strict=True)):
+            if not torch.equal(tensor, kept):
+                return f"input tensor {index} (rewritten whole, shape {tuple(tensor.shape)})"
+        for window, (rows, written) in zip(self.windows, self.rows, strict=True):
+            for tensor, values in zip(window.kv.tensors, written, strict=True):
+                if not torch.equal(tensor.index_select(0, rows), values):
+                    return f"a K/V tensor of shape {tuple(tensor.shape)} (its refreshed rows)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -143,6 +165,7 @@ class SampledFailure:
 
     message: str
     late: bool  # the output turned right a moment later (work left on a stream or thread)
+    check: str = ""  # the check it fails, where not the output's (inputs_written)
 
 
 @dataclass

@@ -55,6 +55,7 @@ from fi_attn_bench.results.schema import (
     INTEGRITY_OFF,
     INTEGRITY_PASS,
     INTEGRITY_PASS_WEAK,
+    INPUTS_WRITTEN,
     TIMED_OUTPUT,
     TIMELINE,
 )
@@ -314,6 +315,7 @@ class IntegrityProbe:
     notes: list[str] = field(default_factory=list)
     rate: SampleRate = SAMPLE_RATES["default"]  # of the sampled checks (``--judge``: more)
     fresh: FreshCalls | None = None
+    refresher: Refresher | None = None
     cpu: CpuTimes | None = None
 
     def timed_fn(self) -> Callable[[], object]:
@@ -321,10 +323,10 @@ class IntegrityProbe:
         poisoning sentinel where samples are taken call by call, else run() itself."""
         if self.timer_name in FRESH_TIMERS:
             tensors = floating_tensors(self.subject.inputs)
-            refresh = Refresher.of(self.subject.inputs, tensors, self.subject.device)
+            self.refresher = Refresher.of(self.subject.inputs, tensors, self.subject.device)
             self.fresh = FreshCalls(
                 self.subject.run,
-                refresh,
+                self.refresher,
                 self._sampled_check,
                 rate=self.rate,
                 on_call=self._count_cpu,
@@ -347,6 +349,9 @@ class IntegrityProbe:
             return None
         snapshot = self.subject.output_of(result).clone()
         self.subject.sync()
+        overwritten = self.refresher.overwritten() if self.refresher is not None else None
+        if overwritten is not None:
+            return SampledFailure(f"run() wrote into {overwritten}", False, INPUTS_WRITTEN)
         expected = self.subject.reference()
         found = check_output(snapshot, expected, self.subject.tolerance)
         if found.passed:
@@ -393,6 +398,12 @@ class IntegrityProbe:
         if failure is None:
             return
         checked = f"{fresh.checked} of {fresh.calls} timed calls, drawn at random, were checked"
+        if failure.check == INPUTS_WRITTEN:
+            raise IntegrityError(
+                INPUTS_WRITTEN,
+                f"a timed call changed the fresh values it was given ({checked}): "
+                f"{failure.message}",
+            )
         if failure.late:
             raise IntegrityError(
                 TIMELINE,
