@@ -114,6 +114,11 @@ class RowWindows:
         return rows, written
 
 
+LAST_WRITER: dict[int, int] = {}
+"""id(input tensor) -> id(the refresher that wrote it last): implementations of a head-to-head
+case share their inputs, and each one's refreshes land on the others' values."""
+
+
 @dataclass
 class Refresher:
     """Writes new values into a case's inputs in place (see the module docstring)."""
@@ -139,12 +144,20 @@ class Refresher:
         return cls(whole, windows, _generator(device))
 
     def __call__(self) -> None:
+        for tensor in (*self.whole, *(t for w in self.windows for t in w.kv.tensors)):
+            LAST_WRITER[id(tensor)] = id(self)
         if not self.kept:
             self.kept = [torch.empty_like(tensor) for tensor in self.whole]
         for tensor, kept in zip(self.whole, self.kept, strict=True):
             _normal_(kept, self.generator)
             tensor.copy_(kept)
         self.rows = [window.rewrite(self.generator) for window in self.windows]
+
+    def wrote_last(self) -> bool:
+        """Whether no other refresher (another implementation's, on inputs they share) wrote
+        into these inputs since this one last did."""
+        tensors = (*self.whole, *(t for w in self.windows for t in w.kv.tensors))
+        return all(LAST_WRITER.get(id(t)) == id(self) for t in tensors)
 
     def overwritten(self) -> str | None:
         """Which input no longer holds what the last refresh wrote (run() wrote into its
@@ -177,7 +190,7 @@ class FreshCalls:
     run: Callable[[], object]
     refresh: Callable[[], None]
     check: Callable[[object], SampledFailure | None]  # the call's result -> why it is wrong
-    rate: SampleRate = SAMPLE_RATES["default"]
+    rate: SampleRate | None = SAMPLE_RATES["default"]  # None: only the last call, after the loop
     draw: Callable[[], float] = field(
         default_factory=lambda: random.Random(secrets.randbits(64)).random
     )
@@ -185,7 +198,7 @@ class FreshCalls:
     calls: int = 0
     checked: int = 0
     failure: SampledFailure | None = None
-    result: object = None
+    result: object = None  # the last call's
     started: float = 0.0
 
     def before_call(self) -> None:
@@ -199,8 +212,10 @@ class FreshCalls:
 
     def after_call(self) -> None:
         self.on_call(time.perf_counter() - self.started)
-        result, self.result = self.result, None
-        if self.failure is not None or self.draw() >= self.rate.chance(self.calls):
+        result = self.result  # kept: the last call's is checked after the loop
+        if self.rate is None or self.failure is not None:
+            return
+        if self.draw() >= self.rate.chance(self.calls):
             return
         self.checked += 1
         self.failure = self.check(result)

@@ -422,15 +422,20 @@ class ProfilerTimer(DeviceTimerDefaults):
                 "flush's work from run()'s (is the device profiler usable on "
                 f"{self.device}? --timer events does not need it; --l2 warm needs no flush)"
             )
+        before, _ = call_hooks(fn)
+        prepare = None if before is _nothing else before
+        # the inputs' refresh before each call is recorded as the flush's first kernels, so
+        # the split by stream order counts it out of run()'s time (its count: one recording)
+        refresh = self.profile(prepare, self.sync) if prepare is not None else []
         calibration = Calibration(
             call_count=None,
-            flush_count=len(flush),
-            flush_names=frozenset(e.name for e in flush),
+            flush_count=len(refresh) + len(flush),
+            flush_names=frozenset(e.name for e in (*refresh, *flush)),
             lead_count=len(lead),
             lead_names=frozenset(e.name for e in lead),
         )
-        flush_ms = sum(e.duration_ns for e in flush) / 1e6
-        return _ProfilerSession(self, fn, calibration, estimate_ms, flush_ms)
+        flush_ms = sum(e.duration_ns for e in (*refresh, *flush)) / 1e6
+        return _ProfilerSession(self, fn, calibration, estimate_ms, flush_ms, prepare=prepare)
 
     def calibrate_rounds(self, sessions: Sequence[_ProfilerSession]) -> None:
         """Each session's run() event count and names from a recording of one call: the
@@ -483,6 +488,7 @@ class _ProfilerSession(SessionDefaults):
     run_ms: float = 0.0  # median of the last batch
     calls: list[int] = field(default_factory=list)
     events: list[DeviceEvent] = field(default_factory=list)
+    prepare: Callable[[], None] | None = None  # the inputs' refresh before each call
 
     def record(self, loop: Callable[[], None]) -> list[Batch]:
         """Run the measurement loop under one profiler recording; its per-call samples."""
@@ -493,6 +499,8 @@ class _ProfilerSession(SessionDefaults):
         """[queue-ahead spin] + event + calls x ([flush] run() event): provisional samples."""
         timer = self.timer
         flush = timer.flusher.flush if timer.l2 == "cold" else None
+        if self.prepare is not None:  # refreshed first, then flushed: no input stays in L2
+            flush = _then(self.prepare, flush)
         samples = queued_samples(self, calls, flush, chain=True)
         self.calls.append(calls)
         return Batch(samples)
@@ -506,6 +514,17 @@ class _ProfilerSession(SessionDefaults):
             pattern=self.timer.pattern,
             attribution=self.timer.options.effective_attribution,
         )
+
+
+def _then(first: Callable[[], None], second: Callable[[], None] | None) -> Callable[[], None]:
+    if second is None:
+        return first
+
+    def both() -> None:
+        first()
+        second()
+
+    return both
 
 
 def make_timer(options: TimingOptions, device: torch.device, log: Callable[[str], None]) -> Timer:
