@@ -277,7 +277,9 @@ def test_under_judge_a_finding_fails_the_row_without_running_the_plugin(tmp_path
     ran = tmp_path / "ran"
     plugin = tmp_path / "gc_plugin.py"
     plugin.write_text(f"import gc\nopen({str(ran)!r}, 'w').close()\ndef make(context): pass\n")
-    rows = _sweep(tmp_path, "torch", f"{plugin}:make", extra=["--judge", "--filter", "batch_size=1"])
+    rows = _sweep(
+        tmp_path, "torch", f"{plugin}:make", extra=["--judge", "--filter", "batch_size=1"]
+    )
     flagged = [row for row in rows if row["impl"] == "gc_plugin:make"]
     assert flagged and {(r["status"], r["integrity"]) for r in flagged} == {
         ("failed", SOURCE_SCREEN)

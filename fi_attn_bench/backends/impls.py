@@ -190,9 +190,7 @@ def _flashinfer_backend(backend: str, api: str, flashinfer: ModuleType | None) -
     return backend
 
 
-def parse_impl(
-    text: str, api: str, flashinfer: ModuleType | None, judge: bool = False
-) -> Impl:
+def parse_impl(text: str, api: str, flashinfer: ModuleType | None, judge: bool = False) -> Impl:
     """One ``--impl`` value (see the module docstring); raises UsageError."""
     name, target = _split_name(text)
     if target in (FLASHINFER, "flashinfer:auto") and flashinfer is None:

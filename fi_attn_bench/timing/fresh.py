@@ -27,6 +27,7 @@ WINDOW_SHARE = 16
 """Each request's window is 1/16 of its K/V rows (at least one row): a stale K/V transform
 or cached output is wrong on every call, at 1/16 of the K/V bytes written per call."""
 
+
 @dataclass(frozen=True)
 class SampleRate:
     """Timed call n of a case is checked with probability max(``early`` / n, ``floor``) (at
@@ -81,7 +82,7 @@ class RowWindows:
     def of(cls, kv: KvRows) -> RowWindows | None:
         indptr = kv.indptr.detach().to("cpu", torch.long).tolist()
         starts, spans, request, offset = [], [], [], []
-        for index, (begin, end) in enumerate(zip(indptr[:-1], indptr[1:], strict=True)):
+        for begin, end in zip(indptr[:-1], indptr[1:], strict=True):
             length = end - begin
             if length <= 0:
                 continue
@@ -219,5 +220,3 @@ class FreshCalls:
             return
         self.checked += 1
         self.failure = self.check(result)
-
-

@@ -52,10 +52,10 @@ from fi_attn_bench.results.schema import (
     FRESH_INPUTS,
     FRESH_INPUTS_TIME,
     GRAPH_CAPTURE,
+    INPUTS_WRITTEN,
     INTEGRITY_OFF,
     INTEGRITY_PASS,
     INTEGRITY_PASS_WEAK,
-    INPUTS_WRITTEN,
     TIMED_OUTPUT,
     TIMELINE,
 )
