@@ -53,18 +53,21 @@ def _generator(device: torch.device) -> torch.Generator:
     return generator
 
 
+NATIVE_NORMAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def _normal_(tensor: Tensor, generator: torch.Generator) -> None:
-    if tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+    if tensor.dtype in NATIVE_NORMAL:
         tensor.normal_(generator=generator)
     else:  # fp8 and other storage types: drawn in float32 and converted
         tensor.copy_(torch.randn(tensor.shape, generator=generator, device=tensor.device))
 
 
 def _randn_like_rows(tensor: Tensor, count: int, generator: torch.Generator) -> Tensor:
-    drawn = torch.randn(
-        (count, *tensor.shape[1:]), generator=generator, device=tensor.device, dtype=torch.float32
-    )
-    return drawn.to(tensor.dtype)
+    shape, native = (count, *tensor.shape[1:]), tensor.dtype in NATIVE_NORMAL
+    dtype = tensor.dtype if native else torch.float32  # fp8: drawn in float32, converted
+    drawn = torch.randn(shape, generator=generator, device=tensor.device, dtype=dtype)
+    return drawn if native else drawn.to(tensor.dtype)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class RowWindows:
     span: Tensor  # float, how many window starts each request has
     request: Tensor  # long, per slot: its request
     offset: Tensor  # long, per slot: its row within the window
+    rows: Tensor  # long, ``kv.rows``
 
     @classmethod
     def of(cls, kv: KvRows) -> RowWindows | None:
@@ -100,13 +104,16 @@ class RowWindows:
             torch.tensor(spans, dtype=torch.float64, device=device),
             torch.tensor(request, dtype=torch.long, device=device),
             torch.tensor(offset, dtype=torch.long, device=device),
+            kv.rows.long(),
         )
 
     def rewrite(self, generator: torch.Generator) -> tuple[Tensor, list[Tensor]]:
         """Writes the windows; the rows and the values written into each tensor."""
-        draw = torch.rand(self.base.shape, generator=generator, device=self.base.device)
-        first = (self.base + (draw * self.span).floor()).long()
-        rows = self.kv.rows.long()[first[self.request] + self.offset]
+        draw = torch.rand(
+            self.base.shape, generator=generator, device=self.base.device, dtype=torch.float64
+        )  # float64: u * span stays below span, so no window runs past its request
+        first = draw.mul_(self.span).add_(self.base).long()  # the whole part: a start
+        rows = self.rows[first[self.request] + self.offset]
         written = []
         for tensor in self.kv.tensors:
             values = _randn_like_rows(tensor, rows.numel(), generator)
