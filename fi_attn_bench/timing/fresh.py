@@ -202,6 +202,7 @@ class FreshCalls:
     draw: Callable[[], float] = field(
         default_factory=lambda: random.Random(secrets.randbits(64)).random
     )
+    on_first: Callable[[], None] = lambda: None  # before the first call's refresh
     on_call: Callable[[float], None] = lambda _wall_s: None  # the CPU times' bookkeeping
     calls: int = 0
     checked: int = 0
@@ -210,6 +211,8 @@ class FreshCalls:
     started: float = 0.0
 
     def before_call(self) -> None:
+        if self.calls == 0:
+            self.on_first()
         self.refresh()
         self.started = time.perf_counter()
 

@@ -334,6 +334,7 @@ class IntegrityProbe:
                 self.refresher,
                 self._sampled_check,
                 rate=self.rate if self.timer_name in SAMPLED_IN_LOOP else None,
+                on_first=self._start_cpu,
                 on_call=self._count_cpu,
             )
             return self.fresh
@@ -341,6 +342,10 @@ class IntegrityProbe:
             return self.subject.run
         self.sentinel = TimedCallSentinel(self.subject)
         return self.sentinel
+
+    def _start_cpu(self) -> None:
+        if self.subject.device.type == "cpu":
+            self.cpu = CpuTimes.now()
 
     def _count_cpu(self, wall_s: float) -> None:
         if self.subject.device.type == "cpu":
