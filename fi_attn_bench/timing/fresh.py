@@ -149,11 +149,19 @@ class Refresher:
             windows = [found] if found is not None else []
         windowed = {id(t) for w in windows for t in w.kv.tensors}
         whole = [t for t in tensors if id(t) not in windowed]
-        return cls(whole, windows, _generator(device))
+        made = cls(whole, windows, _generator(device))
+        made.claim()  # the inputs' values are this one's to check until another writes
+        return made
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return (*self.whole, *(t for w in self.windows for t in w.kv.tensors))
+
+    def claim(self) -> None:
+        for tensor in self.tensors():
+            LAST_WRITER[id(tensor)] = id(self)
 
     def __call__(self) -> None:
-        for tensor in (*self.whole, *(t for w in self.windows for t in w.kv.tensors)):
-            LAST_WRITER[id(tensor)] = id(self)
+        self.claim()
         if not self.kept:
             self.kept = [torch.empty_like(tensor) for tensor in self.whole]
         for tensor, kept in zip(self.whole, self.kept, strict=True):
@@ -164,12 +172,13 @@ class Refresher:
     def wrote_last(self) -> bool:
         """Whether no other refresher (another implementation's, on inputs they share) wrote
         into these inputs since this one last did."""
-        tensors = (*self.whole, *(t for w in self.windows for t in w.kv.tensors))
-        return all(LAST_WRITER.get(id(t)) == id(self) for t in tensors)
+        return all(LAST_WRITER.get(id(t)) == id(self) for t in self.tensors())
 
     def overwritten(self) -> str | None:
         """Which input no longer holds what the last refresh wrote (run() wrote into its
-        inputs), or None."""
+        inputs), or None; None before the first refresh (a timer that ran none)."""
+        if not self.kept and not self.rows:
+            return None
         for index, (tensor, kept) in enumerate(zip(self.whole, self.kept, strict=True)):
             if not torch.equal(tensor, kept):
                 return f"input tensor {index} (rewritten whole, shape {tuple(tensor.shape)})"

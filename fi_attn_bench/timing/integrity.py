@@ -326,8 +326,8 @@ class IntegrityProbe:
     def timed_fn(self) -> Callable[[], object]:
         """What the timer calls: fresh values and sampled checks under ``FRESH_TIMERS``, the
         poisoning sentinel where samples are taken call by call, else run() itself."""
-        if self.timer_name in FRESH_TIMERS:
-            tensors = floating_tensors(self.subject.inputs)
+        tensors = floating_tensors(self.subject.inputs)
+        if self.timer_name in FRESH_TIMERS and tensors:  # no inputs: nothing to refresh
             self.refresher = Refresher.of(self.subject.inputs, tensors, self.subject.device)
             self.fresh = FreshCalls(
                 self.subject.run,
@@ -425,11 +425,8 @@ class IntegrityProbe:
             return
         checked = f"{fresh.checked} of {fresh.calls} timed calls, drawn at random, were checked"
         if failure.check == INPUTS_WRITTEN:
-            raise IntegrityError(
-                INPUTS_WRITTEN,
-                f"a timed call changed the fresh values it was given ({checked}): "
-                f"{failure.message}",
-            )
+            reason = f"a timed call changed the fresh values it was given ({checked}): "
+            raise IntegrityError(INPUTS_WRITTEN, reason + failure.message)
         if failure.late:
             raise IntegrityError(
                 TIMELINE,
