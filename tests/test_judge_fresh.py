@@ -400,3 +400,46 @@ def test_under_the_profiler_an_honest_last_call_passes_and_a_later_writer_is_not
     other()  # another implementation's refresh of the shared q, after this one's last call
     probe.check_timed_output(None)
     assert any("not checked" in note for note in probe.notes)
+
+
+def test_the_screen_finds_a_module_plugins_file_without_importing_its_packages(
+    tmp_path, monkeypatch
+):
+    from fi_attn_bench.backends.screen import plugin_source
+
+    package = tmp_path / "contest_pkg" / "team"
+    package.mkdir(parents=True)
+    (tmp_path / "contest_pkg" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (package / "__init__.py").write_text("")
+    (package / "kernel.py").write_text("import gc\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = plugin_source("contest_pkg.team.kernel")
+    assert found == str(package / "kernel.py")
+    assert [f.rule for f in screen_file(found)] == ["gc"]
+    assert plugin_source("contest_pkg.team.missing") is None
+
+
+def test_the_screen_follows_the_plugins_own_helper_modules(tmp_path):
+    from fi_attn_bench.backends.screen import screen_plugin_files
+
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "__init__.py").write_text("")
+    (tmp_path / "helpers" / "timing.py").write_text("import torch\ntorch.cuda.synchronize = None\n")
+    (tmp_path / "plugin.py").write_text("import math\nfrom helpers import timing\n")
+    found = screen_plugin_files(str(tmp_path / "plugin.py"))
+    assert [(Path(f.path).name, f.line, f.rule) for f in found] == [("timing.py", 2, "cuda_timing")]
+
+
+def test_a_plugin_beside_the_harness_is_not_charged_with_the_harness_source(tmp_path, monkeypatch):
+    from fi_attn_bench.backends import screen
+
+    harness = tmp_path / "fi_attn_bench" / "backends"
+    harness.mkdir(parents=True)
+    (tmp_path / "fi_attn_bench" / "__init__.py").write_text("import importlib\n")
+    (harness / "__init__.py").write_text("")
+    (harness / "impls.py").write_text("import inspect\n")
+    monkeypatch.setattr(screen, "HARNESS", str(tmp_path / "fi_attn_bench"))
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("from fi_attn_bench.backends.impls import PluginRun\nimport fi_attn_bench\n")
+    found = screen.screen_plugin_files(str(plugin))
+    assert [f.rule for f in found] == ["harness"]  # `import fi_attn_bench` itself, nothing inside

@@ -28,7 +28,7 @@ from types import MappingProxyType, ModuleType
 import torch
 
 from fi_attn_bench.backends import flashinfer_api as fc
-from fi_attn_bench.backends.screen import Finding, plugin_source, screen_file
+from fi_attn_bench.backends.screen import Finding, plugin_source, screen_plugin_files
 from fi_attn_bench.cases.inputs import prepare_case, timed_ms
 from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
 from fi_attn_bench.errors import UsageError
@@ -218,7 +218,7 @@ def parse_impl(text: str, api: str, flashinfer: ModuleType | None, judge: bool =
 def screen_plugin(target: str) -> tuple[Finding, ...]:
     """The static screen's findings on a plugin's source, read before it is imported."""
     path = plugin_source(target.rpartition(":")[0])
-    return screen_file(path) if path is not None else ()
+    return screen_plugin_files(path) if path is not None else ()
 
 
 def names_flashinfer(text: str) -> bool:

@@ -3,8 +3,9 @@
 A plugin runs in the harness's process, so it could patch the code that times it or writes
 its rows.  Before it is imported, its source is parsed (``ast``, nothing runs) and each
 construct below is a finding: by default one warning line each (``FILE:LINE: rule: what``),
-under ``--judge`` the plugin's rows fail with the ``source_screen`` check.  A screen of
-text cannot see code built at run time; it raises the cost of the plain routes.
+under ``--judge`` the plugin's rows fail with the ``source_screen`` check.  The modules beside
+the plugin that it imports are screened too.  A screen of text cannot see code built at run
+time; it raises the cost of the plain routes.
 """
 
 from __future__ import annotations
@@ -72,15 +73,86 @@ class Finding:
 
 
 def plugin_source(where: str) -> str | None:
-    """The source file of ``FILE.py`` or ``MODULE`` (found without importing it), or None."""
+    """The source file of ``FILE.py`` or ``MODULE``, or None.  Nothing is imported: a dotted
+    name is followed through its packages' folders, since ``find_spec`` would run them."""
     if where.endswith(".py") or os.sep in where or "/" in where:
         return where if os.path.isfile(where) else None
+    top, *rest = where.split(".")
     try:
-        spec = importlib.util.find_spec(where)
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return None
-    origin = getattr(spec, "origin", None) if spec is not None else None
-    return origin if origin and origin.endswith(".py") and os.path.isfile(origin) else None
+    if spec is None:
+        return None
+    folders = list(spec.submodule_search_locations or [])
+    found = spec.origin
+    for part in rest:
+        found = next(
+            (
+                path
+                for folder in folders
+                for path in (
+                    os.path.join(folder, part + ".py"),
+                    os.path.join(folder, part, "__init__.py"),
+                )
+                if os.path.isfile(path)
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        folders = [os.path.dirname(found)] if found.endswith("__init__.py") else []
+    return found if found and found.endswith(".py") and os.path.isfile(found) else None
+
+
+HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The harness's own package: a plugin beside it imports it, and it is not the plugin's."""
+
+MAX_FILES = 64
+"""How many of a plugin's own modules the screen follows (its file and what it imports)."""
+
+
+def screen_plugin_files(path: str) -> tuple[Finding, ...]:
+    """The findings of a plugin's file and of the modules beside it that it imports (a cheat
+    moved into a helper module is screened too), at most ``MAX_FILES`` files."""
+    seen: set[str] = set()
+    waiting, found = [os.path.abspath(path)], []
+    while waiting and len(seen) < MAX_FILES:
+        current = waiting.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        found.extend(screen_file(current if current != os.path.abspath(path) else path))
+        waiting.extend(_local_imports(current))
+    return tuple(found)
+
+
+def _local_imports(path: str) -> list[str]:
+    """The files of the modules ``path`` imports that live in its own folder (or below)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    folder, names = os.path.dirname(path), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [(alias.name, folder) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = folder
+            for _ in range(max(node.level - 1, 0)):
+                base = os.path.dirname(base)
+            module = node.module or ""
+            names += [(f"{module}.{alias.name}".strip("."), base) for alias in node.names]
+            names.append((module, base))
+    files = []
+    for name, base in names:
+        stem = os.path.join(base, *name.split(".")) if name else base
+        for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+            within_harness = os.path.abspath(candidate).startswith(HARNESS + os.sep)
+            if os.path.isfile(candidate) and not within_harness:
+                files.append(os.path.abspath(candidate))
+    return files
 
 
 def screen_file(path: str) -> tuple[Finding, ...]:
