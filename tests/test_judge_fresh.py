@@ -443,3 +443,16 @@ def test_a_plugin_beside_the_harness_is_not_charged_with_the_harness_source(tmp_
     plugin.write_text("from fi_attn_bench.backends.impls import PluginRun\nimport fi_attn_bench\n")
     found = screen.screen_plugin_files(str(plugin))
     assert [f.rule for f in found] == ["harness"]  # `import fi_attn_bench` itself, nothing inside
+
+
+@pytest.mark.usefixtures("marked_events")
+def test_the_refresh_is_recorded_once_per_timed_function_before_the_session_opens():
+    timer, trace = _fake_profiler(True, None)
+    recordings = []
+    profile = timer.profile
+    timer.profile = lambda body, sync: recordings.append(body) or profile(body, sync)
+    fn = RefreshedRun(trace)
+    assert [e.name for e in timer.calibrate_call(fn)] == ["normal_kernel", "index_copy_kernel"]
+    session = timer.open(fn, 0.1)
+    assert session.calibration.flush_count == 3
+    assert recordings.count(fn.before_call) == 1  # open() reused the one made before sustain
