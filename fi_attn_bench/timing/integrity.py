@@ -59,6 +59,11 @@ from fi_attn_bench.results.schema import (
     TIMED_OUTPUT,
     TIMELINE,
 )
+from fi_attn_bench.timing.cpu_times import (
+    OTHER_THREADS_SHARE,
+    CpuTimes,
+    other_threads_cpu_s,
+)
 from fi_attn_bench.timing.fresh import (
     SAMPLE_RATES,
     FreshCalls,
@@ -89,10 +94,6 @@ SETTLE_STEP_S, SETTLE_MAX_S, QUIET_CPU_S = 0.001, 0.05, 0.0002
 steps until its other threads spent less than QUIET_CPU_S of CPU in one step (at most
 SETTLE_MAX_S): work an earlier call left to a thread finishes on the old values instead of
 landing on the new ones."""
-
-OTHER_THREADS_SHARE, OTHER_THREADS_SLACK_S = 0.5, 0.005
-"""CPU time other threads may spend during the timed calls: this share of the wall time
-inside the calls, plus this many seconds (a 1 ms power sampler took 5 ms in 0.2 s)."""
 
 LATE_WAIT_S = 0.5
 """How long an output that was wrong on return is watched for turning right (late work)."""
@@ -238,40 +239,6 @@ class TimedCallSentinel:
         result = self.subject.run()
         self.snapshot = self.subject.output_of(result).clone()
         return result
-
-
-@dataclass(frozen=True)
-class CpuTimes:
-    """Since the first timed call: CPU seconds of the whole process and of the calling
-    thread, and the wall seconds inside the calls.  Other threads' CPU time is work the wall
-    clock around each call did not see (with one torch thread, a call's own work runs on the
-    calling thread)."""
-
-    process_start: float
-    thread_start: float
-    process_s: float = 0.0
-    thread_s: float = 0.0
-    calls_wall_s: float = 0.0
-
-    @classmethod
-    def now(cls) -> CpuTimes:
-        return cls(time.process_time(), time.thread_time())
-
-    def after_call(self, wall_s: float) -> CpuTimes:
-        return dataclasses.replace(
-            self,
-            process_s=time.process_time() - self.process_start,
-            thread_s=time.thread_time() - self.thread_start,
-            calls_wall_s=self.calls_wall_s + wall_s,
-        )
-
-    @property
-    def other_threads_s(self) -> float:
-        return max(self.process_s - self.thread_s, 0.0)
-
-    def other_threads_limit_s(self) -> float:
-        """What the harness's own threads (a power sampler) and the OS may take meanwhile."""
-        return OTHER_THREADS_SHARE * self.calls_wall_s + OTHER_THREADS_SLACK_S
 
 
 @dataclass(frozen=True)
@@ -424,6 +391,8 @@ class IntegrityProbe:
         if failure is None:
             return
         checked = f"{fresh.checked} of {fresh.calls} timed calls, drawn at random, were checked"
+        if fresh.rate is None:
+            checked = f"the last of {fresh.calls} timed calls was checked"
         if failure.check == INPUTS_WRITTEN:
             reason = f"a timed call changed the fresh values it was given ({checked}): "
             raise IntegrityError(INPUTS_WRITTEN, reason + failure.message)
@@ -588,9 +557,9 @@ class IntegrityProbe:
             timed_call()
             self._settle()
             refill_(tensors)
-            others = _other_threads_cpu_s()
+            others = other_threads_cpu_s()
             output = self.subject.output_of(timed_call())
-            taken.extend((output.clone(), output, _other_threads_cpu_s() - others))
+            taken.extend((output.clone(), output, other_threads_cpu_s() - others))
 
         self._as_timed(session, body)
         leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
@@ -648,9 +617,9 @@ class IntegrityProbe:
         self.subject.sync()
         deadline = time.perf_counter() + SETTLE_MAX_S
         while time.perf_counter() < deadline:
-            before = _other_threads_cpu_s()
+            before = other_threads_cpu_s()
             time.sleep(SETTLE_STEP_S)
-            if _other_threads_cpu_s() - before < QUIET_CPU_S:
+            if other_threads_cpu_s() - before < QUIET_CPU_S:
                 return
 
     def time_limit_ms(self, median_ms: float) -> float:
@@ -684,11 +653,6 @@ class IntegrityProbe:
         """The checks after the timed loop, in order; each phase runs for every implementation
         of a case before the next (``fresh_inputs`` rewrites inputs they share)."""
         return (self.check_graph_capture, self.check_timed_output, self.check_fresh_inputs)
-
-
-def _other_threads_cpu_s() -> float:
-    """CPU seconds the process spent outside the calling thread so far."""
-    return time.process_time() - time.thread_time()
 
 
 def _names(names: list[str]) -> str:
