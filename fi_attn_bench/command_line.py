@@ -324,6 +324,13 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         "itself in the integrity column (default on; needs --check)",
     )
     check.add_argument(
+        "--judge",
+        action="store_true",
+        help="every strict check on: more timed calls checked on their fresh values, and a "
+        "plugin whose source reaches into the harness (the static screen's findings) fails "
+        "its rows instead of warning (docs/INTEGRITY.md)",
+    )
+    check.add_argument(
         "--rtol",
         type=_non_negative_float,
         default=DEFAULT_TOLERANCE,
@@ -536,8 +543,16 @@ def plan(
     choice = resolve_impl_kind(impl_kind, device_text, probe, asked_by)
     other = impl_resolver(asked.fib)  # --impl fib:NAME, a solution of the --fib dataset
     chosen = impls.parse_impls(
-        asked.impl, spec.api, choice.flashinfer, default=choice.impl_kind, other=other
+        asked.impl,
+        spec.api,
+        choice.flashinfer,
+        default=choice.impl_kind,
+        other=other,
+        judge=asked.judge,
     )
+    for impl in chosen:
+        for finding in impl.screened:
+            announce(f"warning: --impl {impl.target}: {finding.describe()}")
     baseline = impls.baseline_index(chosen, asked.baseline_impl)
     if asked.fail_if_slower is not None and len(chosen) < 2:
         raise UsageError("--fail-if-slower compares implementations: give two or more --impl")

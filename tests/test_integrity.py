@@ -32,9 +32,9 @@ from fi_attn_bench.results.schema import (
     TIMED_OUTPUT,
     TIMELINE,
 )
-from fi_attn_bench.timing import integrity
+from fi_attn_bench.timing import fresh, integrity
 from fi_attn_bench.timing.integrity import IntegrityError, IntegrityProbe, Subject
-from fi_attn_bench.timing.timers import HostStopwatch
+from fi_attn_bench.timing.timers import HostStopwatch, call_hooks
 from fi_attn_bench.timing.trace import DeviceEvent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +51,14 @@ def _sweep(tmp_path, *impls: str, extra=()) -> list[dict]:
     return read_rows(out)
 
 
+@pytest.fixture
+def every_call_checked(monkeypatch):
+    """Every timed call's output checked (the sampling's rate has tests of its own), so a
+    cheat that is wrong on some calls fails whatever the draw."""
+    monkeypatch.setitem(fresh.SAMPLE_RATES, "default", fresh.SampleRate(1.0, 1.0))
+
+
+@pytest.mark.usefixtures("every_call_checked")
 @pytest.mark.parametrize("name", sorted(exploits.CPU_CAUGHT_BY))
 def test_every_cpu_exploit_fails_its_rows_and_names_the_check(tmp_path, name):
     rows = _sweep(tmp_path, f"{EXPLOITS}:{name}", extra=exploits.CPU_SWEEP_ARGS.get(name, ()))
@@ -85,7 +93,7 @@ def test_a_cheat_fails_beside_an_honest_plugin_that_shares_its_inputs(tmp_path):
     for row in rows:
         by_impl.setdefault(row["impl"], set()).add((row["status"], row["integrity"]))
     assert by_impl["sdpa_decode_plugin:make"] == {("ok", INTEGRITY_PASS)}
-    assert by_impl["exploits:pointer_cache"] == {("failed", FRESH_INPUTS)}
+    assert by_impl["exploits:pointer_cache"] == {("failed", TIMED_OUTPUT)}
 
 
 # ---------------------------------------------------------------- the pieces, with fakes
@@ -282,11 +290,13 @@ def test_cpu_time_spent_by_other_threads_during_the_timed_calls_is_a_timeline_fa
 
     subject = Subject(run, output, lambda: output, None, torch.device("cpu"), Tolerance())
     probe = IntegrityProbe(subject, "wall", HostStopwatch)
-    sentinel = probe.timed_fn()
-    for _ in range(3):
-        sentinel()
-    time.sleep(0.15)
-    sentinel()
+    timed = probe.timed_fn()
+    before, after = call_hooks(timed)
+    for pause in (0, 0, 0, 0.15):
+        time.sleep(pause)
+        before()
+        timed()
+        after()
     with pytest.raises(IntegrityError) as caught:
         probe.check_timed_output(SimpleNamespace())
     assert caught.value.check == TIMELINE

@@ -219,3 +219,19 @@ def test_history_series_gate_without_runs_is_one_line_and_exit_2(tmp_path):
     done = validation("history-series", str(tmp_path / "none"), "--gate", "5")
     assert done.returncode == 2 and done.stdout.startswith("--gate: fewer than 3 runs in ")
     assert "Traceback" not in done.stderr
+
+
+def test_integrity_report_gives_the_default_and_judge_cost_and_passes_the_weaker_set():
+    from validation.integrity import Sweep, cost_line, report
+
+    weak = {"api": "decode", "case": "a", "status": "ok", "integrity": "pass_weak"}
+    off = {"api": "decode", "case": "a", "status": "ok", "integrity": "off"}
+    sweeps = [
+        Sweep("on #0", 0, 30.0, 22.0, (weak,)),
+        Sweep("off #1", 0, 28.0, 20.0, (off,), checks=False),
+        Sweep("judge #2", 0, 30.0, 25.0, (weak,), judge=True),
+    ]
+    line = cost_line(sweeps)
+    assert "default checks 22.0 s: +9.1% of sweep wall" in line  # (22 - 20) / 22
+    assert "--judge 25.0 s: +20.0% of sweep wall" in line  # (25 - 20) / 25
+    assert "## Flagged rows: 0" in report(sweeps, exploits_exit=None)

@@ -1,15 +1,18 @@
 """Do the integrity checks hold on a GPU?  The GPU-only exploits, false flags over the default
 preset, and what the checks cost.
 
-    python -m validation integrity OUT [--dtypes float16 bfloat16] [--default-sweeps 4]
+    python -m validation integrity OUT [--dtypes float16 bfloat16] [--default-sweeps 6]
+    python -m validation integrity OUT --device cpu --preset cpu   (the same on the CPU)
 
 1. ``tests/test_integrity_gpu.py`` (the exploits that need a GPU, the honest plugin under
    every GPU timer) under pytest;
-2. per dtype: the default preset of the four scripts ``--default-sweeps`` times, the checks on
-   and off (``--no-integrity``) alternated on/off/off/on so drift and heat fall on both, then
-   the torch reference (``--impl torch``) of every script and ``examples/`` plugins;
-3. ``OUT/integrity.md``: every row whose ``integrity`` is not ``pass`` (a false flag: these
-   are honest implementations), and the sweep wall time with the checks on against off.
+2. per dtype: the preset of the four scripts ``--default-sweeps`` times, the checks on
+   (default), off (``--no-integrity``) and strict (``--judge``) in the order
+   on/off/judge/judge/off/on so drift and heat fall on each, then the torch reference
+   (``--impl torch``) of every script and ``examples/`` plugins, default and ``--judge``;
+3. ``OUT/integrity.md``: every row whose ``integrity`` is neither ``pass`` nor ``pass_weak``
+   (a false flag: these are honest implementations), and the cost of the default checks and
+   of ``--judge``: (mean sweep wall with them - mean with none) as % of the mean with them.
 
 Each step has its own time limit and its CSVs and log under ``OUT``, so a call cut short keeps
 what finished.  Exit 0 when every step ran, no row was flagged and the exploits were caught.
@@ -26,12 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fi_attn_bench.results.reader import read_stored_rows
-from fi_attn_bench.results.schema import INTEGRITY_PASS
+from fi_attn_bench.results.schema import INTEGRITY_PASS, INTEGRITY_PASS_WEAK
 from validation.jit import gpu_available, warm_jit
 from validation.running import SCRIPTS, python, run_logged, tail
 from validation.sweep_log import sweep_wall_s
 
 PLUGINS = {"bench_batch_decode.py": ("examples/sdpa_decode_plugin.py:make",)}
+MODES = ("on", "off", "judge", "judge", "off", "on")
+"""The order of the preset sweeps (repeated): each mode meets early and late, hot and cold."""
+MODE_ARGS = {"on": (), "off": ("--no-integrity",), "judge": ("--judge",)}
 
 
 @dataclass(frozen=True)
@@ -45,13 +51,20 @@ class Sweep:
     rows: tuple[dict[str, str], ...]
     checks: bool = True  # False: run with --no-integrity (its rows say "off")
     default_preset: bool = True  # False: an --impl sweep of one script
+    judge: bool = False  # run with --judge
+
+    @property
+    def mode(self) -> str:
+        return "judge" if self.judge else "on" if self.checks else "off"
 
     @property
     def flagged(self) -> tuple[dict[str, str], ...]:
-        """Rows an honest implementation should not have: any outcome but pass."""
+        """Rows an honest implementation should not have: any outcome but pass (pass_weak:
+        the weaker set of a batch timer, passed)."""
         if not self.checks:
             return ()
-        return tuple(row for row in self.rows if row.get("integrity") != INTEGRITY_PASS)
+        passed = (INTEGRITY_PASS, INTEGRITY_PASS_WEAK)
+        return tuple(row for row in self.rows if row.get("integrity") not in passed)
 
 
 def csv_rows(folder: Path) -> tuple[dict[str, str], ...]:
@@ -68,6 +81,7 @@ def run_sweep(
     timeout_s: float,
     checks: bool = True,
     default_preset: bool = True,
+    judge: bool = False,
 ) -> Sweep:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "run.log"
@@ -77,30 +91,44 @@ def run_sweep(
     if done.exit_code not in (0, 1):
         print(tail(log, 5))
     rows = csv_rows(folder)
-    return Sweep(label, done.exit_code, done.wall_s, sweep_s, rows, checks, default_preset)
+    return Sweep(label, done.exit_code, done.wall_s, sweep_s, rows, checks, default_preset, judge)
 
 
-def default_sweep(out: Path, dtype: str, checks: bool, index: int, timeout_s: float) -> Sweep:
-    label = f"{dtype} default, checks {'on' if checks else 'off'} #{index}"
-    folder = out / f"{dtype}_{'on' if checks else 'off'}_{index}"
-    argv = python("bench_all.py", "--preset", "default", "--dtype", dtype, "--output-dir")
-    argv.append(str(folder))
-    if not checks:
-        argv.append("--no-integrity")
-    return run_sweep(label, argv, folder, timeout_s, checks=checks)
+@dataclass(frozen=True)
+class Target:
+    """Where the sweeps run: the preset, and extra options (``--device cpu``)."""
+
+    preset: str = "default"
+    extra: tuple[str, ...] = ()
 
 
-def impl_sweeps(out: Path, dtype: str, timeout_s: float) -> list[Sweep]:
-    """The torch reference of every script, and each script's example plugins, checks on."""
+def default_sweep(
+    out: Path, dtype: str, mode: str, index: int, timeout_s: float, target: Target = Target()
+) -> Sweep:
+    label = f"{dtype} {target.preset}, checks {mode} #{index}"
+    folder = out / f"{dtype}_{mode}_{index}"
+    argv = python("bench_all.py", "--preset", target.preset, "--dtype", dtype, *target.extra)
+    argv += ["--output-dir", str(folder), *MODE_ARGS[mode]]
+    return run_sweep(label, argv, folder, timeout_s, checks=mode != "off", judge=mode == "judge")
+
+
+def impl_sweeps(out: Path, dtype: str, timeout_s: float, target: Target = Target()) -> list[Sweep]:
+    """The torch reference of every script, and each script's example plugins, checks on and
+    under --judge."""
     sweeps = []
     for script in SCRIPTS:
         for impl in ("torch", *PLUGINS.get(script, ())):
-            name = impl.rpartition("/")[2].partition(":")[0].removesuffix(".py")
-            folder = out / f"{dtype}_{Path(script).stem}_{name}"
-            argv = python(script, "--preset", "default", "--dtype", dtype, "--impl", impl)
-            argv += ["--output", str(folder / "rows.csv")]
-            label = f"{dtype} {script} --impl {impl}"
-            sweeps.append(run_sweep(label, argv, folder, timeout_s, default_preset=False))
+            for mode in ("on", "judge"):
+                name = impl.rpartition("/")[2].partition(":")[0].removesuffix(".py")
+                folder = out / f"{dtype}_{Path(script).stem}_{name}_{mode}"
+                argv = python(script, "--preset", target.preset, "--dtype", dtype, "--impl", impl)
+                argv += [*target.extra, "--output", str(folder / "rows.csv"), *MODE_ARGS[mode]]
+                label = f"{dtype} {script} --impl {impl} ({mode})"
+                sweeps.append(
+                    run_sweep(
+                        label, argv, folder, timeout_s, default_preset=False, judge=mode == "judge"
+                    )
+                )
     return sweeps
 
 
@@ -113,15 +141,28 @@ def exploit_tests(out: Path, timeout_s: float) -> int:
 
 
 def cost_line(sweeps: Sequence[Sweep]) -> str:
+    """The default checks' and --judge's cost: the extra mean sweep wall time over the sweeps
+    without checks, as % of the mean sweep wall time with them."""
     defaults = [sweep for sweep in sweeps if sweep.default_preset]
-    on = [sweep.sweep_s for sweep in defaults if sweep.checks]
-    off = [sweep.sweep_s for sweep in defaults if not sweep.checks]
-    if not on or not off:
+    by_mode = {
+        mode: [sweep.sweep_s for sweep in defaults if sweep.mode == mode]
+        for mode in ("on", "off", "judge")
+    }
+    if not by_mode["on"] or not by_mode["off"]:
         return "cost: needs sweeps with the checks on and off"
-    change = statistics.mean(on) / statistics.mean(off) - 1
+    off = statistics.mean(by_mode["off"])
+    parts = []
+    for mode, name in (("on", "default checks"), ("judge", "--judge")):
+        if by_mode[mode]:
+            with_them = statistics.mean(by_mode[mode])
+            parts.append(
+                f"{name} {', '.join(f'{s:.1f}' for s in by_mode[mode])} s: "
+                f"{(with_them - off) / with_them:+.1%} of sweep wall "
+                f"({with_them / off - 1:+.1%} over off)"
+            )
     return (
-        f"cost: sweep wall with the checks on {', '.join(f'{s:.1f}' for s in on)} s, off "
-        f"{', '.join(f'{s:.1f}' for s in off)} s: {change:+.1%} (mean on / mean off)"
+        f"cost: sweep wall with no checks {', '.join(f'{s:.1f}' for s in by_mode['off'])} s; "
+        + "; ".join(parts)
     )
 
 
@@ -160,31 +201,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument(
-        "--default-sweeps", type=int, default=4, help="per dtype, alternated on/off/off/on"
+        "--default-sweeps",
+        type=int,
+        default=6,
+        help="per dtype, in the order on/off/judge/judge/off/on (repeated)",
     )
-    parser.add_argument("--off-first", action="store_true", help="off/on/on/off instead")
+    parser.add_argument("--preset", default="default", help="the scripts' preset (default)")
+    parser.add_argument(
+        "--device", default=None, help="cpu: run on the CPU (no GPU step: exploits, JIT)"
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=["exploits", "impls", "jit"])
     parser.add_argument("--step-timeout", type=float, default=240, help="seconds per step")
     args = parser.parse_args(argv)
     if args.out.exists() and any(args.out.iterdir()):
         parser.error(f"{args.out} is not empty; nothing is overwritten")
-    if not gpu_available():
-        print("error: needs a CUDA device", file=sys.stderr)
+    on_cpu = args.device == "cpu"
+    if not on_cpu and not gpu_available():
+        print("error: needs a CUDA device (or --device cpu)", file=sys.stderr)
         return 2
+    if on_cpu:
+        args.skip = [*args.skip, "exploits", "jit"]
+    target = Target(args.preset, ("--device", args.device) if args.device else ())
     args.out.mkdir(parents=True, exist_ok=True)
     exploits_exit = None if "exploits" in args.skip else exploit_tests(args.out, args.step_timeout)
     sweeps: list[Sweep] = []
     for dtype in args.dtypes:
         if "jit" not in args.skip:
             with tempfile.TemporaryDirectory() as scratch:
-                seconds = warm_jit(Path(scratch), SCRIPTS, "default", ["--dtype", dtype])
+                seconds = warm_jit(Path(scratch), SCRIPTS, args.preset, ["--dtype", dtype])
             print(f"JIT {dtype}: {seconds:.0f} s")
         for index in range(args.default_sweeps):
-            checks = (index % 4 in (0, 3)) != args.off_first  # on, off, off, on: ABBA
-            sweeps.append(default_sweep(args.out, dtype, checks, index, args.step_timeout))
+            mode = MODES[index % len(MODES)]
+            sweeps.append(default_sweep(args.out, dtype, mode, index, args.step_timeout, target))
             (args.out / "integrity.md").write_text(report(sweeps, exploits_exit))
         if "impls" not in args.skip:
-            sweeps += impl_sweeps(args.out, dtype, args.step_timeout)
+            sweeps += impl_sweeps(args.out, dtype, args.step_timeout, target)
         (args.out / "integrity.md").write_text(report(sweeps, exploits_exit))
     text = report(sweeps, exploits_exit)
     print(text)

@@ -118,6 +118,10 @@ class DecodeInputs:
     table: bi.PagedTable
     sm_scale: float | None = None  # a FlashInfer-Bench workload's own; None: sm_scale(case)
 
+    def kv_rows(self) -> bi.KvRows:
+        """Every request's cache pages, for the integrity checks' per-call rewrite."""
+        return self.table.kv_rows(self.k_cache, self.v_cache)
+
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> DecodeInputs:
     """Random q/K/V (deterministic per seed and case) on a shuffled page table."""

@@ -131,6 +131,10 @@ class MlaInputs:
     table: bi.PagedTable
     sm_scale: float | None = None  # a FlashInfer-Bench workload's own; None: sm_scale(case)
 
+    def kv_rows(self) -> bi.KvRows:
+        """Every request's cache pages, for the integrity checks' per-call rewrite."""
+        return self.table.kv_rows(self.ckv_cache, self.kpe_cache)
+
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> MlaInputs:
     """Random queries and caches (deterministic per seed and case) on a shuffled page table."""

@@ -152,6 +152,11 @@ class RaggedInputs:
     kv_indptr: torch.Tensor
     sm_scale: float | None = None  # a FlashInfer-Bench workload's own; None: sm_scale(case)
 
+    def kv_rows(self) -> bi.KvRows:
+        """Every request's K/V tokens, for the integrity checks' per-call rewrite."""
+        tokens = torch.arange(self.k.shape[0], device=self.k.device)
+        return bi.KvRows((self.k, self.v), self.kv_indptr, tokens)
+
 
 def make_inputs(case: Mapping[str, int], settings: Settings) -> RaggedInputs:
     """Random q/k/v, deterministic per seed and case."""

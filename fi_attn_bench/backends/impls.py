@@ -28,9 +28,12 @@ from types import MappingProxyType, ModuleType
 import torch
 
 from fi_attn_bench.backends import flashinfer_api as fc
+from fi_attn_bench.backends.screen import Finding, plugin_source, screen_plugin_files
 from fi_attn_bench.cases.inputs import prepare_case, timed_ms
 from fi_attn_bench.cases.spec import BenchmarkSpec, Prepared, Settings
 from fi_attn_bench.errors import UsageError
+from fi_attn_bench.results.schema import SOURCE_SCREEN
+from fi_attn_bench.timing.integrity import IntegrityError
 
 FLASHINFER, TORCH, PLUGIN = "flashinfer", "torch", "plugin"
 
@@ -63,11 +66,25 @@ class Impl:
     wrapper_backend: str = "auto"  # FlashInfer's backend= (kind FLASHINFER)
     factory: Callable[[ImplContext], PluginRun] | None = None  # kind PLUGIN
     target: str = ""  # what --impl named: flashinfer:fa2, torch, examples/x.py:make
+    screened: tuple[Finding, ...] = ()  # the static screen's findings on a plugin's source
+    judged: bool = False  # --judge: a plugin with findings is not imported; its rows fail
 
     @property
     def checked(self) -> bool:
         """The reference is not checked against itself."""
         return self.kind != TORCH
+
+
+class ScreenFailed(IntegrityError):
+    """--judge: the plugin's source reaches into the harness (``backends.screen``)."""
+
+    def __init__(self, findings: Sequence[Finding]):
+        described = "; ".join(finding.describe() for finding in findings)
+        super().__init__(
+            SOURCE_SCREEN,
+            f"the plugin's source reaches into the harness, so --judge does not run it: "
+            f"{described}",
+        )
 
 
 DEFAULT_IMPL = Impl(FLASHINFER, FLASHINFER, target=FLASHINFER)
@@ -173,7 +190,7 @@ def _flashinfer_backend(backend: str, api: str, flashinfer: ModuleType | None) -
     return backend
 
 
-def parse_impl(text: str, api: str, flashinfer: ModuleType | None) -> Impl:
+def parse_impl(text: str, api: str, flashinfer: ModuleType | None, judge: bool = False) -> Impl:
     """One ``--impl`` value (see the module docstring); raises UsageError."""
     name, target = _split_name(text)
     if target in (FLASHINFER, "flashinfer:auto") and flashinfer is None:
@@ -190,8 +207,18 @@ def parse_impl(text: str, api: str, flashinfer: ModuleType | None) -> Impl:
             f"--impl {text!r}: expected flashinfer, flashinfer:BACKEND, torch, MODULE:FACTORY "
             "or FILE.py:FACTORY (optionally NAME=...)"
         )
+    screened = screen_plugin(target)
+    name = name or default_impl_name(target)
+    if judge and screened:  # its code never runs: the screen's findings fail its rows
+        return Impl(name, PLUGIN, target=target, screened=screened, judged=True)
     factory = load_factory(target)
-    return Impl(name or default_impl_name(target), PLUGIN, factory=factory, target=target)
+    return Impl(name, PLUGIN, factory=factory, target=target, screened=screened, judged=judge)
+
+
+def screen_plugin(target: str) -> tuple[Finding, ...]:
+    """The static screen's findings on a plugin's source, read before it is imported."""
+    path = plugin_source(target.rpartition(":")[0])
+    return screen_plugin_files(path) if path is not None else ()
 
 
 def names_flashinfer(text: str) -> bool:
@@ -206,11 +233,12 @@ def parse_impls(
     flashinfer: ModuleType | None,
     default: str,
     other: Callable[[str], Impl | None] = lambda text: None,
+    judge: bool = False,
 ) -> tuple[Impl, ...]:
     """Every ``--impl`` (``default`` when none), with unique names; ``other`` resolves the
     targets a higher floor knows (``fib:NAME``: a FlashInfer-Bench solution), else None."""
     impls = tuple(
-        other(text) or parse_impl(text, api, flashinfer) for text in (texts or (default,))
+        other(text) or parse_impl(text, api, flashinfer, judge) for text in (texts or (default,))
     )
     names = [impl.name for impl in impls]
     twice = sorted({name for name in names if names.count(name) > 1})
@@ -255,6 +283,8 @@ def prepare_impl(
     inputs = shared.inputs if shared is not None else None
     if impl.kind != PLUGIN:
         return prepare_case(spec, case, impl_settings(impl, settings), inputs)
+    if impl.judged and impl.screened:
+        raise ScreenFailed(impl.screened)
     if shared is None or shared.inputs is None:
         shared = prepare_case(spec, case, impl_settings(TORCH_IMPL, settings), inputs)
     if shared.inputs is None:

@@ -131,6 +131,17 @@ def last_page_len(kv_len: int, page_size: int) -> int:
 
 
 @dataclass(frozen=True)
+class KvRows:
+    """Where each request's K/V lives along dim 0 of ``tensors``: request ``r`` reads rows
+    ``rows[indptr[r]:indptr[r + 1]]`` (pages of a paged cache, tokens of a ragged one).
+    The integrity checks rewrite a window of every request's rows before each timed call."""
+
+    tensors: tuple[torch.Tensor, ...]
+    indptr: torch.Tensor  # int, [requests + 1]
+    rows: torch.Tensor  # int, the row ids of every request in turn
+
+
+@dataclass(frozen=True)
 class PagedTable:
     """A paged KV layout as FlashInfer's plan() takes it (int32 tensors on the device)."""
 
@@ -140,6 +151,10 @@ class PagedTable:
     kv_lens: torch.Tensor
     num_pages: int
     page_size: int
+
+    def kv_rows(self, *caches: torch.Tensor) -> KvRows:
+        """The caches' pages of every request (``KvRows``)."""
+        return KvRows(caches, self.kv_indptr, self.kv_indices)
 
 
 def paged_table(

@@ -122,8 +122,14 @@ TIMED_OUTPUT = "timed_output"  # a poisoned timed call's output is wrong
 TIMELINE = "timeline"  # run()'s output was unfinished when it returned (other stream, thread)
 GRAPH_CAPTURE = "graph_capture"  # a CUDA-graph replay runs other kernels than an eager call
 INTEGRITY_CHECKS = (FRESH_INPUTS, FRESH_INPUTS_TIME, TIMED_OUTPUT, TIMELINE, GRAPH_CAPTURE)
+SOURCE_SCREEN = "source_screen"  # --judge: the plugin's source reaches into the harness
+INPUTS_WRITTEN = "inputs_written"  # a timed call wrote into its inputs (fresh values changed)
+INTEGRITY_CHECKS = (*INTEGRITY_CHECKS, SOURCE_SCREEN, INPUTS_WRITTEN)
 INTEGRITY_PASS, INTEGRITY_OFF = "pass", "off"
-INTEGRITY_OUTCOMES = (INTEGRITY_PASS, INTEGRITY_OFF, *INTEGRITY_CHECKS)
+# passed the weaker set: the timer cannot refresh inputs before each timed call (events,
+# cuda_graph, profiler), so only today's after-loop checks ran
+INTEGRITY_PASS_WEAK = "pass_weak"
+INTEGRITY_OUTCOMES = (INTEGRITY_PASS, INTEGRITY_PASS_WEAK, INTEGRITY_OFF, *INTEGRITY_CHECKS)
 VERDICTS = ("faster", "slower", "same")
 
 # Identity columns added after schema v1 first shipped: a row without one reads as its default,
@@ -199,7 +205,8 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         "integrity",
         _C,
         Kind.CHOICE,
-        "the timed calls' integrity checks: pass, off, or the name of the one that failed",
+        "the timed calls' integrity checks: pass, pass_weak (the timer's weaker set: no fresh "
+        "values per timed call), off, or the name of the one that failed",
         INTEGRITY_OUTCOMES,
     ),
     Column("pct_peak_bw", _R, Kind.NON_NEGATIVE, "bandwidth_GB_s as % of the device peak"),

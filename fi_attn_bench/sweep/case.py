@@ -22,6 +22,7 @@ from fi_attn_bench.results.schema import NOISY_NOTE, append_note
 from fi_attn_bench.sweep.run_options import RunOptions
 from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.energy import EnergyRecorder
+from fi_attn_bench.timing.fresh import SAMPLE_RATES
 from fi_attn_bench.timing.integrity import (
     IntegrityError,
     IntegrityProbe,
@@ -181,7 +182,7 @@ class CaseRunner:
         """The integrity column of a row that got as far as timing (none for one that did not)."""
         if error is not None and not isinstance(error, IntegrityError):
             return {}
-        return integrity_column(self._integrity_on(), error)
+        return integrity_column(self._integrity_on(), error, self.timer.name)
 
     def _integrity_on(self) -> bool:
         return self.options.integrity and self.options.check
@@ -198,7 +199,8 @@ class CaseRunner:
             device=self.options.device,
             tolerance=checking_tolerance(self.options),
         )
-        return IntegrityProbe(subject, self.timer.name, self.timer.stopwatch)
+        rate = SAMPLE_RATES["judge" if self.options.judge else "default"]
+        return IntegrityProbe(subject, self.timer.name, self.timer.stopwatch, rate=rate)
 
     def _finished(self, measurement: Measurement, columns: dict[str, object]) -> CaseResult:
         self.timed_ms += measurement.timed_ms
@@ -311,6 +313,8 @@ class CaseRunner:
                 prepared = self._prepare(case, impl, columns[index], shared)
             except Exception as exc:  # noqa: BLE001 - this impl's row fails, the others go on
                 errors[index] = exc
+                if isinstance(exc, IntegrityError):  # the static screen, under --judge
+                    columns[index].update(self._integrity_columns(exc))
                 continue
             shared = shared or prepared
             probes[index] = self._probe(prepared)

@@ -54,6 +54,7 @@ class SweepRequest:
     # checking
     check: bool
     integrity: bool
+    judge: bool
     rtol: float
     atol: float
     # outputs

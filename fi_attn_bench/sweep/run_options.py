@@ -93,6 +93,7 @@ class RunOptions:
     fail_if_slower_pct: float | None = None
     cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
     integrity: bool = True  # the timed calls' integrity checks (--no-integrity: off)
+    judge: bool = False  # every strict check on (--judge)
     energy: bool = True  # read the energy counter around the timed batches (--no-energy: off)
     fib: str = ""  # --fib DIR: the FlashInfer-Bench dataset the cases come from
     fib_traces: str = ""  # --fib-traces DIR: FlashInfer-Bench traces written after the sweep
@@ -356,6 +357,7 @@ def resolve_options(
         imbalance=bool(getattr(asked, "imbalance", False)),
         cpu_threads=_cpu_threads(asked, device, listing),
         integrity=asked.integrity,
+        judge=asked.judge,
         energy=asked.energy,
         fib=getattr(asked, "fib", None) or "",
         fib_traces="" if listing else _fib_traces(asked, output),
@@ -439,6 +441,8 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words.append("--imbalance")
     if not options.integrity:
         words.append("--no-integrity")
+    if options.judge:
+        words.append("--judge")
     if not options.energy:
         words.append("--no-energy")
     if not options.check:

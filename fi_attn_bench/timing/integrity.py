@@ -52,10 +52,24 @@ from fi_attn_bench.results.schema import (
     FRESH_INPUTS,
     FRESH_INPUTS_TIME,
     GRAPH_CAPTURE,
+    INPUTS_WRITTEN,
     INTEGRITY_OFF,
     INTEGRITY_PASS,
+    INTEGRITY_PASS_WEAK,
     TIMED_OUTPUT,
     TIMELINE,
+)
+from fi_attn_bench.timing.cpu_times import (
+    OTHER_THREADS_SHARE,
+    CpuTimes,
+    other_threads_cpu_s,
+)
+from fi_attn_bench.timing.fresh import (
+    SAMPLE_RATES,
+    FreshCalls,
+    Refresher,
+    SampledFailure,
+    SampleRate,
 )
 from fi_attn_bench.timing.timers import HostStopwatch, Stopwatch
 
@@ -81,15 +95,20 @@ steps until its other threads spent less than QUIET_CPU_S of CPU in one step (at
 SETTLE_MAX_S): work an earlier call left to a thread finishes on the old values instead of
 landing on the new ones."""
 
-OTHER_THREADS_SHARE, OTHER_THREADS_SLACK_S = 0.5, 0.005
-"""CPU time other threads may spend during the timed calls: this share of the wall time
-inside the calls, plus this many seconds (a 1 ms power sampler took 5 ms in 0.2 s)."""
-
 LATE_WAIT_S = 0.5
 """How long an output that was wrong on return is watched for turning right (late work)."""
 
 IN_LOOP_TIMERS = (CPU_TIMER, "events")
 """Timers whose samples are taken call by call, so one call may be poisoned inside the loop."""
+
+FRESH_TIMERS = (CPU_TIMER, "profiler")
+"""Timers that refresh the inputs before every timed call (``timing.fresh``); the others run
+the weaker set (``pass_weak``)."""
+
+SAMPLED_IN_LOOP = (CPU_TIMER,)
+"""Fresh timers whose drawn calls are checked in the loop, right after they return; the
+profiler's recording has no room for the reference's kernels, so its last timed call is
+checked after the loop instead (on the values it saw: no refresh came after it)."""
 
 BLIND_SPOTS = {
     "events": "integrity: the events timer times only run()'s own stream (work on another "
@@ -108,13 +127,16 @@ class IntegrityError(RuntimeError):
         self.check = check
 
 
-def integrity_column(enabled: bool, error: BaseException | None = None) -> dict[str, str]:
-    """The row's ``integrity`` column (its one writer)."""
+def integrity_column(
+    enabled: bool, error: BaseException | None = None, timer_name: str = CPU_TIMER
+) -> dict[str, str]:
+    """The row's ``integrity`` column (its one writer): ``pass_weak`` where the timer ran
+    the weaker set (no fresh values per timed call, see ``FRESH_TIMERS``)."""
     if not enabled:
         return {"integrity": INTEGRITY_OFF}
     if isinstance(error, IntegrityError):
         return {"integrity": error.check}
-    return {"integrity": INTEGRITY_PASS}
+    return {"integrity": INTEGRITY_PASS if timer_name in FRESH_TIMERS else INTEGRITY_PASS_WEAK}
 
 
 def floating_tensors(inputs: object) -> list[Tensor]:
@@ -220,40 +242,6 @@ class TimedCallSentinel:
 
 
 @dataclass(frozen=True)
-class CpuTimes:
-    """Since the first timed call: CPU seconds of the whole process and of the calling
-    thread, and the wall seconds inside the calls.  Other threads' CPU time is work the wall
-    clock around each call did not see (with one torch thread, a call's own work runs on the
-    calling thread)."""
-
-    process_start: float
-    thread_start: float
-    process_s: float = 0.0
-    thread_s: float = 0.0
-    calls_wall_s: float = 0.0
-
-    @classmethod
-    def now(cls) -> CpuTimes:
-        return cls(time.process_time(), time.thread_time())
-
-    def after_call(self, wall_s: float) -> CpuTimes:
-        return dataclasses.replace(
-            self,
-            process_s=time.process_time() - self.process_start,
-            thread_s=time.thread_time() - self.thread_start,
-            calls_wall_s=self.calls_wall_s + wall_s,
-        )
-
-    @property
-    def other_threads_s(self) -> float:
-        return max(self.process_s - self.thread_s, 0.0)
-
-    def other_threads_limit_s(self) -> float:
-        """What the harness's own threads (a power sampler) and the OS may take meanwhile."""
-        return OTHER_THREADS_SHARE * self.calls_wall_s + OTHER_THREADS_SLACK_S
-
-
-@dataclass(frozen=True)
 class FreshCall:
     """One call on fresh values: its time per run(), the output copied on its return, the
     output once the device and its threads finished, and the threads it left running."""
@@ -297,13 +285,55 @@ class IntegrityProbe:
     sentinel: TimedCallSentinel | None = None
     clock: Callable[[], float] = time.perf_counter
     notes: list[str] = field(default_factory=list)
+    rate: SampleRate = SAMPLE_RATES["default"]  # of the sampled checks (``--judge``: more)
+    fresh: FreshCalls | None = None
+    refresher: Refresher | None = None
+    cpu: CpuTimes | None = None
 
     def timed_fn(self) -> Callable[[], object]:
-        """What the timer calls: the sentinel where samples are taken call by call."""
+        """What the timer calls: fresh values and sampled checks under ``FRESH_TIMERS``, the
+        poisoning sentinel where samples are taken call by call, else run() itself."""
+        tensors = floating_tensors(self.subject.inputs)
+        if self.timer_name in FRESH_TIMERS and tensors:  # no inputs: nothing to refresh
+            self.refresher = Refresher.of(self.subject.inputs, tensors, self.subject.device)
+            self.fresh = FreshCalls(
+                self.subject.run,
+                self.refresher,
+                self._sampled_check,
+                rate=self.rate if self.timer_name in SAMPLED_IN_LOOP else None,
+                on_first=self._start_cpu,
+                on_call=self._count_cpu,
+            )
+            return self.fresh
         if self.timer_name not in IN_LOOP_TIMERS:
             return self.subject.run
         self.sentinel = TimedCallSentinel(self.subject)
         return self.sentinel
+
+    def _start_cpu(self) -> None:
+        if self.subject.device.type == "cpu":
+            self.cpu = CpuTimes.now()
+
+    def _count_cpu(self, wall_s: float) -> None:
+        if self.subject.device.type == "cpu":
+            self.cpu = (self.cpu or CpuTimes.now()).after_call(wall_s)
+
+    def _sampled_check(self, result: object) -> SampledFailure | None:
+        """A drawn timed call's output, copied as it was on return, against the reference
+        on that call's own values (the reference measured as an implementation is not
+        checked against itself)."""
+        if self.subject.run is self.subject.reference:
+            return None
+        snapshot = self.subject.output_of(result).clone()
+        self.subject.sync()
+        overwritten = self.refresher.overwritten() if self.refresher is not None else None
+        if overwritten is not None:
+            return SampledFailure(f"run() wrote into {overwritten}", False, INPUTS_WRITTEN)
+        expected = self.subject.reference()
+        found = check_output(snapshot, expected, self.subject.tolerance)
+        if found.passed:
+            return None
+        return SampledFailure(found.message, self._turns_right(self.subject.output, expected))
 
     def blind_spot(self) -> str:
         return BLIND_SPOTS.get(self.timer_name, "")
@@ -312,8 +342,15 @@ class IntegrityProbe:
 
     def check_timed_output(self, session, measurement=None) -> None:
         """The poisoned timed call's output against the checked call's; on the CPU, with one
-        torch thread, the CPU time other threads spent during the timed calls."""
-        self._check_other_threads()
+        torch thread, the CPU time other threads spent during the timed calls.  Under
+        ``FRESH_TIMERS``: the sampled calls' checks on their own values."""
+        if self.fresh is not None:
+            self._check_other_threads(self.cpu)
+            if self.fresh.rate is None:
+                self._check_last_call(self.fresh)
+            self._check_sampled_calls(self.fresh)
+            return
+        self._check_other_threads(self.sentinel.cpu if self.sentinel is not None else None)
         if self.verified is None:
             return
         snapshot = self.sentinel.snapshot if self.sentinel is not None else None
@@ -335,8 +372,43 @@ class IntegrityProbe:
             + found.message,
         )
 
-    def _check_other_threads(self) -> None:
-        cpu = self.sentinel.cpu if self.sentinel is not None else None
+    def _check_last_call(self, fresh: FreshCalls) -> None:
+        """The last timed call's output on the values it saw (none came after it, unless
+        another implementation of a head-to-head case ran later: then noted, not checked)."""
+        if fresh.calls == 0:
+            return
+        if self.refresher is not None and not self.refresher.wrote_last():
+            self.notes.append(
+                "integrity: another implementation's calls refreshed the shared inputs after "
+                "this one's last timed call, so that call was not checked"
+            )
+            return
+        fresh.checked += 1
+        fresh.failure = self._sampled_check(fresh.result)
+
+    def _check_sampled_calls(self, fresh: FreshCalls) -> None:
+        failure = fresh.failure
+        if failure is None:
+            return
+        checked = f"{fresh.checked} of {fresh.calls} timed calls, drawn at random, were checked"
+        if fresh.rate is None:
+            checked = f"the last of {fresh.calls} timed calls was checked"
+        if failure.check == INPUTS_WRITTEN:
+            reason = f"a timed call changed the fresh values it was given ({checked}): "
+            raise IntegrityError(INPUTS_WRITTEN, reason + failure.message)
+        if failure.late:
+            raise IntegrityError(
+                TIMELINE,
+                "a timed call's output was unfinished when run() returned and right a moment "
+                f"later (work left on another stream or thread; {checked}): {failure.message}",
+            )
+        raise IntegrityError(
+            TIMED_OUTPUT,
+            "a timed call's output differs from the reference on the fresh values it was "
+            f"given ({checked}): {failure.message}",
+        )
+
+    def _check_other_threads(self, cpu: CpuTimes | None) -> None:
         if cpu is None or torch.get_num_threads() != 1:  # torch's own threads work in calls
             return
         if cpu.other_threads_s > cpu.other_threads_limit_s():
@@ -485,9 +557,9 @@ class IntegrityProbe:
             timed_call()
             self._settle()
             refill_(tensors)
-            others = _other_threads_cpu_s()
+            others = other_threads_cpu_s()
             output = self.subject.output_of(timed_call())
-            taken.extend((output.clone(), output, _other_threads_cpu_s() - others))
+            taken.extend((output.clone(), output, other_threads_cpu_s() - others))
 
         self._as_timed(session, body)
         leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
@@ -545,9 +617,9 @@ class IntegrityProbe:
         self.subject.sync()
         deadline = time.perf_counter() + SETTLE_MAX_S
         while time.perf_counter() < deadline:
-            before = _other_threads_cpu_s()
+            before = other_threads_cpu_s()
             time.sleep(SETTLE_STEP_S)
-            if _other_threads_cpu_s() - before < QUIET_CPU_S:
+            if other_threads_cpu_s() - before < QUIET_CPU_S:
                 return
 
     def time_limit_ms(self, median_ms: float) -> float:
@@ -581,11 +653,6 @@ class IntegrityProbe:
         """The checks after the timed loop, in order; each phase runs for every implementation
         of a case before the next (``fresh_inputs`` rewrites inputs they share)."""
         return (self.check_graph_capture, self.check_timed_output, self.check_fresh_inputs)
-
-
-def _other_threads_cpu_s() -> float:
-    """CPU seconds the process spent outside the calling thread so far."""
-    return time.process_time() - time.thread_time()
 
 
 def _names(names: list[str]) -> str:

@@ -319,6 +319,9 @@ def measure(
     phases.run("set-up", timer.set_up)
     estimate = phases.run("warm-up", lambda: warm_up(fn, timer.sync, options, clock))
     phases.run("check", after_warm_up)
+    calibrate_call = getattr(timer, "calibrate_call", None)  # the profiler's, before sustain
+    if calibrate_call is not None and timed_fn is not None:
+        phases.run("calibrate", lambda: calibrate_call(timed_fn))
     phases.run("sustain", lambda: sustain(fn, timer, options, estimate, clock))
 
     session = phases.run("calibrate", lambda: timer.open(timed_fn or fn, estimate))

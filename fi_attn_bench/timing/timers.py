@@ -173,6 +173,17 @@ class SessionDefaults:
         return None
 
 
+def call_hooks(fn: Callable[[], object]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """What a per-call timer runs right before and right after each timed call, outside its
+    timing window: a timed function's ``before_call`` and ``after_call`` (the integrity
+    checks' fresh values and sampled checks, ``timing.fresh.FreshCalls``), else nothing."""
+    return getattr(fn, "before_call", _nothing), getattr(fn, "after_call", _nothing)
+
+
+def _nothing() -> None:
+    return None
+
+
 def run_required_checks(timer: Timer, checks: Mapping[str, Callable[[], CheckResult]]) -> None:
     """Run the checks ``required_checks`` names for this timer and L2 mode, in order; raise
     ``SelfCheckFailed`` at the first that fails."""
@@ -213,10 +224,13 @@ class _WallSession(SessionDefaults):
 
     def batch(self, calls: int) -> Batch:
         samples = []
+        before, after = call_hooks(self.fn)
         for _ in range(calls):
+            before()
             start = self.clock()
             self.fn()
             samples.append((self.clock() - start) * 1e3)
+            after()
         return Batch(tuple(samples))
 
 
@@ -361,6 +375,7 @@ class ProfilerTimer(DeviceTimerDefaults):
         self.queue = QueueAhead(options)
         self._flush_events: list[DeviceEvent] | None = None
         self._lead_events: list[DeviceEvent] | None = None
+        self._refresh_events: dict[int, tuple[object, list[DeviceEvent]]] = {}
         self.checked = False
 
     def _flush_calibration(self) -> list[DeviceEvent]:
@@ -408,15 +423,32 @@ class ProfilerTimer(DeviceTimerDefaults):
                 "flush's work from run()'s (is the device profiler usable on "
                 f"{self.device}? --timer events does not need it; --l2 warm needs no flush)"
             )
+        before, _ = call_hooks(fn)
+        prepare = None if before is _nothing else before
+        # the inputs' refresh before each call is recorded as the flush's first kernels, so
+        # the split by stream order counts it out of run()'s time (its count: one recording)
+        refresh = self.calibrate_call(fn)
         calibration = Calibration(
             call_count=None,
-            flush_count=len(flush),
-            flush_names=frozenset(e.name for e in flush),
+            flush_count=len(refresh) + len(flush),
+            flush_names=frozenset(e.name for e in (*refresh, *flush)),
             lead_count=len(lead),
             lead_names=frozenset(e.name for e in lead),
         )
-        flush_ms = sum(e.duration_ns for e in flush) / 1e6
-        return _ProfilerSession(self, fn, calibration, estimate_ms, flush_ms)
+        flush_ms = sum(e.duration_ns for e in (*refresh, *flush)) / 1e6
+        return _ProfilerSession(self, fn, calibration, estimate_ms, flush_ms, prepare=prepare)
+
+    def calibrate_call(self, fn: Callable[[], object]) -> list[DeviceEvent]:
+        """The device events of ``fn``'s ``before_call`` (the inputs' refresh), recorded once
+        per timed function: ``measure`` asks before the sustain phase, so the recording's
+        idle GPU does not fall between sustain and timing."""
+        before, _ = call_hooks(fn)
+        if before is _nothing:
+            return []
+        key = id(fn)
+        if self._refresh_events.get(key, (None,))[0] is not fn:
+            self._refresh_events = {key: (fn, self.profile(before, self.sync))}
+        return self._refresh_events[key][1]
 
     def calibrate_rounds(self, sessions: Sequence[_ProfilerSession]) -> None:
         """Each session's run() event count and names from a recording of one call: the
@@ -469,6 +501,7 @@ class _ProfilerSession(SessionDefaults):
     run_ms: float = 0.0  # median of the last batch
     calls: list[int] = field(default_factory=list)
     events: list[DeviceEvent] = field(default_factory=list)
+    prepare: Callable[[], None] | None = None  # the inputs' refresh before each call
 
     def record(self, loop: Callable[[], None]) -> list[Batch]:
         """Run the measurement loop under one profiler recording; its per-call samples."""
@@ -479,6 +512,8 @@ class _ProfilerSession(SessionDefaults):
         """[queue-ahead spin] + event + calls x ([flush] run() event): provisional samples."""
         timer = self.timer
         flush = timer.flusher.flush if timer.l2 == "cold" else None
+        if self.prepare is not None:  # refreshed first, then flushed: no input stays in L2
+            flush = _then(self.prepare, flush)
         samples = queued_samples(self, calls, flush, chain=True)
         self.calls.append(calls)
         return Batch(samples)
@@ -492,6 +527,17 @@ class _ProfilerSession(SessionDefaults):
             pattern=self.timer.pattern,
             attribution=self.timer.options.effective_attribution,
         )
+
+
+def _then(first: Callable[[], None], second: Callable[[], None] | None) -> Callable[[], None]:
+    if second is None:
+        return first
+
+    def both() -> None:
+        first()
+        second()
+
+    return both
 
 
 def make_timer(options: TimingOptions, device: torch.device, log: Callable[[str], None]) -> Timer:
