@@ -541,7 +541,7 @@ def plan(
     impl_kind = "flashinfer" if asking else asked.backend
     asked_by = f"--impl {asking[0]}" if asking else ""
     choice = resolve_impl_kind(impl_kind, device_text, probe, asked_by)
-    other = impl_resolver(asked.fib)  # --impl fib:NAME, a solution of the --fib dataset
+    other = impl_resolver(asked.fib, asked.judge)  # --impl fib:NAME, a solution of the --fib dataset
     chosen = impls.parse_impls(
         asked.impl,
         spec.api,

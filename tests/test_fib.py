@@ -232,3 +232,24 @@ def test_workload_lines_read_fib_page_tables_as_full_pages_too(dataset):
     )
     assert fib_batch(line, dataset).kv_lens == [8, 12, 4]
     assert fib_batch(line, dataset) == case_of(decode.SPEC, dataset, "dec-a")["workload"].batch
+
+
+def test_a_solution_reaching_into_the_timer_is_screened_and_judged(dataset):
+    """A FIB solution's sources live in JSON, not a file: the static screen reads them there,
+    and under --judge a solution with findings never runs."""
+    from fi_attn_bench.fib.solutions import impl_resolver
+
+    body = fib_data.solution("py_patch")
+    body["sources"][0]["content"] = (
+        "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 0.001\n"
+        + body["sources"][0]["content"].replace("SCALE_OUTPUT", "return None")
+    )
+    with open(os.path.join(dataset, "solutions", "py_patch.json"), "w") as handle:
+        json.dump(body, handle)
+    warned = impl_resolver(dataset)("fib:py_patch")
+    assert warned.screened and warned.factory is not None and not warned.judged
+    assert any("main.py" in finding.path for finding in warned.screened)
+    judged = impl_resolver(dataset, judge=True)("fib:py_patch")
+    assert judged.judged and judged.factory is None and judged.screened == warned.screened
+    honest = impl_resolver(dataset, judge=True)("fib:py_decode")
+    assert honest.screened == () and honest.factory is not None

@@ -160,8 +160,16 @@ def screen_file(path: str) -> tuple[Finding, ...]:
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
+    except (OSError, ValueError) as exc:
+        return (Finding(path, 0, "unreadable", f"{type(exc).__name__}: {exc}"),)
+    return screen_source(text, path)
+
+
+def screen_source(text: str, path: str) -> tuple[Finding, ...]:
+    """The findings of one file's text (a FIB solution's sources live in JSON, not files)."""
+    try:
         tree = ast.parse(text, filename=path)
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError) as exc:
         return (Finding(path, 0, "unreadable", f"{type(exc).__name__}: {exc}"),)
     return screen_tree(tree, path)
 

@@ -24,6 +24,7 @@ import torch
 
 from fi_attn_bench.apis import decode, mla, prefill_paged, prefill_ragged
 from fi_attn_bench.backends.impls import PLUGIN, Impl, ImplContext, PluginRun
+from fi_attn_bench.backends.screen import Finding, screen_source
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.fib.dataset import Dataset, Solution, read_dataset
 from fi_attn_bench.fib.mapping import FileInputs, classify
@@ -197,8 +198,9 @@ def solution_factory(solution: Solution) -> SolutionFactory:
     return SolutionFactory(solution)
 
 
-def impl_resolver(directory: str | None) -> Callable[[str], Impl | None]:
-    """What ``parse_impls`` asks of an ``--impl`` it does not know: a FIB solution's Impl."""
+def impl_resolver(directory: str | None, judge: bool = False) -> Callable[[str], Impl | None]:
+    """What ``parse_impls`` asks of an ``--impl`` it does not know: a FIB solution's Impl,
+    its Python sources screened as a plugin file is (``--judge``: findings fail its rows)."""
 
     def resolve(text: str) -> Impl | None:
         parsed = solution_name(text)
@@ -212,11 +214,24 @@ def impl_resolver(directory: str | None) -> Callable[[str], Impl | None]:
         if why is not None:
             raise UsageError(f"--impl {text}: {why}")
         name = parsed[0] or f"{PREFIX}{solution.name}"
-        return Impl(
-            name, PLUGIN, factory=solution_factory(solution), target=f"{PREFIX}{solution.name}"
-        )
+        target = f"{PREFIX}{solution.name}"
+        screened = screen_solution(solution)
+        if judge and screened:  # its code never runs: the screen's findings fail its rows
+            return Impl(name, PLUGIN, target=target, screened=screened, judged=True)
+        factory = solution_factory(solution)
+        return Impl(name, PLUGIN, factory=factory, target=target, screened=screened, judged=judge)
 
     return resolve
+
+
+def screen_solution(solution: Solution) -> tuple[Finding, ...]:
+    """The static screen's findings on a solution's Python sources (Triton kernels included)."""
+    return tuple(
+        finding
+        for relative, text in sorted(solution.sources.items())
+        if relative.endswith(".py")
+        for finding in screen_source(text, f"{solution.path}:{relative}")
+    )
 
 
 def classify_solution(dataset: Dataset, solution: Solution) -> str | None:
