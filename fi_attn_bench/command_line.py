@@ -319,6 +319,15 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         "itself in the integrity column (default on; needs --check)",
     )
     check.add_argument(
+        "--isolation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run --impl plugins in a worker process of their own, out of reach of the "
+        "harness's statistics, checks and files, and hold their samples against the "
+        "harness's clock, a floor of bytes and FLOPs at the device's peaks and the paired "
+        "ratio (default on; --no-isolation runs them in this process)",
+    )
+    check.add_argument(
         "--rtol",
         type=_non_negative_float,
         default=DEFAULT_TOLERANCE,
@@ -511,7 +520,9 @@ def plan(
     impl_kind = "flashinfer" if asking else asked.backend
     asked_by = f"--impl {asking[0]}" if asking else ""
     choice = resolve_impl_kind(impl_kind, device_text, probe, asked_by)
-    chosen = impls.parse_impls(asked.impl, spec.api, choice.flashinfer, default=choice.impl_kind)
+    chosen = impls.parse_impls(
+        asked.impl, spec.api, choice.flashinfer, default=choice.impl_kind, isolated=asked.isolation
+    )
     baseline = impls.baseline_index(chosen, asked.baseline_impl)
     if asked.fail_if_slower is not None and len(chosen) < 2:
         raise UsageError("--fail-if-slower compares implementations: give two or more --impl")

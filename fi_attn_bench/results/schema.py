@@ -121,8 +121,14 @@ TIMED_OUTPUT = "timed_output"  # a poisoned timed call's output is wrong
 TIMELINE = "timeline"  # run()'s output was unfinished when it returned (other stream, thread)
 GRAPH_CAPTURE = "graph_capture"  # a CUDA-graph replay runs other kernels than an eager call
 INTEGRITY_CHECKS = (FRESH_INPUTS, FRESH_INPUTS_TIME, TIMED_OUTPUT, TIMELINE, GRAPH_CAPTURE)
+# What the sweep holds a plugin worker's report against (fi_attn_bench.sweep.isolation).
+TIMER_IDENTITY = "timer_identity"  # a timer or profiler function was replaced during the case
+OWN_CLOCK = "own_clock"  # the samples disagree with the harness's own clock for the batches
+WORK_FLOOR = "work_floor"  # faster than the case's bytes and FLOPs at the device's peaks allow
+PAIRED_RATIO = "paired_ratio"  # the medians' ratio and the paired ratio disagree
+WORKER_CHECKS = (TIMER_IDENTITY, OWN_CLOCK, WORK_FLOOR, PAIRED_RATIO)
 INTEGRITY_PASS, INTEGRITY_OFF = "pass", "off"
-INTEGRITY_OUTCOMES = (INTEGRITY_PASS, INTEGRITY_OFF, *INTEGRITY_CHECKS)
+INTEGRITY_OUTCOMES = (INTEGRITY_PASS, INTEGRITY_OFF, *INTEGRITY_CHECKS, *WORKER_CHECKS)
 VERDICTS = ("faster", "slower", "same")
 
 # Identity columns added after schema v1 first shipped: a row without one reads as its default,

@@ -53,6 +53,7 @@ class SweepRequest:
     # checking
     check: bool
     integrity: bool
+    isolation: bool
     rtol: float
     atol: float
     # outputs

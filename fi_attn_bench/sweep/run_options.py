@@ -91,6 +91,7 @@ class RunOptions:
     fail_if_slower_pct: float | None = None
     cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
     integrity: bool = True  # the timed calls' integrity checks (--no-integrity: off)
+    isolation: bool = True  # plugins in a worker process (--no-isolation: in this one)
     energy: bool = True  # read the energy counter around the timed batches (--no-energy: off)
 
     @property
@@ -333,6 +334,7 @@ def resolve_options(
         imbalance=bool(getattr(asked, "imbalance", False)),
         cpu_threads=_cpu_threads(asked, device, listing),
         integrity=asked.integrity,
+        isolation=asked.isolation,
         energy=asked.energy,
     )
 
@@ -387,6 +389,8 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words.append("--imbalance")
     if not options.integrity:
         words.append("--no-integrity")
+    if not options.isolation:
+        words.append("--no-isolation")
     if not options.energy:
         words.append("--no-energy")
     if not options.check:
