@@ -101,3 +101,175 @@ def test_the_sweep_never_imports_a_plugin(tmp_path, restored):
         and Path(str(getattr(module, "__file__", ""))) == EXPLOITS
     ]
     assert loaded == []
+
+
+@pytest.fixture
+def code_restored():
+    """The code objects the bytecode swaps replace, put back after the test."""
+    saved = []
+    for module, path in isolation_exploits.CODE_SWAPS.values():
+        function = importlib.import_module(module)
+        for part in path.split("."):
+            function = getattr(function, part)
+        saved.append((function, function.__code__))
+    yield
+    for function, code in saved:
+        function.__code__ = code
+
+
+@pytest.mark.parametrize("name", sorted(isolation_exploits.CODE_SWAPS))
+def test_a_bytecode_swap_the_guard_cannot_see_fails_the_harness_clock(
+    tmp_path, code_restored, name
+):
+    """The function objects stay the same (no identity change); the samples a third of the
+    time: the parent's own clock for the batches (or their beaconed sums) fails the row."""
+    rows = _sweep(tmp_path, f"{EXPLOITS}:{name}")
+    assert rows
+    for row in rows:
+        assert row["status"] == "failed", row
+        assert row["integrity"] == "own_clock", row
+        assert "integrity check own_clock failed" in row["error"], row
+
+
+def test_a_worker_that_sends_junk_fails_its_case_and_the_sweep_goes_on(tmp_path):
+    out = tmp_path / "r.csv"
+    argv = ["--preset", "cpu", "--device", "cpu", "--filter", "seq_len_kv=37", "--output", str(out)]
+    run_main([*argv, "--impl", f"{EXPLOITS}:junk_message"], spec=bench_batch_decode.SPEC)
+    rows = read_rows(out)
+    assert len(rows) == 2
+    for row in rows:
+        assert row["status"] == "failed" and row["error_type"] == "WorkerError", row
+        assert "not JSON" in row["error"]
+
+
+def test_a_worker_that_dies_fails_its_case_and_the_next_case_runs(tmp_path):
+    out = tmp_path / "r.csv"
+    argv = ["--preset", "cpu", "--device", "cpu", "--filter", "seq_len_kv=37", "--output", str(out)]
+    run_main([*argv, "--impl", f"{EXPLOITS}:dies"], spec=bench_batch_decode.SPEC)
+    rows = {row["batch_size"]: row for row in read_rows(out)}
+    assert rows["4"]["status"] == "failed" and rows["4"]["error_type"] == "WorkerError"
+    assert "died" in rows["4"]["error"] and "exit code 3" in rows["4"]["error"]
+    assert rows["1"]["status"] == "ok", rows["1"]
+
+
+def test_a_worker_that_hangs_is_ended_and_its_row_fails(tmp_path, monkeypatch):
+    from fi_attn_bench.sweep import isolation
+
+    monkeypatch.setattr(isolation, "SILENCE_S", 2.0)
+    rows = _sweep(tmp_path, f"{EXPLOITS}:hangs")
+    assert rows[0]["status"] == "failed" and rows[0]["error_type"] == "WorkerError"
+    assert "sent nothing for 2 s" in rows[0]["error"]
+
+
+def test_honest_plugins_pass_in_the_worker_with_their_check_from_the_parent(tmp_path):
+    rows = _sweep(tmp_path, "torch", HONEST)
+    assert {(r["status"], r["check"], r["integrity"]) for r in rows} == {
+        ("ok", "skipped", "pass"),
+        ("ok", "pass", "pass"),
+    }
+
+
+def test_a_plugin_is_checked_in_a_throwaway_process_and_exits_2(tmp_path, capsys):
+    """Its import ran elsewhere: a SystemExit at import is a one-line error, not this exit."""
+    plugin = tmp_path / "p.py"
+    plugin.write_text("raise SystemExit('imported!')\ndef make(context):\n    pass\n")
+    argv = ["--preset", "cpu", "--device", "cpu", "--output", str(tmp_path / "r.csv")]
+    assert run_main([*argv, "--impl", f"{plugin}:make"], spec=bench_batch_decode.SPEC) == 2
+    assert "cannot import it (SystemExit: imported!)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the parent's pieces
+
+
+def test_the_floor_fails_a_median_faster_than_bytes_at_the_peak_allow():
+    from fi_attn_bench.sweep import crosscheck
+
+    floor = crosscheck.floor_ms(io_bytes=2e9, flops=1e9, bandwidth_GB_s=1000.0, tflops=10.0)
+    assert floor == pytest.approx(2.0)  # bytes: 2 ms; FLOPs: 0.1 ms
+    assert crosscheck.floor_failure(1.9, floor, "test peaks") is not None
+    assert crosscheck.floor_failure(2.0, floor, "test peaks") is None
+    assert crosscheck.floor_ms(2e9, 1e12, float("nan"), 0.0) == 0.0  # no peak known: no floor
+
+
+def test_the_paired_ratio_and_the_medians_ratio_must_agree():
+    from fi_attn_bench.sweep import crosscheck
+    from fi_attn_bench.timing.paired import PairedRatio
+
+    mine, base = [1.0, 1.01, 0.99] * 10, [3.0, 3.03, 2.97] * 10
+    same = PairedRatio(1.0, 30, (0.98, 1.02))
+    assert "disagree" in crosscheck.paired_failure(mine, base, same)
+    assert crosscheck.paired_failure(mine, base, PairedRatio(0.34, 30, (0.33, 0.35))) is None
+
+
+def test_the_harness_clock_judges_the_median_batch_of_each_session():
+    from fi_attn_bench.sweep.crosscheck import BatchWindow, clock_failure
+
+    honest = [BatchWindow(0, 10.0, 20, 9.5)] * 5 + [BatchWindow(0, 40.0, 20, 9.5)]  # one late read
+    shrunk = [BatchWindow(1, 10.0, 20, 3.3)] * 6
+    windows = honest + shrunk
+    assert clock_failure(windows, 0, on_cpu=True) is None
+    assert "33%" in clock_failure(windows, 1, on_cpu=True)
+    assert clock_failure(windows, 1, on_cpu=False) is None  # a GPU batch also holds flushes
+
+
+def test_samples_must_be_what_the_batches_reported_and_fit_the_span():
+    from fi_attn_bench.sweep.crosscheck import BatchWindow, batch_sum_failure, span_failure
+
+    windows = [BatchWindow(0, 10.0, 2, 3.0), BatchWindow(0, 10.0, 2, 3.0)]
+    assert batch_sum_failure(windows, 0, [1.5, 1.5, 1.5, 1.5]) is None
+    assert "reported 4" in batch_sum_failure(windows, 0, [0.5, 0.5, 0.5, 0.5])
+    assert span_failure(windows, span_ms=20.0) is None
+    assert span_failure([BatchWindow(0, 1.0, 1, 500.0)], span_ms=20.0) is not None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"samples": ["1"]},
+        {"samples": [-1.0]},
+        {"samples": []},
+        {"runs_per_sample": 0},
+        {"per_call": "yes"},
+        {"kernels": "k"},
+    ],
+)
+def test_a_malformed_measurement_is_a_worker_error(bad):
+    from fi_attn_bench.sweep import isolation
+
+    good = {
+        "samples": [1.0],
+        "timer": "wall",
+        "l2": "warm",
+        "kernels": [],
+        "runs_per_sample": 1,
+        "per_call": True,
+        "batch_gpu_ms": 0.0,
+        "starved_calls": 0,
+        "throttled_samples": 0,
+        "discarded_samples": 0,
+        "energy": None,
+    }
+    assert isolation._measurement(good).median == 1.0
+    with pytest.raises(isolation.WorkerError):
+        isolation._measurement({**good, **bad})
+
+
+def test_tensors_columns_and_errors_from_the_worker_are_plain_checked_data():
+    from fi_attn_bench.sweep import isolation
+
+    header = {"dtype": "float16", "shape": [2, 3], "bytes": 12}
+    assert isolation._tensor(header, bytes(12)).shape == (2, 3)
+    for bad, raw in [
+        ({**header, "shape": [2, 4]}, bytes(12)),
+        ({**header, "dtype": "object"}, b""),
+    ]:
+        with pytest.raises(isolation.WorkerError):
+            isolation._tensor(bad, raw)
+    with pytest.raises(isolation.WorkerError):
+        isolation._columns({"status": "ok"})  # not an optional column: the parent's to write
+    with pytest.raises(isolation.WorkerError):
+        isolation._columns({"notes": ["a list"]})
+    with pytest.raises(isolation.WorkerError):
+        isolation._rebuilt_error({"type": "os.system('x')", "message": "m"})
+    error = isolation._rebuilt_error({"type": "ValueError", "message": "m"})
+    assert type(error).__name__ == "ValueError" and isinstance(error, isolation.RemoteError)

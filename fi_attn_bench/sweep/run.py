@@ -35,13 +35,13 @@ from fi_attn_bench.sweep.case import (
     release_memory,
     with_uniform_twin,
 )
-from fi_attn_bench.sweep.isolation import case_runner_class
 from fi_attn_bench.sweep.environment import (
     environment_columns,
     load_roofline,
     new_run_id,
     timestamp_utc,
 )
+from fi_attn_bench.sweep.isolation import case_runner_class
 from fi_attn_bench.sweep.outputs import back_up, move_aside, writes_stdout
 from fi_attn_bench.sweep.progress import Eta, Progress, clip_error, summary_line
 from fi_attn_bench.sweep.run_options import RunOptions, repro_command, resume_command
