@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPLOITS = ROOT / "tests" / "isolation_exploits.py"
 HONEST = "examples/sdpa_decode_plugin.py:make"
 ONE_CASE = "batch_size=4,seq_len_kv=37"
+# 50 ms batches: a third of the time hides 33 ms per batch, far beyond the pipe's latency
+LONG_BATCHES = ("--batch-ms", "50", "--min-time-ms", "300")
 
 
 def _sweep(tmp_path, *impls: str, extra=()) -> list[dict]:
@@ -123,7 +125,7 @@ def test_a_bytecode_swap_the_guard_cannot_see_fails_the_harness_clock(
 ):
     """The function objects stay the same (no identity change); the samples a third of the
     time: the parent's own clock for the batches (or their beaconed sums) fails the row."""
-    rows = _sweep(tmp_path, f"{EXPLOITS}:{name}")
+    rows = _sweep(tmp_path, f"{EXPLOITS}:{name}", extra=LONG_BATCHES)
     assert rows
     for row in rows:
         assert row["status"] == "failed", row
@@ -204,12 +206,16 @@ def test_the_paired_ratio_and_the_medians_ratio_must_agree():
 def test_the_harness_clock_judges_the_median_batch_of_each_session():
     from fi_attn_bench.sweep.crosscheck import BatchWindow, clock_failure
 
-    honest = [BatchWindow(0, 10.0, 20, 9.5)] * 5 + [BatchWindow(0, 40.0, 20, 9.5)]  # one late read
-    shrunk = [BatchWindow(1, 10.0, 20, 3.3)] * 6
+    honest = [BatchWindow(0, 50.0, 100, 48.0)] * 5 + [BatchWindow(0, 90.0, 100, 48.0)]  # late read
+    shrunk = [BatchWindow(1, 50.0, 100, 16.5)] * 6
     windows = honest + shrunk
     assert clock_failure(windows, 0, on_cpu=True) is None
     assert "33%" in clock_failure(windows, 1, on_cpu=True)
     assert clock_failure(windows, 1, on_cpu=False) is None  # a GPU batch also holds flushes
+    tiny_calls = [BatchWindow(2, 10.0, 2000, 2.0)] * 3  # 1 us calls, 4 us of loop per call
+    read_late = [BatchWindow(3, 4.0, 100, 0.5)] * 3  # 0.5 ms batches read 3.5 ms late
+    assert clock_failure(tiny_calls, 2, on_cpu=True) is None
+    assert clock_failure(read_late, 3, on_cpu=True) is None
 
 
 def test_samples_must_be_what_the_batches_reported_and_fit_the_span():

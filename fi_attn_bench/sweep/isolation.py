@@ -536,16 +536,20 @@ class IsolatedCaseRunner(CaseRunner):
         if row.impl.kind == PLUGIN and session is None:
             return WorkerError("the plugin worker did not say which timer session timed it")
         failure = crosscheck.span_failure(reply.windows, reply.span_ms)
-        if failure is None and session is not None and on_cpu:
+        if failure is None and session is not None:
             failure = crosscheck.clock_failure(reply.windows, session, on_cpu)
-            failure = failure or crosscheck.batch_sum_failure(
-                reply.windows, session, measurement.samples
-            )
+            if failure is None and self._batches_are_the_samples(measurement):
+                failure = crosscheck.batch_sum_failure(reply.windows, session, measurement.samples)
         if failure is not None:
             return IntegrityError(OWN_CLOCK, failure)
         floor, basis = self._floor(case)
         failure = crosscheck.floor_failure(measurement.median, floor, basis)
         return IntegrityError(WORK_FLOOR, failure) if failure else None
+
+    def _batches_are_the_samples(self, measurement: Measurement) -> bool:
+        """Whether the row's samples are exactly its batches' (not read from a profiler's
+        recording afterwards, no throttled batch dropped)."""
+        return self.timer.name != "profiler" and not measurement.discarded_samples
 
     def _floor(self, case) -> tuple[float, str]:
         io_bytes, flops = case_work(self.spec, case, self.options)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -266,6 +268,8 @@ def worker_main(conn, setup: WorkerSetup) -> None:
     """The worker's life: snapshot, import the plugins, then one case per message until
     ``("stop",)`` or the pipe closes."""
     before = guard.snapshot()  # before any plugin code runs
+    _quiet_stdout()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's: it ends this process
     options = setup.options
     try:
         if options.cpu_threads is not None:
@@ -308,6 +312,14 @@ def worker_main(conn, setup: WorkerSetup) -> None:
         _send_case(conn, runner, timer, results or _nothing(options), changed)
         if changed:
             return  # this process's timing can no longer be trusted: the parent starts anew
+
+
+def _quiet_stdout() -> None:
+    """What the worker prints goes to stderr: the sweep's stdout may be its CSV (--output -),
+    which only the sweep writes."""
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
 
 def _case_results(runner: WorkerCaseRunner, case) -> tuple[CaseResult, ...]:
