@@ -171,13 +171,21 @@ def test_honest_plugins_pass_in_the_worker_with_their_check_from_the_parent(tmp_
     }
 
 
-def test_a_plugin_is_checked_in_a_throwaway_process_and_exits_2(tmp_path, capsys):
-    """Its import ran elsewhere: a SystemExit at import is a one-line error, not this exit."""
+def test_a_plugin_is_checked_from_its_source_and_exits_2_before_its_code_runs(tmp_path, capsys):
     plugin = tmp_path / "p.py"
     plugin.write_text("raise SystemExit('imported!')\ndef make(context):\n    pass\n")
     argv = ["--preset", "cpu", "--device", "cpu", "--output", str(tmp_path / "r.csv")]
-    assert run_main([*argv, "--impl", f"{plugin}:make"], spec=bench_batch_decode.SPEC) == 2
-    assert "cannot import it (SystemExit: imported!)" in capsys.readouterr().err
+    assert run_main([*argv, "--impl", f"{plugin}:other"], spec=bench_batch_decode.SPEC) == 2
+    assert "has no attribute 'other'" in capsys.readouterr().err
+
+
+def test_a_plugin_whose_import_fails_in_the_worker_fails_its_rows(tmp_path):
+    """Its import ran in the worker only (in this process a SystemExit would end the test)."""
+    plugin = tmp_path / "p.py"
+    plugin.write_text("raise SystemExit('imported!')\ndef make(context):\n    pass\n")
+    rows = _sweep(tmp_path, f"{plugin}:make")
+    assert rows and all(row["error_type"] == "WorkerError" for row in rows), rows
+    assert "SystemExit" in rows[0]["error"] or "could not start" in rows[0]["error"]
 
 
 # ---------------------------------------------------------------- the parent's pieces

@@ -16,10 +16,11 @@ timer, L2 flush, bytes and FLOPs as FlashInfer.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -106,45 +107,62 @@ def load_factory(target: str) -> Callable[[ImplContext], PluginRun]:
     return factory
 
 
-VALIDATE_S = 300.0  # a plugin's import in the throwaway process (torch's import included)
-
-
-def _validate_in_child(conn, target: str) -> None:
-    """The throwaway process's work: ``load_factory``'s verdict as text ("" when it passed)."""
+def check_factory_source(target: str) -> None:
+    """What ``load_factory`` checks, read from the plugin's source without running any of it
+    (its code runs in the plugin worker only): the module or file exists and binds the
+    factory's name at its top level; raises UsageError naming the problem."""
+    where, _, attr = target.rpartition(":")
+    if not where or not attr:
+        raise UsageError(f"--impl {target!r}: a plugin is MODULE:FACTORY or FILE.py:FACTORY")
+    path = _plugin_source(where, target)
     try:
-        load_factory(target)
-    except UsageError as exc:
-        conn.send_bytes(str(exc).encode())
-    except BaseException as exc:  # noqa: BLE001 - the plugin's import may raise anything
-        conn.send_bytes(
-            f"--impl {target!r}: cannot import it ({type(exc).__name__}: {exc})".encode()
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(
+            f"--impl {target!r}: cannot read {path} ({type(exc).__name__}: {exc})"
+        ) from None
+    if attr not in _top_level_names(tree):
+        raise UsageError(f"--impl {target!r}: {where} has no attribute {attr!r}")
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        else:  # assignments, and names bound under if/try at the top level
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                    names.add(inner.id)
+                elif isinstance(inner, (ast.FunctionDef, ast.ClassDef)):
+                    names.add(inner.name)
+    return names
+
+
+def _plugin_source(where: str, target: str) -> str:
+    """The plugin's source file, found as import would find it but without importing (a
+    package's ``__init__`` does not run either)."""
+    if _names_a_file(where):
+        if not os.path.isfile(where):
+            raise UsageError(f"--impl: no such plugin file {where!r}")
+        return where
+    _let_import_from_cwd()
+    path, found = None, None
+    for part in where.split("."):
+        found = importlib.machinery.PathFinder.find_spec(part, path)
+        if found is None:
+            break
+        path = found.submodule_search_locations
+    origin = getattr(found, "origin", None)
+    if found is None or not origin or not os.path.isfile(origin) or not origin.endswith(".py"):
+        raise UsageError(
+            f"--impl {target!r}: cannot import {where} (ModuleNotFoundError: no Python "
+            f"source of {where!r} on the module search path)"
         )
-    else:
-        conn.send_bytes(b"")
-
-
-def check_factory_elsewhere(target: str) -> None:
-    """``load_factory``'s checks run in a throwaway process (spawn), so that no code of the
-    plugin runs in the sweep's process; its answer is one text (a UsageError's message)."""
-    context = multiprocessing.get_context("spawn")
-    mine, theirs = context.Pipe()
-    process = context.Process(target=_validate_in_child, args=(theirs, target), daemon=True)
-    process.start()
-    theirs.close()
-    try:
-        if not mine.poll(VALIDATE_S):
-            raise UsageError(f"--impl {target!r}: importing it took over {VALIDATE_S:g} s")
-        answer = mine.recv_bytes(1 << 16).decode(errors="replace")
-    except (EOFError, OSError):
-        answer = f"--impl {target!r}: importing it ended its process"
-    finally:
-        mine.close()
-        process.join(5.0)
-        if process.is_alive():
-            process.kill()
-            process.join(5.0)
-    if answer:
-        raise UsageError(answer.splitlines()[0] if answer.strip() else answer)
+    return origin
 
 
 def _names_a_file(where: str) -> bool:
@@ -234,7 +252,7 @@ def parse_impl(text: str, api: str, flashinfer: ModuleType | None, isolated: boo
             "or FILE.py:FACTORY (optionally NAME=...)"
         )
     if isolated:
-        check_factory_elsewhere(target)
+        check_factory_source(target)
         return Impl(name or default_impl_name(target), PLUGIN, target=target)
     factory = load_factory(target)
     return Impl(name or default_impl_name(target), PLUGIN, factory=factory, target=target)

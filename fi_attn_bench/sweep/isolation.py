@@ -26,6 +26,7 @@ from fi_attn_bench.cases.checking import check_output
 from fi_attn_bench.cases.inputs import prepare_case
 from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.device import peaks as device_peaks
+from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.schema import (
     OPTIONAL_COLUMN_NAMES,
     OWN_CLOCK,
@@ -116,12 +117,14 @@ class Worker:
         )
         self.process.start()
         child.close()
-        first = self._message(READY_S, "to start")
+        first = self._message(READY_S, "while starting")
         if first.get("kind") == "failed":
             self.close()
-            raise WorkerError(
-                f"the plugin worker could not start: {_error_text(first.get('error'))}"
-            )
+            error = first.get("error")
+            if isinstance(error, dict) and error.get("type") == UsageError.__name__:
+                # load_factory refused a plugin (not callable, no argument): bad input, exit 2
+                raise UsageError(_text(error.get("message"), "a usage error"))
+            raise WorkerError(f"the plugin worker could not start: {_error_text(error)}")
         if first.get("kind") != "ready":
             self.close()
             raise WorkerError("the plugin worker did not start with the protocol's first message")

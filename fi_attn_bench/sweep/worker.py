@@ -292,7 +292,7 @@ def worker_main(conn, setup: WorkerSetup) -> None:
             telemetry=open_telemetry(options.device),
             energy=energy,
         )
-    except Exception as exc:  # noqa: BLE001 - the parent fails the rows with this reason
+    except BaseException as exc:  # noqa: BLE001 - a plugin's import may even raise SystemExit
         send_json(conn, {"kind": "failed", "error": _error(exc)})
         return
     send_json(conn, {"kind": "ready"})
