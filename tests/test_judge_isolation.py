@@ -248,7 +248,7 @@ def test_samples_must_be_what_the_batches_reported_and_fit_the_span():
     ],
 )
 def test_a_malformed_measurement_is_a_worker_error(bad):
-    from fi_attn_bench.sweep import isolation
+    from fi_attn_bench.sweep import worker_data as data
 
     good = {
         "samples": [1.0],
@@ -263,27 +263,27 @@ def test_a_malformed_measurement_is_a_worker_error(bad):
         "discarded_samples": 0,
         "energy": None,
     }
-    assert isolation._measurement(good).median == 1.0
-    with pytest.raises(isolation.WorkerError):
-        isolation._measurement({**good, **bad})
+    assert data.measurement(good).median == 1.0
+    with pytest.raises(data.WorkerError):
+        data.measurement({**good, **bad})
 
 
 def test_tensors_columns_and_errors_from_the_worker_are_plain_checked_data():
-    from fi_attn_bench.sweep import isolation
+    from fi_attn_bench.sweep import worker_data as data
 
     header = {"dtype": "float16", "shape": [2, 3], "bytes": 12}
-    assert isolation._tensor(header, bytes(12)).shape == (2, 3)
+    assert data.tensor(header, bytes(12)).shape == (2, 3)
     for bad, raw in [
         ({**header, "shape": [2, 4]}, bytes(12)),
         ({**header, "dtype": "object"}, b""),
     ]:
-        with pytest.raises(isolation.WorkerError):
-            isolation._tensor(bad, raw)
-    with pytest.raises(isolation.WorkerError):
-        isolation._columns({"status": "ok"})  # not an optional column: the parent's to write
-    with pytest.raises(isolation.WorkerError):
-        isolation._columns({"notes": ["a list"]})
-    with pytest.raises(isolation.WorkerError):
-        isolation._rebuilt_error({"type": "os.system('x')", "message": "m"})
-    error = isolation._rebuilt_error({"type": "ValueError", "message": "m"})
-    assert type(error).__name__ == "ValueError" and isinstance(error, isolation.RemoteError)
+        with pytest.raises(data.WorkerError):
+            data.tensor(bad, raw)
+    with pytest.raises(data.WorkerError):
+        data.columns({"status": "ok"})  # not an optional column: the parent's to write
+    with pytest.raises(data.WorkerError):
+        data.columns({"notes": ["a list"]})
+    with pytest.raises(data.WorkerError):
+        data.rebuilt_error({"type": "os.system('x')", "message": "m"})
+    error = data.rebuilt_error({"type": "ValueError", "message": "m"})
+    assert type(error).__name__ == "ValueError" and isinstance(error, data.RemoteError)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import pickle
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,6 @@ from fi_attn_bench.cases.selection import case_seed
 from fi_attn_bench.device import peaks as device_peaks
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.schema import (
-    OPTIONAL_COLUMN_NAMES,
     OWN_CLOCK,
     PAIRED_RATIO,
     TIMED_OUTPUT,
@@ -36,6 +36,7 @@ from fi_attn_bench.results.schema import (
     WORK_FLOOR,
 )
 from fi_attn_bench.sweep import crosscheck
+from fi_attn_bench.sweep import worker_data as data
 from fi_attn_bench.sweep.case import (
     CaseResult,
     CaseRunner,
@@ -51,7 +52,7 @@ from fi_attn_bench.sweep.worker import (
     spec_reference,
     worker_main,
 )
-from fi_attn_bench.timing.energy import CallEnergy
+from fi_attn_bench.sweep.worker_data import MAX_MESSAGE_BYTES, MAX_TENSOR_BYTES, WorkerError
 from fi_attn_bench.timing.integrity import IN_LOOP_TIMERS, IntegrityError
 from fi_attn_bench.timing.paired import paired_ratio
 from fi_attn_bench.timing.statistics import Measurement
@@ -59,27 +60,10 @@ from fi_attn_bench.timing.timers import CudaGraphTimer, EventsTimer, ProfilerTim
 
 READY_S = 300.0  # the worker's start: torch's import, the plugins' import, the timer's checks
 SILENCE_S = 600.0  # no message for this long: the worker hangs (a batch beacons every few ms)
-MAX_MESSAGE_BYTES = 8 << 20  # one JSON message
-MAX_TENSOR_BYTES = 16 << 30  # one output tensor's bytes
-MAX_SAMPLES = 10_000_000
-MAX_TEXT = 20_000  # characters of one text cell or error message
-DTYPES = {
-    name: getattr(torch, name)
-    for name in ("float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2")
-    if hasattr(torch, name)
-}
 PARENT_COLUMNS = frozenset(("check", "max_abs_err", "mismatch_frac", "check_rtol", "check_atol"))
 """Columns this process writes from its own check, whatever the worker says."""
 
 REAL_TIMERS = (WallTimer, EventsTimer, ProfilerTimer, CudaGraphTimer)
-
-
-class WorkerError(RuntimeError):
-    """The worker died, hung, or answered with something other than the protocol's data."""
-
-
-class RemoteError(RuntimeError):
-    """An error raised in the worker, by its type's name and message (never its object)."""
 
 
 def isolates(options, timer) -> bool:
@@ -123,8 +107,8 @@ class Worker:
             error = first.get("error")
             if isinstance(error, dict) and error.get("type") == UsageError.__name__:
                 # load_factory refused a plugin (not callable, no argument): bad input, exit 2
-                raise UsageError(_text(error.get("message"), "a usage error"))
-            raise WorkerError(f"the plugin worker could not start: {_error_text(error)}")
+                raise UsageError(data.text_field(error.get("message"), "a usage error"))
+            raise WorkerError(f"the plugin worker could not start: {data.error_text(error)}")
         if first.get("kind") != "ready":
             self.close()
             raise WorkerError("the plugin worker did not start with the protocol's first message")
@@ -169,23 +153,25 @@ class Worker:
             now = time.perf_counter()
             kind = message.get("kind")
             if kind == "begin":
-                begun[_int(message, "session")] = now
+                begun[data.int_field(message, "session")] = now
                 first = now if first is None else first
             elif kind == "end":
-                session = _int(message, "session")
+                session = data.int_field(message, "session")
                 if session not in begun:
                     raise WorkerError("the plugin worker ended a batch it never began")
                 windows.append(
                     BatchWindow(
                         session,
                         (now - begun.pop(session)) * 1e3,
-                        _int(message, "samples"),
-                        _float(message, "sum_ms"),
+                        data.int_field(message, "samples"),
+                        data.float_field(message, "sum_ms"),
                     )
                 )
                 last = now
             elif kind == "result":
-                tensors = [self._tensor_bytes(entry) for entry in _list(message, "tensors")]
+                tensors = [
+                    self._tensor_bytes(entry) for entry in data.list_field(message, "tensors")
+                ]
                 span = (last - first) * 1e3 if first is not None and last is not None else 0.0
                 return Reply(message, tensors, windows, span)
             else:
@@ -194,7 +180,7 @@ class Worker:
     def _tensor_bytes(self, entry: object) -> bytes:
         if not isinstance(entry, dict):
             raise WorkerError("the plugin worker described a tensor with something else")
-        declared = _int(entry, "bytes")
+        declared = data.int_field(entry, "bytes")
         if not 0 <= declared <= MAX_TENSOR_BYTES:
             raise WorkerError(f"the plugin worker declared a tensor of {declared} bytes")
         raw = self._raw(SILENCE_S, "sending a tensor", limit=max(declared, 1))
@@ -224,156 +210,6 @@ class Worker:
 
 
 # ---------------------------------------------------------------- plain-data readers
-
-
-def _int(message: Mapping, key: str) -> int:
-    value = message.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_TENSOR_BYTES:
-        raise WorkerError(f"the plugin worker sent {key}={value!r}, not an integer in range")
-    return value
-
-
-def _float(message: Mapping, key: str) -> float:
-    value = message.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise WorkerError(f"the plugin worker sent {key}={value!r}, not a finite number")
-    return float(value)
-
-
-def _list(message: Mapping, key: str) -> list:
-    value = message.get(key)
-    if not isinstance(value, list):
-        raise WorkerError(f"the plugin worker sent {key} as {type(value).__name__}, not a list")
-    return value
-
-
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str) or len(value) > MAX_TEXT:
-        raise WorkerError(
-            f"the plugin worker sent {what} that is not a text of at most {MAX_TEXT} characters"
-        )
-    return value
-
-
-def _error_text(error: object) -> str:
-    if not isinstance(error, dict):
-        return "no reason given"
-    return f"{error.get('type')}: {str(error.get('message'))[:MAX_TEXT]}"
-
-
-def _columns(found: object) -> dict[str, object]:
-    """The worker's columns: registered optional ones, with scalar values."""
-    if not isinstance(found, dict):
-        raise WorkerError("the plugin worker sent columns that are not an object")
-    columns: dict[str, object] = {}
-    for name, value in found.items():
-        if name not in OPTIONAL_COLUMN_NAMES:
-            raise WorkerError(f"the plugin worker sent an unregistered column {name[:80]!r}")
-        if isinstance(value, str):
-            value = _text(value, f"column {name}")
-        elif value is not None and not isinstance(value, (bool, int, float)):
-            raise WorkerError(f"the plugin worker sent column {name} as {type(value).__name__}")
-        columns[name] = value
-    return columns
-
-
-def _samples(found: object, what: str) -> tuple[float, ...]:
-    if not isinstance(found, list) or len(found) > MAX_SAMPLES:
-        raise WorkerError(f"the plugin worker sent {what} that is not a list of samples")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in found):
-        raise WorkerError(f"the plugin worker sent {what} with a non-number")
-    values = tuple(float(v) for v in found)
-    if not all(math.isfinite(v) and v >= 0 for v in values):
-        raise WorkerError(f"the plugin worker sent {what} with a negative or non-finite value")
-    return values
-
-
-def _energy(found: object) -> CallEnergy | None:
-    if found is None:
-        return None
-    if not isinstance(found, dict):
-        raise WorkerError("the plugin worker sent energy that is not an object")
-    values = {}
-    for key in ("energy_mj", "avg_power_w"):
-        value = found.get(key)
-        values[key] = None if value is None else _float(found, key)
-    return CallEnergy(
-        values["energy_mj"],
-        values["avg_power_w"],
-        _int(found, "windows"),
-        _text(found.get("note", ""), "an energy note"),
-    )
-
-
-def _measurement(found: object) -> Measurement | None:
-    if found is None:
-        return None
-    if not isinstance(found, dict):
-        raise WorkerError("the plugin worker sent a measurement that is not an object")
-    kernels = found.get("kernels")
-    if not isinstance(kernels, list) or len(kernels) > 1000:
-        raise WorkerError("the plugin worker sent kernel names that are not a short list")
-    per_call = found.get("per_call")
-    if not isinstance(per_call, bool):
-        raise WorkerError("the plugin worker sent per_call that is not true or false")
-    runs = _int(found, "runs_per_sample")
-    if runs < 1:
-        raise WorkerError(f"the plugin worker sent runs_per_sample={runs}")
-    try:
-        return Measurement(
-            _samples(found.get("samples"), "samples"),
-            _text(found.get("timer"), "a timer name"),
-            _text(found.get("l2"), "an L2 mode"),
-            tuple(_text(k, "a kernel name") for k in kernels),
-            runs,
-            per_call,
-            _float(found, "batch_gpu_ms"),
-            _int(found, "starved_calls"),
-            throttled_samples=_int(found, "throttled_samples"),
-            discarded_samples=_int(found, "discarded_samples"),
-            energy=_energy(found.get("energy")),
-        )
-    except WorkerError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - e.g. no sample: the worker's data is malformed
-        raise WorkerError(f"the plugin worker sent an invalid measurement: {exc}") from None
-
-
-def _rebuilt_error(found: object) -> Exception | None:
-    """The worker's error as this process's exception, by name and message only."""
-    if found is None:
-        return None
-    if not isinstance(found, dict):
-        raise WorkerError("the plugin worker sent an error that is not an object")
-    name = _text(found.get("type"), "an error type")
-    message = _text(found.get("message"), "an error message")
-    if name == IntegrityError.__name__ and isinstance(found.get("check"), str):
-        check = _text(found["check"], "a check name")
-        prefix = f"integrity check {check} failed: "
-        return IntegrityError(check, message.removeprefix(prefix))
-    if not name.isidentifier():
-        raise WorkerError(f"the plugin worker sent an error type {name[:80]!r}")
-    return type(name, (RemoteError,), {})(message)
-
-
-def _tensor(header: object, raw: bytes) -> torch.Tensor:
-    if not isinstance(header, dict):
-        raise WorkerError("the plugin worker described a tensor with something else")
-    dtype = DTYPES.get(str(header.get("dtype")))
-    shape = header.get("shape")
-    if dtype is None:
-        raise WorkerError(
-            f"the plugin worker sent a tensor of dtype {str(header.get('dtype'))[:40]!r}"
-        )
-    if not isinstance(shape, list) or not all(isinstance(n, int) and 0 <= n for n in shape):
-        raise WorkerError("the plugin worker sent a tensor shape that is not a list of sizes")
-    count = math.prod(shape)
-    if count * torch.empty((), dtype=dtype).element_size() != len(raw):
-        raise WorkerError(f"the plugin worker sent {len(raw)} bytes for a tensor of shape {shape}")
-    if not raw:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
-
 
 # ---------------------------------------------------------------- the parent's runner
 
@@ -418,20 +254,22 @@ class IsolatedCaseRunner(CaseRunner):
             where = spec_reference(self.spec)
             if where is None:
                 raise WorkerError(f"{self.spec.api}'s BenchmarkSpec cannot be imported by name")
-            setup = WorkerSetup(where, self.options)
+            setup = WorkerSetup(where, self.options, energy=_picklable(self.energy))
             self.worker = self.phases.run("worker start", lambda: Worker(setup))
             self.started.append(time.perf_counter() - began)
         return self.phases.run("worker case", lambda: self.worker.case(case))
 
     def _judged(self, case, reply: Reply) -> tuple[CaseResult, ...]:
         message = reply.result
-        found = _list(message, "impls")
+        found = data.list_field(message, "impls")
         impls = self.options.impls
         if len(found) != len(impls):
             raise WorkerError(
                 f"the plugin worker answered for {len(found)} of {len(impls)} implementations"
             )
-        replaced = [_text(n, "a replaced name") for n in _list(message, "replaced")]
+        replaced = [
+            data.text_field(n, "a replaced name") for n in data.list_field(message, "replaced")
+        ]
         phases = message.get("phases")
         if isinstance(phases, dict):
             for name, seconds in phases.items():
@@ -441,10 +279,10 @@ class IsolatedCaseRunner(CaseRunner):
                     and math.isfinite(seconds)
                 ):
                     self.phases.add(f"worker {name[:40]}", max(float(seconds), 0.0))
-        headers = _list(message, "tensors")
+        headers = data.list_field(message, "tensors")
         if len(headers) != len(reply.tensors):
             raise WorkerError("the plugin worker's tensors and their descriptions disagree")
-        tensors = [_tensor(h, raw) for h, raw in zip(headers, reply.tensors, strict=True)]
+        tensors = [data.tensor(h, raw) for h, raw in zip(headers, reply.tensors, strict=True)]
         expected = _LazyReference(self, case)
         rows = [
             self._row(case, impl, entry, tensors, expected, reply, replaced)
@@ -455,13 +293,13 @@ class IsolatedCaseRunner(CaseRunner):
     def _row(self, case, impl: Impl, entry, tensors, expected, reply: Reply, replaced) -> _Row:
         if not isinstance(entry, dict) or entry.get("name") != impl.name:
             raise WorkerError(f"the plugin worker's answer for {impl.name} is missing or misnamed")
-        columns = _columns(entry.get("columns"))
+        columns = data.columns(entry.get("columns"))
         if self.options.check and impl.checked:  # this process writes them from its own check
             for name in PARENT_COLUMNS:
                 columns.pop(name, None)
-        measurement = _measurement(entry.get("measurement"))
-        rounds = _samples(entry.get("round_medians"), "round medians")
-        error = _rebuilt_error(entry.get("error"))
+        measurement = data.measurement(entry.get("measurement"))
+        rounds = data.samples(entry.get("round_medians"), "round medians")
+        error = data.rebuilt_error(entry.get("error"))
         if replaced:
             names = ", ".join(replaced[:6]) + (" ..." if len(replaced) > 6 else "")
             error = IntegrityError(
@@ -636,6 +474,16 @@ class _LazyReference:
         return self.found
 
 
+def _picklable(value):
+    """``value`` where it pickles (a test's stand-in counter), else None: the worker then
+    opens the device's own (NVML handles do not cross processes)."""
+    try:
+        pickle.dumps(value)
+    except Exception:  # noqa: BLE001 - any reason it cannot cross: the worker opens its own
+        return None
+    return value
+
+
 def _compare(actual: torch.Tensor, expected: torch.Tensor, tolerance):
     if tuple(actual.shape) != tuple(expected.shape):
         raise WorkerError(
@@ -672,9 +520,3 @@ def _device_peaks(options) -> tuple[float, float, str]:
 def case_runner_class(options, timer) -> type[CaseRunner]:
     """The runner a sweep measures with (``isolates``)."""
     return IsolatedCaseRunner if isolates(options, timer) else CaseRunner
-
-
-def describe_cost(runner: CaseRunner) -> str:
-    if not isinstance(runner, IsolatedCaseRunner) or not runner.started:
-        return ""
-    return f"plugin worker started {len(runner.started)}x ({sum(runner.started):.1f} s)"

@@ -51,6 +51,7 @@ class WorkerSetup:
     spec: tuple[str, str]  # (module, attribute) the BenchmarkSpec is imported from
     options: RunOptions  # plugin impls without their factory: the worker imports them
     timer: Timer | None = None  # a test's injected timer; None: the one make_timer builds
+    energy: EnergyAccess | None = None  # the sweep's energy counter if it pickles (a test's)
 
 
 def spec_reference(spec: BenchmarkSpec) -> tuple[str, str] | None:
@@ -278,7 +279,7 @@ def worker_main(conn, setup: WorkerSetup) -> None:
         inner = setup.timer or make_timer(options.timing, options.device, lambda _: None)
         inner.self_check()
         timer = BeaconTimer(inner, conn)
-        energy = (
+        energy = setup.energy or (
             open_energy_counter(options.device)
             if options.energy
             else EnergyAccess(None, reason="not read (--no-energy)")
