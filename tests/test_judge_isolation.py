@@ -119,7 +119,17 @@ def code_restored():
         function.__code__ = code
 
 
-@pytest.mark.parametrize("name", sorted(isolation_exploits.CODE_SWAPS))
+def test_rounds_shrunk_behind_honest_samples_fail_the_paired_ratio(tmp_path, code_restored):
+    """The paired ratio says a third, the medians say the same: the two must agree."""
+    rows = _sweep(tmp_path, HONEST, f"{EXPLOITS}:code_swap_rounds")
+    by_impl = {row["impl"]: row for row in rows}
+    cheat = by_impl["isolation_exploits:code_swap_rounds"]
+    assert cheat["status"] == "failed" and cheat["integrity"] == "paired_ratio", cheat
+    assert "disagree beyond their noise" in cheat["error"]
+    assert by_impl["sdpa_decode_plugin:make"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("name", ["code_swap_clock", "code_swap_statistics"])
 def test_a_bytecode_swap_the_guard_cannot_see_fails_the_harness_clock(
     tmp_path, code_restored, name
 ):
