@@ -55,14 +55,17 @@ class WorkerSetup:
 
 
 def spec_reference(spec: BenchmarkSpec) -> tuple[str, str] | None:
-    """Where ``spec`` can be imported from by name (a spec holds lambdas: not picklable)."""
+    """Where ``spec`` can be imported from by name (a spec holds lambdas: not picklable); a
+    script's own spec is its ``__mp_main__`` in the worker (spawn imports the script again
+    under that name, which is why a script must call main_for under ``__name__ == "__main__"``)."""
+    found = None
     for name, module in list(sys.modules.items()):
-        if name == "__main__" or module is None:
-            continue
-        for attr, value in list(vars(module).items()):
+        for attr, value in list(vars(module).items()) if module is not None else ():
             if value is spec:
-                return name, attr
-    return None
+                if name != "__main__":
+                    return name, attr
+                found = ("__mp_main__", attr)
+    return found
 
 
 def _spec(reference: tuple[str, str]) -> BenchmarkSpec:
@@ -268,7 +271,8 @@ def _loaded(impl: Impl) -> Impl:
 def worker_main(conn, setup: WorkerSetup) -> None:
     """The worker's life: snapshot, import the plugins, then one case per message until
     ``("stop",)`` or the pipe closes."""
-    before = guard.snapshot()  # before any plugin code runs
+    guarded = (sys.modules[__name__], sys.modules[CaseRunner.__module__])
+    before = guard.snapshot(guarded)  # before any plugin code runs
     _quiet_stdout()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's: it ends this process
     options = setup.options
@@ -307,9 +311,9 @@ def worker_main(conn, setup: WorkerSetup) -> None:
         runner.begin_case()
         timer.opened.clear()
         runner.phases.seconds.clear()
-        changed = guard.replaced(before)
+        changed = guard.replaced(before, guarded)
         results = _case_results(runner, message[1]) if not changed else ()
-        changed = changed or guard.replaced(before)
+        changed = changed or guard.replaced(before, guarded)
         _send_case(conn, runner, timer, results or _nothing(options), changed)
         if changed:
             return  # this process's timing can no longer be trusted: the parent starts anew

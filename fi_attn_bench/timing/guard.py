@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import ModuleType
 
 import torch
@@ -82,18 +82,21 @@ def _torch_timing() -> Iterator[tuple[str, object]]:
         yield f"torch.autograd.profiler.profile.{name}", value
 
 
-def snapshot() -> dict[str, object]:
+def snapshot(modules: Sequence[ModuleType] = ()) -> dict[str, object]:
     """Every guarded object by its dotted name (the objects themselves, so that an id is
-    never reused by a replacement)."""
+    never reused by a replacement); ``modules``: more of the caller's to guard (a room above
+    this one cannot be imported from here)."""
     found: dict[str, object] = {f"time.{name}": getattr(time, name) for name in CLOCK_NAMES}
     found.update(_torch_timing())
     for name in HARNESS_MODULES:
         found.update(_module_callables(importlib.import_module(name)))
+    for module in modules:
+        found.update(_module_callables(module))
     return found
 
 
-def replaced(before: Mapping[str, object]) -> list[str]:
+def replaced(before: Mapping[str, object], modules: Sequence[ModuleType] = ()) -> list[str]:
     """The names whose object is not the one ``before`` holds (a missing one counts)."""
-    now = snapshot()
+    now = snapshot(modules)
     missing = object()
     return sorted(name for name, value in before.items() if now.get(name, missing) is not value)
