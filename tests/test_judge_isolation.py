@@ -5,8 +5,12 @@ objects stay as they were."""
 
 from __future__ import annotations
 
+import csv
 import importlib
+import io
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,6 +156,20 @@ def test_a_worker_that_sends_junk_fails_its_case_and_the_sweep_goes_on(tmp_path)
     for row in rows:
         assert row["status"] == "failed" and row["error_type"] == "WorkerError", row
         assert "not JSON" in row["error"]
+
+
+def test_only_the_sweep_writes_the_csv_on_stdout(tmp_path):
+    """With --output - the rows go to stdout: a plugin writing to file descriptor 1 reaches
+    stderr, not the CSV (a process of the script, so that descriptors are real)."""
+    command = [sys.executable, str(ROOT / "bench_batch_decode.py"), "--preset", "cpu"]
+    command += ["--device", "cpu", "--filter", ONE_CASE, "--output", "-"]
+    command += ["--impl", f"{EXPLOITS}:writes_stdout"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "forged" not in done.stdout and "forged,row" in done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert [row["status"] for row in rows] == ["ok"]
 
 
 def test_a_worker_that_dies_fails_its_case_and_the_next_case_runs(tmp_path):

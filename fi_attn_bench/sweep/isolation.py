@@ -230,6 +230,9 @@ class IsolatedCaseRunner(CaseRunner):
         except WorkerError as exc:
             self._drop_worker()
             return tuple(CaseResult(None, {}, error=exc) for _ in impls)
+        except KeyboardInterrupt:  # the worker ignores Ctrl-C: end it now, not after a case
+            self._drop_worker()
+            raise
         try:
             return self._judged(case, reply)
         except WorkerError as exc:
