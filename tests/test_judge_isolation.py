@@ -123,6 +123,15 @@ def code_restored():
         function.__code__ = code
 
 
+def test_the_output_is_judged_by_the_sweep_not_by_the_plugins_process(tmp_path, code_restored):
+    """A plugin that makes its process's check pass anything still fails the sweep's."""
+    rows = _sweep(tmp_path, f"{EXPLOITS}:blind_checker")
+    assert rows
+    for row in rows:
+        assert row["status"] == "failed" and row["check"] == "fail", row
+        assert row["error_type"] == "CorrectnessError", row
+
+
 def test_rounds_shrunk_behind_honest_samples_fail_the_paired_ratio(tmp_path, code_restored):
     """The paired ratio says a third, the medians say the same: the two must agree."""
     rows = _sweep(tmp_path, HONEST, f"{EXPLOITS}:code_swap_rounds")

@@ -235,7 +235,7 @@ class IsolatedCaseRunner(CaseRunner):
             raise
         try:
             return self._judged(case, reply)
-        except WorkerError as exc:
+        except Exception as exc:  # noqa: BLE001 - malformed data, or this process's reference failed
             return tuple(CaseResult(None, {}, error=exc) for _ in impls)
         finally:
             if reply.result.get("replaced"):
@@ -458,10 +458,11 @@ class _LazyReference:
     device, after the worker finished the case)."""
 
     def __init__(self, runner: IsolatedCaseRunner, case):
-        self.runner, self.case, self.found = runner, case, None
+        self.runner, self.case, self.found, self.done = runner, case, None, False
 
     def value(self) -> torch.Tensor | None:
-        if self.found is None:
+        if not self.done:
+            self.done = True
             runner = self.runner
             options, spec = runner.options, runner.spec
             torch.manual_seed(case_seed(options.seed, self.case, spec.case_fields))
