@@ -324,3 +324,20 @@ def test_tensors_columns_and_errors_from_the_worker_are_plain_checked_data():
         data.rebuilt_error({"type": "os.system('x')", "message": "m"})
     error = data.rebuilt_error({"type": "ValueError", "message": "m"})
     assert type(error).__name__ == "ValueError" and isinstance(error, data.RemoteError)
+
+
+def test_a_spec_made_at_run_time_is_refused_with_exit_2(tmp_path, capsys):
+    import dataclasses
+
+    spec = dataclasses.replace(bench_batch_decode.SPEC, make_inputs=lambda case, settings: None)
+    argv = ["--preset", "cpu", "--device", "cpu", "--output", str(tmp_path / "r.csv")]
+    assert run_main([*argv, "--impl", HONEST], spec=spec) == 2
+    assert "made at run time" in capsys.readouterr().err
+
+
+def test_a_serving_batch_reaches_the_worker_with_its_workload_field(tmp_path):
+    out = tmp_path / "r.csv"
+    argv = ["--device", "cpu", "--batch", "2d@10+1d@90", "--output", str(out), "--impl", HONEST]
+    assert run_main(argv, spec=bench_batch_decode.SPEC) == 0
+    rows = read_rows(out)
+    assert [(row["status"], row["workload"]) for row in rows] == [("ok", "2d@10+1d@90")]

@@ -256,7 +256,11 @@ class IsolatedCaseRunner(CaseRunner):
             began = time.perf_counter()
             where = spec_reference(self.spec)
             if where is None:
-                raise WorkerError(f"{self.spec.api}'s BenchmarkSpec cannot be imported by name")
+                raise UsageError(
+                    f"{self.spec.api}'s BenchmarkSpec was made at run time (it is no module's "
+                    "top-level name): --impl plugins run in a worker process, which imports it "
+                    "by name; define it at a module's top level, or run with --no-isolation"
+                )
             setup = WorkerSetup(where, self.options, energy=_picklable(self.energy))
             self.worker = self.phases.run("worker start", lambda: Worker(setup))
             self.started.append(time.perf_counter() - began)

@@ -19,10 +19,11 @@ import importlib
 import json
 import math
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -48,29 +49,54 @@ CHECKED, TIMED = (
 class WorkerSetup:
     """What the parent hands the worker once (pickled by the parent, a trusted direction)."""
 
-    spec: tuple[str, str]  # (module, attribute) the BenchmarkSpec is imported from
+    spec: SpecReference
     options: RunOptions  # plugin impls without their factory: the worker imports them
     timer: Timer | None = None  # a test's injected timer; None: the one make_timer builds
     energy: EnergyAccess | None = None  # the sweep's energy counter if it pickles (a test's)
 
 
-def spec_reference(spec: BenchmarkSpec) -> tuple[str, str] | None:
-    """Where ``spec`` can be imported from by name (a spec holds lambdas: not picklable); a
-    script's own spec is its ``__mp_main__`` in the worker (spawn imports the script again
-    under that name, which is why a script must call main_for under ``__name__ == "__main__"``)."""
-    found = None
+def spec_reference(spec: BenchmarkSpec) -> SpecReference | None:
+    """Where ``spec`` can be imported from by name (a spec holds lambdas: not picklable), or
+    a spec of the same API and script that can, with the fields that differ (``--batch``
+    adds a case field) where those pickle.  A script's own spec is its ``__mp_main__`` in
+    the worker (spawn imports the script again under that name, which is why a script must
+    call main_for under ``__name__ == "__main__"``)."""
+    found: list[SpecReference] = []
     for name, module in list(sys.modules.items()):
         for attr, value in list(vars(module).items()) if module is not None else ():
+            if type(value) is not BenchmarkSpec:  # type(): no attribute of a module is asked
+                continue
+            where = "__mp_main__" if name == "__main__" else name
             if value is spec:
-                if name != "__main__":
-                    return name, attr
-                found = ("__mp_main__", attr)
-    return found
+                found.insert(0, SpecReference(where, attr))
+            elif (value.api, value.script) == (spec.api, spec.script):
+                changed = {
+                    f.name: getattr(spec, f.name)
+                    for f in fields(spec)
+                    if getattr(spec, f.name) is not getattr(value, f.name)
+                    and getattr(spec, f.name) != getattr(value, f.name)
+                }
+                found.append(SpecReference(where, attr, changed))
+    for reference in sorted(found, key=lambda r: (bool(r.changed), r.module == "__mp_main__")):
+        try:
+            pickle.dumps(reference.changed)
+        except Exception:  # noqa: BLE001 - a field made at run time (a closure) cannot cross
+            continue
+        return reference
+    return None
 
 
-def _spec(reference: tuple[str, str]) -> BenchmarkSpec:
-    module, attr = reference
-    return getattr(importlib.import_module(module), attr)
+@dataclass(frozen=True)
+class SpecReference:
+    """A BenchmarkSpec by the module and attribute it is imported from, and fields replaced."""
+
+    module: str
+    attr: str
+    changed: Mapping[str, object] = field(default_factory=dict)
+
+    def spec(self) -> BenchmarkSpec:
+        base = getattr(importlib.import_module(self.module), self.attr)
+        return replace(base, **self.changed) if self.changed else base
 
 
 def send_json(conn, payload: Mapping[str, object]) -> None:
@@ -289,7 +315,7 @@ def worker_main(conn, setup: WorkerSetup) -> None:
             else EnergyAccess(None, reason="not read (--no-energy)")
         )
         runner = WorkerCaseRunner(
-            _spec(setup.spec),
+            setup.spec.spec(),
             options,
             timer,
             lambda _: None,
