@@ -331,6 +331,15 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         "its rows instead of warning (docs/INTEGRITY.md)",
     )
     check.add_argument(
+        "--isolation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run --impl plugins in a worker process of their own, out of reach of the "
+        "harness's statistics, checks and files, and hold their samples against the "
+        "harness's clock, a floor of bytes and FLOPs at the device's peaks and the paired "
+        "ratio (default on; --no-isolation runs them in this process)",
+    )
+    check.add_argument(
         "--rtol",
         type=_non_negative_float,
         default=DEFAULT_TOLERANCE,
@@ -541,7 +550,7 @@ def plan(
     impl_kind = "flashinfer" if asking else asked.backend
     asked_by = f"--impl {asking[0]}" if asking else ""
     choice = resolve_impl_kind(impl_kind, device_text, probe, asked_by)
-    other = impl_resolver(asked.fib, asked.judge)  # --impl fib:NAME, a solution of the --fib dataset
+    other = impl_resolver(asked.fib, asked.judge)  # --impl fib:NAME, a solution of --fib
     chosen = impls.parse_impls(
         asked.impl,
         spec.api,
@@ -549,6 +558,7 @@ def plan(
         default=choice.impl_kind,
         other=other,
         judge=asked.judge,
+        isolated=asked.isolation,
     )
     for impl in chosen:
         for finding in impl.screened:

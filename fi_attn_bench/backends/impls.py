@@ -16,7 +16,9 @@ timer, L2 flush, bytes and FLOPs as FlashInfer.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -122,6 +124,64 @@ def load_factory(target: str) -> Callable[[ImplContext], PluginRun]:
     return factory
 
 
+def check_factory_source(target: str) -> None:
+    """What ``load_factory`` checks, read from the plugin's source without running any of it
+    (its code runs in the plugin worker only): the module or file exists and binds the
+    factory's name at its top level; raises UsageError naming the problem."""
+    where, _, attr = target.rpartition(":")
+    if not where or not attr:
+        raise UsageError(f"--impl {target!r}: a plugin is MODULE:FACTORY or FILE.py:FACTORY")
+    path = _plugin_source(where, target)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(
+            f"--impl {target!r}: cannot read {path} ({type(exc).__name__}: {exc})"
+        ) from None
+    if attr not in _top_level_names(tree):
+        raise UsageError(f"--impl {target!r}: {where} has no attribute {attr!r}")
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        else:  # assignments, and names bound under if/try at the top level
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                    names.add(inner.id)
+                elif isinstance(inner, (ast.FunctionDef, ast.ClassDef)):
+                    names.add(inner.name)
+    return names
+
+
+def _plugin_source(where: str, target: str) -> str:
+    """The plugin's source file, found as import would find it but without importing (a
+    package's ``__init__`` does not run either)."""
+    if _names_a_file(where):
+        if not os.path.isfile(where):
+            raise UsageError(f"--impl: no such plugin file {where!r}")
+        return where
+    _let_import_from_cwd()
+    path, found = None, None
+    for part in where.split("."):
+        found = importlib.machinery.PathFinder.find_spec(part, path)
+        if found is None:
+            break
+        path = found.submodule_search_locations
+    origin = getattr(found, "origin", None)
+    if found is None or not origin or not os.path.isfile(origin) or not origin.endswith(".py"):
+        raise UsageError(
+            f"--impl {target!r}: cannot import {where} (ModuleNotFoundError: no Python "
+            f"source of {where!r} on the module search path)"
+        )
+    return origin
+
+
 def _names_a_file(where: str) -> bool:
     return where.endswith(".py") or os.sep in where or "/" in where
 
@@ -190,8 +250,15 @@ def _flashinfer_backend(backend: str, api: str, flashinfer: ModuleType | None) -
     return backend
 
 
-def parse_impl(text: str, api: str, flashinfer: ModuleType | None, judge: bool = False) -> Impl:
-    """One ``--impl`` value (see the module docstring); raises UsageError."""
+def parse_impl(
+    text: str,
+    api: str,
+    flashinfer: ModuleType | None,
+    judge: bool = False,
+    isolated: bool = False,
+) -> Impl:
+    """One ``--impl`` value (see the module docstring); raises UsageError.  ``isolated``: a
+    plugin's source is checked without importing it (it runs in the plugin worker)."""
     name, target = _split_name(text)
     if target in (FLASHINFER, "flashinfer:auto") and flashinfer is None:
         raise UsageError(f"--impl {target}: FlashInfer is not available here (no GPU or import)")
@@ -211,6 +278,9 @@ def parse_impl(text: str, api: str, flashinfer: ModuleType | None, judge: bool =
     name = name or default_impl_name(target)
     if judge and screened:  # its code never runs: the screen's findings fail its rows
         return Impl(name, PLUGIN, target=target, screened=screened, judged=True)
+    if isolated:
+        check_factory_source(target)
+        return Impl(name, PLUGIN, target=target, screened=screened, judged=judge)
     factory = load_factory(target)
     return Impl(name, PLUGIN, factory=factory, target=target, screened=screened, judged=judge)
 
@@ -234,11 +304,13 @@ def parse_impls(
     default: str,
     other: Callable[[str], Impl | None] = lambda text: None,
     judge: bool = False,
+    isolated: bool = False,
 ) -> tuple[Impl, ...]:
     """Every ``--impl`` (``default`` when none), with unique names; ``other`` resolves the
     targets a higher floor knows (``fib:NAME``: a FlashInfer-Bench solution), else None."""
     impls = tuple(
-        other(text) or parse_impl(text, api, flashinfer, judge) for text in (texts or (default,))
+        other(text) or parse_impl(text, api, flashinfer, judge, isolated)
+        for text in (texts or (default,))
     )
     names = [impl.name for impl in impls]
     twice = sorted({name for name in names if names.count(name) > 1})
@@ -290,7 +362,8 @@ def prepare_impl(
     if shared.inputs is None:
         raise TypeError(f"{spec.script} does not hand its inputs to plugins (Prepared.inputs)")
     context = ImplContext(spec.api, MappingProxyType(dict(case)), settings, shared.inputs)
-    made = impl.factory(context)
+    factory = impl.factory or load_factory(impl.target)  # isolated parse, in-process timer
+    made = factory(context)
     if not isinstance(made, PluginRun):
         raise TypeError(
             f"plugin {impl.target} returned {type(made).__name__}, not a PluginRun "

@@ -125,11 +125,23 @@ INTEGRITY_CHECKS = (FRESH_INPUTS, FRESH_INPUTS_TIME, TIMED_OUTPUT, TIMELINE, GRA
 SOURCE_SCREEN = "source_screen"  # --judge: the plugin's source reaches into the harness
 INPUTS_WRITTEN = "inputs_written"  # a timed call wrote into its inputs (fresh values changed)
 INTEGRITY_CHECKS = (*INTEGRITY_CHECKS, SOURCE_SCREEN, INPUTS_WRITTEN)
+# What the sweep holds a plugin worker's report against (fi_attn_bench.sweep.isolation).
+TIMER_IDENTITY = "timer_identity"  # a timer or profiler function was replaced during the case
+OWN_CLOCK = "own_clock"  # the samples disagree with the harness's own clock for the batches
+WORK_FLOOR = "work_floor"  # faster than the case's bytes and FLOPs at the device's peaks allow
+PAIRED_RATIO = "paired_ratio"  # the medians' ratio and the paired ratio disagree
+WORKER_CHECKS = (TIMER_IDENTITY, OWN_CLOCK, WORK_FLOOR, PAIRED_RATIO)
 INTEGRITY_PASS, INTEGRITY_OFF = "pass", "off"
 # passed the weaker set: the timer cannot refresh inputs before each timed call (events,
 # cuda_graph, profiler), so only today's after-loop checks ran
 INTEGRITY_PASS_WEAK = "pass_weak"
-INTEGRITY_OUTCOMES = (INTEGRITY_PASS, INTEGRITY_PASS_WEAK, INTEGRITY_OFF, *INTEGRITY_CHECKS)
+INTEGRITY_OUTCOMES = (
+    INTEGRITY_PASS,
+    INTEGRITY_PASS_WEAK,
+    INTEGRITY_OFF,
+    *INTEGRITY_CHECKS,
+    *WORKER_CHECKS,
+)
 VERDICTS = ("faster", "slower", "same")
 
 # Identity columns added after schema v1 first shipped: a row without one reads as its default,

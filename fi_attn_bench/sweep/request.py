@@ -55,6 +55,7 @@ class SweepRequest:
     check: bool
     integrity: bool
     judge: bool
+    isolation: bool
     rtol: float
     atol: float
     # outputs

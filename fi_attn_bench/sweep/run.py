@@ -41,6 +41,7 @@ from fi_attn_bench.sweep.environment import (
     new_run_id,
     timestamp_utc,
 )
+from fi_attn_bench.sweep.isolation import case_runner_class
 from fi_attn_bench.sweep.outputs import back_up, move_aside, writes_stdout
 from fi_attn_bench.sweep.progress import Eta, Progress, clip_error, summary_line
 from fi_attn_bench.sweep.run_options import RunOptions, repro_command, resume_command
@@ -122,9 +123,16 @@ class Sweep:
             if options.energy
             else EnergyAccess(None, reason="not read (--no-energy)")
         )
-        runner = CaseRunner(
+        runner = case_runner_class(options, self.timer)(
             spec, options, self.timer, self.log, power=power, telemetry=telemetry, energy=energy
         )
+        try:
+            return self._cases(runner, todo, store, metadata, roofline)
+        finally:
+            getattr(runner, "close", lambda: None)()  # the plugin worker, if there is one
+
+    def _cases(self, runner, todo, store, metadata, roofline) -> int:
+        spec, options = self.spec, self.options
         freeze_startup_objects()
         eta = Eta([_predicted_call_ms(spec, options, case) for case in todo], options.timing)
         progress = Progress.start(len(todo) * len(options.impls), eta)

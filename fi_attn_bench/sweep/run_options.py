@@ -94,6 +94,7 @@ class RunOptions:
     cpu_threads: int | None = None  # torch threads of a CPU run (--threads); None on a GPU
     integrity: bool = True  # the timed calls' integrity checks (--no-integrity: off)
     judge: bool = False  # every strict check on (--judge)
+    isolation: bool = True  # plugins in a worker process (--no-isolation: in this one)
     energy: bool = True  # read the energy counter around the timed batches (--no-energy: off)
     fib: str = ""  # --fib DIR: the FlashInfer-Bench dataset the cases come from
     fib_traces: str = ""  # --fib-traces DIR: FlashInfer-Bench traces written after the sweep
@@ -358,6 +359,7 @@ def resolve_options(
         cpu_threads=_cpu_threads(asked, device, listing),
         integrity=asked.integrity,
         judge=asked.judge,
+        isolation=asked.isolation,
         energy=asked.energy,
         fib=getattr(asked, "fib", None) or "",
         fib_traces="" if listing else _fib_traces(asked, output),
@@ -443,6 +445,8 @@ def _setting_words(spec: BenchmarkSpec, options: RunOptions) -> list[str]:
         words.append("--no-integrity")
     if options.judge:
         words.append("--judge")
+    if not options.isolation:
+        words.append("--no-isolation")
     if not options.energy:
         words.append("--no-energy")
     if not options.check:
