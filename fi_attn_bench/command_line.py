@@ -31,6 +31,7 @@ from fi_attn_bench.cases.spec import (
     DTYPES,
     BenchmarkSpec,
 )
+from fi_attn_bench.command_line_groups import add_fib_arguments, add_serving_arguments
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.fib.dataset import read_dataset
 from fi_attn_bench.fib.selection import notes_of
@@ -140,8 +141,8 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
         default=DEFAULT_WORKSPACE_BYTES // 2**20,
         help="wrapper workspace size in MiB (default 128)",
     )
-    _add_serving_arguments(parser)
-    _add_fib_arguments(parser)
+    add_serving_arguments(parser)
+    add_fib_arguments(parser)
     where = parser.add_argument_group("backend and device")
     where.add_argument(
         "--backend",
@@ -418,50 +419,6 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     return parser
 
 
-def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
-    """Varied-length batches (README, "Serving-shaped batches")."""
-    group = parser.add_argument_group("serving-shaped batches")
-    group.add_argument(
-        "--batch",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="a varied-length batch instead of the preset, e.g. '8d@4k+2p512@2k' or "
-        "'64d@lognormal:median=1k,sigma=1,min=16,max=32k' (repeatable; lengths drawn from --seed)",
-    )
-    group.add_argument(
-        "--workload",
-        action="append",
-        default=[],
-        metavar="FILE[:LINE]",
-        help="JSON Lines file, one batch per line (ours or flashinfer-bench's); each line is a case",
-    )
-    group.add_argument(
-        "--imbalance",
-        action="store_true",
-        help="also time each varied case's uniform twin (as many requests and tokens) and "
-        "write uniform_twin_ms and imbalance_pct",
-    )
-
-
-def _add_fib_arguments(parser: argparse.ArgumentParser) -> None:
-    """FlashInfer-Bench datasets in and traces out (docs/FIB.md)."""
-    group = parser.add_argument_group("FlashInfer-Bench (docs/FIB.md)")
-    group.add_argument(
-        "--fib",
-        metavar="DIR",
-        help="a FlashInfer-Bench dataset (definitions/, workloads/, solutions/) or a "
-        "FLASHINFER_TRACE_DUMP_DIR: each workload of a definition this script measures is a "
-        "case, on the workload's own inputs; its solutions can run as --impl fib:NAME",
-    )
-    group.add_argument(
-        "--fib-traces",
-        metavar="DIR",
-        help="write one FlashInfer-Bench trace per case and implementation into DIR/traces/ "
-        "(new files only; intervals and noise beside them in DIR/fi-attn-bench/)",
-    )
-
-
 TimerFactory = Callable[[TimingOptions, torch.device, Callable[[str], None]], Timer]
 
 
@@ -550,6 +507,8 @@ def plan(
     impl_kind = "flashinfer" if asking else asked.backend
     asked_by = f"--impl {asking[0]}" if asking else ""
     choice = resolve_impl_kind(impl_kind, device_text, probe, asked_by)
+    if asked.judge and not asked.isolation:
+        raise UsageError("--judge runs --impl plugins in a worker process: drop --no-isolation")
     other = impl_resolver(asked.fib, asked.judge)  # --impl fib:NAME, a solution of --fib
     chosen = impls.parse_impls(
         asked.impl,

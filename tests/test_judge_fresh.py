@@ -456,3 +456,14 @@ def test_the_refresh_is_recorded_once_per_timed_function_before_the_session_open
     session = timer.open(fn, 0.1)
     assert session.calibration.flush_count == 3
     assert recordings.count(fn.before_call) == 1  # open() reused the one made before sustain
+
+
+def test_judge_refuses_to_run_plugins_in_the_harness_process(tmp_path, capsys):
+    """--judge turns every strict check on; running plugins in-process would turn one off."""
+    out = tmp_path / "r.csv"
+    argv = ["--preset", "cpu", "--device", "cpu", "--output", str(out)]
+    argv += ["--impl", "examples/sdpa_decode_plugin.py:make", "--judge", "--no-isolation"]
+    assert run_main(argv, spec=bench_batch_decode.SPEC) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --judge runs --impl plugins in a worker process: drop --no-isolation"]
+    assert not out.exists()

@@ -29,6 +29,7 @@ FLOORS = {
     "summarizer": 4,
     "fib": 4,  # FlashInfer-Bench datasets in, solutions as plugins, traces out
     "command_line": 5,
+    "command_line_groups": 5,
     "suite_command_line": 5,
     "suite_record": 5,
     "doctor_command_line": 5,
@@ -43,6 +44,7 @@ FLOORS = {
 # other module takes the frozen request they build.
 COMMAND_LINE_MODULES = {
     "fi_attn_bench.command_line",
+    "fi_attn_bench.command_line_groups",
     "fi_attn_bench.suite_command_line",
     "fi_attn_bench.doctor_command_line",
     "fi_attn_bench.device.peaks_command_line",

@@ -53,7 +53,7 @@ from fi_attn_bench.sweep.worker import (
     worker_main,
 )
 from fi_attn_bench.sweep.worker_data import MAX_MESSAGE_BYTES, MAX_TENSOR_BYTES, WorkerError
-from fi_attn_bench.timing.integrity import IN_LOOP_TIMERS, IntegrityError
+from fi_attn_bench.timing.integrity import FRESH_TIMERS, IN_LOOP_TIMERS, IntegrityError
 from fi_attn_bench.timing.paired import paired_ratio
 from fi_attn_bench.timing.statistics import Measurement
 from fi_attn_bench.timing.timers import CudaGraphTimer, EventsTimer, ProfilerTimer, WallTimer
@@ -370,11 +370,14 @@ class IsolatedCaseRunner(CaseRunner):
                 )
 
     def _timed_output_due(self, row: _Row) -> bool:
+        """A timed call's output is sent for this process's check where the timer reuses the
+        checked call's values; under fresh values the worker checks sampled calls on theirs."""
         return (
             row.measurement is not None
             and self.options.integrity
             and row.impl.kind == PLUGIN
             and self.timer.name in IN_LOOP_TIMERS
+            and self.timer.name not in FRESH_TIMERS
         )
 
     def _crosschecks(self, case, row: _Row, reply: Reply) -> Exception | None:
