@@ -47,15 +47,25 @@ from fi_attn_bench.timing.selfcheck import (
     CheckStatus,
     ProbeCall,
     check_cuda_graph,
+    check_cupti_attribution,
     check_device_l2,
     check_profiler_kernels,
     check_spin_kernel,
     matmul_probe,
+    second_stream_call,
     timer_verdicts,
     unavailable,
 )
+from fi_attn_bench.timing.trace import profile_device_events
 
-DEVICE_CHECKS = ("profiler_kernels", "l2_flush", "cuda_graph", "cuda_graph_mla", "spin_kernel")
+DEVICE_CHECKS = (
+    "profiler_kernels",
+    "l2_flush",
+    "cuda_graph",
+    "cuda_graph_mla",
+    "spin_kernel",
+    "cupti_attribution",
+)
 DECODE_CASE = {"batch_size": 16, "seq_len_kv": 1024, "head_dim": 128}  # ~25 us on the H200
 # MLA launches a cooperative (persistent) kernel whose capture on MACA is unknown: probed too
 MLA_CASE = {"batch_size": 16, "seq_len": 1024, "num_heads": 16}
@@ -117,6 +127,7 @@ def diagnose(device: torch.device, load=flashinfer_api.load_flashinfer) -> Docto
         _guarded("cuda_graph", lambda: check_cuda_graph(probe, device, sync)),
         _guarded("cuda_graph_mla", lambda: check_mla_graph(device, flashinfer, sync)),
         _guarded("spin_kernel", check_spin_kernel),
+        _guarded("cupti_attribution", lambda: check_cupti(probe, device, sync)),
         _guarded("telemetry", lambda: check_telemetry(telemetry_sources(device), power, energy)),
         api,
     )
@@ -196,6 +207,21 @@ def check_mla_graph(device: torch.device, flashinfer, sync) -> CheckResult:
         return unavailable("cuda_graph_mla", probe)
     found = check_cuda_graph(probe, device, sync)
     return CheckResult("cuda_graph_mla", found.status, found.summary, found.evidence)
+
+
+def check_cupti(probe: ProbeCall, device: torch.device, sync) -> CheckResult:
+    """The CUPTI timer's attribution on the real probe (its split-KV merge kernels
+    included), held against the profiler's kernels; unavailable where CUPTI is not."""
+    from fi_attn_bench.device import cupti
+
+    if not cupti.cupti_importable():
+        return unavailable("cupti_attribution", "no CUDA torch with cupti-python here")
+    try:
+        tracer, marker = cupti.CuptiTracer(), cupti.MemsetMarker(device)
+    except cupti.CuptiUnavailable as exc:
+        return unavailable("cupti_attribution", str(exc))
+    two_streams = second_stream_call(probe.run, device)
+    return check_cupti_attribution(probe, tracer, marker, sync, two_streams, profile_device_events)
 
 
 def _fallback(device: torch.device, why: str) -> ProbeCall:

@@ -109,7 +109,7 @@ class Column:
 
 
 CPU_TIMER = "wall"  # the wall clock of the torch reference on the CPU
-TIMERS = ("profiler", "cuda_graph", "events", CPU_TIMER)
+TIMERS = ("cupti", "profiler", "cuda_graph", "events", CPU_TIMER)
 L2_MODES = ("warm", "cold")
 BACKENDS = ("flashinfer", "torch")  # the backend column's values: the implementation kind
 CHECK_OUTCOMES = ("pass", "fail", "skipped")

@@ -17,6 +17,7 @@ from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
 from fi_attn_bench.cases.spec import DEFAULT_WORKSPACE_BYTES, DTYPES, BenchmarkSpec, Settings
+from fi_attn_bench.device.cupti import cupti_importable
 from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.program import face_path, rerun_words
 from fi_attn_bench.sweep.outputs import (
@@ -116,8 +117,13 @@ class RunOptions:
         )
 
 
+def default_gpu_timer() -> str:
+    """cupti where it can trace (a CUDA torch with cupti-python), else the profiler (MetaX)."""
+    return "cupti" if cupti_importable() else "profiler"
+
+
 def _timing_options(asked, device: torch.device) -> TimingOptions:
-    timer, l2 = asked.timer or "profiler", asked.l2
+    timer, l2 = asked.timer or default_gpu_timer(), asked.l2
     if device.type == "cpu":
         timer, l2 = "wall", "warm"
     elif timer == "cuda_graph":

@@ -26,11 +26,13 @@ from fi_attn_bench.timing.selfcheck import (
     CheckResult,
     capture_graph,
     check_cuda_graph,
+    check_cupti_attribution,
     check_device_l2,
     check_profiler_kernels,
     matmul_probe,
     require,
     required_checks,
+    second_stream_call,
 )
 from fi_attn_bench.timing.statistics import Batch, clamp
 from fi_attn_bench.timing.trace import (
@@ -494,6 +496,123 @@ class _ProfilerSession(SessionDefaults):
         )
 
 
+class CuptiTimer(DeviceTimerDefaults):
+    """CUPTI activity records around the whole measuring loop of a case; each call's sample
+    from the kernels, memsets and memcpys launched between its two markers (``activity``),
+    every stream included, no runtime API traced.  Batches as the profiler timer's: [spin] +
+    event + calls x ([flush] marker run() marker event), the events steering the stop hook."""
+
+    name = "cupti"
+
+    def __init__(
+        self,
+        options: TimingOptions,
+        device: torch.device,
+        flusher: L2Flusher,
+        tracer_factory: Callable[[], object] | None = None,
+        marker_factory: Callable[[torch.device], Callable[[int], None]] | None = None,
+    ):
+        from fi_attn_bench.device import cupti
+
+        self.options, self.device, self.flusher = options, device, flusher
+        self.l2 = options.l2
+        self.sync = cuda_sync(device)
+        self.pattern = re.compile(options.kernel_pattern) if options.kernel_pattern else None
+        self.queue = QueueAhead(options)
+        self._tracer_factory = tracer_factory or cupti.CuptiTracer
+        self._marker_factory = marker_factory or cupti.MemsetMarker
+        self.tracer = None
+        self.marker: Callable[[int], None] | None = None
+        self.checked = False
+
+    def _open_tracer(self) -> None:
+        """The tracer and the marker, once; a failure is bad input (exit 2) naming why."""
+        if self.tracer is not None:
+            return
+        from fi_attn_bench.device.cupti import CuptiUnavailable
+        from fi_attn_bench.timing.selfcheck import SelfCheckFailed
+
+        try:
+            self.tracer = self._tracer_factory()
+            self.marker = self._marker_factory(self.device)
+        except CuptiUnavailable as exc:
+            raise SelfCheckFailed(f"--timer cupti cannot start: {exc}") from None
+
+    def set_up(self) -> None:
+        self._open_tracer()
+        self.queue.prepare()
+        if self.l2 == "cold":
+            self.flusher.duration_ms()
+
+    def self_check(self) -> None:
+        """Calls must get their own records (``check_cupti_attribution``); cold L2: the
+        flush must evict."""
+        if self.checked:
+            return
+        self._open_tracer()
+        probe = matmul_probe(self.device)
+        attribution = lambda: check_cupti_attribution(  # noqa: E731
+            probe,
+            self.tracer,
+            self.marker,
+            self.sync,
+            second_stream_call(probe.run, self.device),
+        )
+        flush = lambda: check_device_l2(self.flusher, self.device)  # noqa: E731
+        run_required_checks(self, {"cupti_attribution": attribution, "l2_flush": flush})
+        self.checked = True
+
+    def open(self, fn, estimate_ms):
+        self._open_tracer()
+        flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
+        return _CuptiSession(self, fn, estimate_ms, flush_ms)
+
+
+@dataclass
+class _CuptiSession(SessionDefaults):
+    """One CUPTI recording around the whole measuring loop of a case (as the profiler
+    timer's, one recording per case: stopping between batches idles the GPU)."""
+
+    timer: CuptiTimer
+    call: Callable[[], object]
+    estimate_ms: float
+    flush_ms: float
+    run_ms: float = 0.0
+    calls: list[int] = field(default_factory=list)
+    markers: int = 0  # markers launched so far: the next one's value
+
+    def fn(self) -> None:
+        """run() between two markers (what ``queued_samples`` queues)."""
+        mark = self.timer.marker
+        mark(self.markers)
+        self.call()
+        mark(self.markers + 1)
+        self.markers += 2
+
+    def batch(self, calls: int) -> Batch:
+        timer = self.timer
+        flush = timer.flusher.flush if timer.l2 == "cold" else None
+        samples = queued_samples(self, calls, flush, chain=True)
+        self.calls.append(calls)
+        return Batch(samples)
+
+    def record(self, loop: Callable[[], None]) -> list[Batch]:
+        from fi_attn_bench.timing.activity import batches_of, split_calls
+
+        timer = self.timer
+        timer.sync()
+        first = self.markers
+        timer.tracer.start()
+        try:
+            loop()
+            timer.sync()
+        finally:
+            records = timer.tracer.stop()
+        found = split_calls(records, sum(self.calls), first_value=first)
+        attribution = timer.options.effective_attribution
+        return batches_of(found, self.calls, attribution, timer.pattern)
+
+
 def make_timer(options: TimingOptions, device: torch.device, log: Callable[[str], None]) -> Timer:
     """The timer named by ``options`` for ``device`` (wall clock on a CPU device)."""
     if device.type == "cpu":
@@ -505,4 +624,6 @@ def make_timer(options: TimingOptions, device: torch.device, log: Callable[[str]
         return EventsTimer(options, device, flusher)
     if options.timer == "cuda_graph":
         return CudaGraphTimer(options, device)
+    if options.timer == "cupti":
+        return CuptiTimer(options, device, flusher)
     raise ValueError(f"unknown timer {options.timer!r}")

@@ -1,0 +1,272 @@
+"""The CUPTI timer's attribution of activity records to calls, on stand-in records: overlapping
+calls, missing records, records of other streams and of other processes (contexts)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from fi_attn_bench.device import cupti
+from fi_attn_bench.device.cupti import KERNEL, MARKER_BYTES, MEMSET, ActivityRecord
+from fi_attn_bench.sweep import run_options
+from fi_attn_bench.timing import selfcheck, timers
+from fi_attn_bench.timing.activity import batches_of, call_time_ms, split_calls
+from fi_attn_bench.timing.options import NoKernelCaptured, TimingError, TimingOptions
+from fi_attn_bench.timing.selfcheck import CheckStatus, ProbeCall, SelfCheckFailed
+
+MAIN, SIDE = 7, 8  # stream ids
+HERE, ELSEWHERE = 1, 2  # context ids
+
+
+class Timeline:
+    """A stand-in GPU and tracer: launches get correlation ids in order, and run on a clock
+    the test moves; ``records`` is what CUPTI would deliver."""
+
+    def __init__(self):
+        self.correlation = itertools.count(1)
+        self.clock_ns = 0
+        self.records: list[ActivityRecord] = []
+
+    def launch(self, name, duration_ns, *, kind=KERNEL, stream=MAIN, context=HERE, at=None, **kw):
+        start = self.clock_ns if at is None else at
+        record = ActivityRecord(
+            kind, name, start, start + duration_ns, next(self.correlation), stream, context, 0, **kw
+        )
+        self.records.append(record)
+        if at is None:
+            self.clock_ns = record.end_ns + 100  # a launch gap of 100 ns
+        return record
+
+    def marker(self, value: int) -> None:
+        self.launch("Memset (Device)", 1_000, kind=MEMSET, bytes=MARKER_BYTES, value=value % 256)
+
+    def flush(self) -> None:
+        self.launch("flush", 20_000)
+
+    def call(self, *kernels) -> None:
+        for name, ns in kernels:
+            self.launch(name, ns)
+
+
+def _marked_calls(timeline: Timeline, calls: int, kernels, first: int = 0, flush=True) -> None:
+    for index in range(calls):
+        if flush:
+            timeline.flush()
+        timeline.marker(first + 2 * index)
+        timeline.call(*kernels)
+        timeline.marker(first + 2 * index + 1)
+
+
+DECODE = (("decode", 40_000), ("merge", 3_600))
+
+
+def test_each_call_gets_its_kernels_and_not_the_flush():
+    timeline = Timeline()
+    _marked_calls(timeline, 3, DECODE)
+    found = split_calls(timeline.records, 3)
+    assert [call.names() for call in found] == [("decode", "merge")] * 3
+    sums = [call_time_ms(call, "sum") for call in found]
+    assert sums == [pytest.approx(0.0436)] * 3
+    # stream: from the start marker's end: launch gap + decode + gap + merge
+    assert call_time_ms(found[0], "stream") == pytest.approx((100 + 40_000 + 100 + 3_600) / 1e6)
+    assert call_time_ms(found[0], "span") == pytest.approx((40_000 + 100 + 3_600) / 1e6)
+
+
+def test_calls_that_overlap_in_time_are_told_apart_by_launch():
+    """Call 1's kernel on the side stream runs before call 0's main kernel has finished:
+    by time alone it would be call 0's."""
+    timeline = Timeline()
+    timeline.marker(0)
+    slow = timeline.launch("main", 50_000)
+    timeline.marker(1)
+    timeline.marker(2)
+    timeline.launch("side", 5_000, stream=SIDE, at=slow.start_ns + 1_000)
+    timeline.launch("main", 50_000)
+    timeline.marker(3)
+    found = split_calls(timeline.records, 2, same_work=False)
+    assert found[0].names() == ("main",)
+    assert found[1].names() == ("main", "side")
+
+
+def test_records_of_other_streams_count_and_other_contexts_do_not():
+    timeline = Timeline()
+    for index in range(2):
+        timeline.marker(2 * index)
+        timeline.launch("main", 10_000)
+        timeline.launch("side", 4_000, stream=SIDE)
+        timeline.launch("elsewhere", 9_999_000, context=ELSEWHERE)  # another process's work
+        timeline.marker(2 * index + 1)
+    found = split_calls(timeline.records, 2)
+    assert [call.names() for call in found] == [("main", "side")] * 2
+    assert call_time_ms(found[0], "sum") == pytest.approx(0.014)
+
+
+def test_a_lost_marker_is_an_error_naming_it():
+    timeline = Timeline()
+    _marked_calls(timeline, 3, DECODE)
+    del timeline.records[[r.kind for r in timeline.records].index(MEMSET)]
+    with pytest.raises(TimingError, match="5 call markers for 3 timed calls"):
+        split_calls(timeline.records, 3)
+
+
+def test_markers_out_of_sequence_are_an_error():
+    timeline = Timeline()
+    _marked_calls(timeline, 2, DECODE, first=10)
+    with pytest.raises(TimingError, match="call marker 0 of the recording holds 10, not 0"):
+        split_calls(timeline.records, 2, first_value=0)
+    assert len(split_calls(timeline.records, 2, first_value=10)) == 2
+
+
+def test_a_marker_value_wraps_at_256():
+    timeline = Timeline()
+    _marked_calls(timeline, 3, DECODE, first=254)
+    assert len(split_calls(timeline.records, 3, first_value=254)) == 3
+
+
+def test_a_lost_kernel_record_is_an_error_not_a_shorter_time():
+    timeline = Timeline()
+    _marked_calls(timeline, 3, DECODE)
+    merges = [i for i, r in enumerate(timeline.records) if r.name == "merge"]
+    del timeline.records[merges[1]]
+    with pytest.raises(TimingError, match="timed call 1 launched 1 records"):
+        split_calls(timeline.records, 3)
+
+
+def test_a_call_without_records_is_no_kernel_captured():
+    timeline = Timeline()
+    _marked_calls(timeline, 2, ())
+    with pytest.raises(NoKernelCaptured, match="no GPU work between the markers of 2 of 2"):
+        split_calls(timeline.records, 2)
+
+
+def test_a_memset_of_the_markers_size_inside_run_is_caught():
+    timeline = Timeline()
+    _marked_calls(timeline, 1, DECODE)
+    marker = next(r for r in timeline.records if r.kind == MEMSET)
+    timeline.records.insert(3, marker._replace(correlation_id=4, value=77))
+    with pytest.raises(TimingError, match="call markers"):
+        split_calls(timeline.records, 1)
+
+
+def test_batches_split_the_recording_and_keep_the_pattern():
+    timeline = Timeline()
+    _marked_calls(timeline, 5, DECODE)
+    found = split_calls(timeline.records, 5)
+    batches = batches_of(found, [2, 3], "sum", re.compile("decode"))
+    assert [len(b.samples_ms) for b in batches] == [2, 3]
+    assert batches[0].samples_ms[0] == pytest.approx(0.04)
+    assert batches[0].kernels == frozenset({"decode"})
+    first, last = found[0].start_marker, found[1].end_marker
+    assert batches[0].gpu_ms == pytest.approx((last.end_ns - first.start_ns) / 1e6)
+    with pytest.raises(NoKernelCaptured, match="kernels seen: decode; merge"):
+        batches_of(found, [5], "sum", re.compile("nothing"))
+
+
+# ---------------------------------------------------------------- the timer, stand-in tracer
+
+
+class FakeTracer:
+    def __init__(self, timeline: Timeline):
+        self.timeline, self.started = timeline, None
+
+    def start(self):
+        self.started = len(self.timeline.records)
+
+    def stop(self):
+        return self.timeline.records[self.started :]
+
+
+def _timer(timeline: Timeline, l2="warm") -> timers.CuptiTimer:
+    options = TimingOptions(timer="cupti", l2=l2)
+    timer = timers.CuptiTimer(
+        options,
+        torch.device("cpu"),
+        SimpleNamespace(flush=timeline.flush, duration_ms=lambda: 0.02),
+        tracer_factory=lambda: FakeTracer(timeline),
+        marker_factory=lambda device: timeline.marker,
+    )
+    timer.sync = lambda: None
+    return timer
+
+
+def test_sessions_number_their_markers_and_split_the_loop_into_batches():
+    timeline = Timeline()
+    timer = _timer(timeline)
+    timer._open_tracer()
+    for _ in range(2):  # a second case's session starts its markers at 0 again
+        session = timer.open(lambda: timeline.call(*DECODE), 0.05)
+
+        def loop(session=session):
+            for calls in (2, 3):
+                session.calls.append(calls)
+                for _ in range(calls):
+                    session.fn()
+
+        batches = session.record(loop)
+        assert [len(b.samples_ms) for b in batches] == [2, 3]
+        assert all(s == pytest.approx(0.0436) for b in batches for s in b.samples_ms)
+
+
+def test_a_tracer_that_cannot_start_is_exit_2_naming_why():
+    def unavailable():
+        raise cupti.CuptiUnavailable("cupti.cupti cannot be imported (ModuleNotFoundError: x)")
+
+    timer = timers.CuptiTimer(
+        TimingOptions(timer="cupti", l2="warm"),
+        torch.device("cpu"),
+        SimpleNamespace(),
+        tracer_factory=unavailable,
+        marker_factory=lambda device: None,
+    )
+    with pytest.raises(SelfCheckFailed, match="--timer cupti cannot start: cupti.cupti cannot"):
+        timer.self_check()
+
+
+def _check(timeline: Timeline, late_side: bool = False):
+    probe = ProbeCall(lambda: timeline.call(*DECODE), None, "decode stand-in")
+    pending = []
+
+    def two_streams():
+        timeline.call(*DECODE)
+        if late_side:
+            pending.append(1)  # launched by a thread after the call's end marker
+        else:
+            timeline.launch("side mm", 3_000, stream=SIDE)
+
+    def marker(value):
+        timeline.marker(value)
+        while pending:
+            pending.pop()
+            timeline.launch("side mm", 3_000, stream=SIDE)
+
+    return selfcheck.check_cupti_attribution(
+        probe, FakeTracer(timeline), marker, lambda: None, two_streams
+    )
+
+
+def test_the_attribution_check_passes_when_each_call_gets_its_own_records():
+    result = _check(Timeline())
+    assert result.status is CheckStatus.PASS, result.summary
+
+
+def test_the_attribution_check_fails_on_work_attributed_to_the_wrong_call():
+    result = _check(Timeline(), late_side=True)
+    assert result.status is CheckStatus.FAIL
+    assert "misattributed" in result.summary or "second stream" in result.summary
+
+
+def test_cupti_is_the_default_where_it_imports(monkeypatch):
+    monkeypatch.setattr(run_options, "cupti_importable", lambda: True)
+    assert run_options.default_gpu_timer() == "cupti"
+    monkeypatch.setattr(run_options, "cupti_importable", lambda: False)
+    assert run_options.default_gpu_timer() == "profiler"
+
+
+def test_cupti_never_imports_on_metax(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0", raising=False)
+    monkeypatch.setattr(torch.version, "maca", "3.7.0", raising=False)
+    assert not cupti.cupti_importable()
