@@ -160,7 +160,8 @@ class CuptiTracer:
         self.tracing = True
 
     def stop(self) -> list[ActivityRecord]:
-        """Stop tracing (the GPU work must be finished) and return the records."""
+        """Stop tracing (the GPU work must be finished) and return the records.  Records CUPTI
+        dropped show as a lost marker or a call with less work (``timing.activity``)."""
         if not self.tracing:
             return []
         self.tracing = False
@@ -169,20 +170,8 @@ class CuptiTracer:
         finally:
             for kind in self.enabled:
                 self.cupti.activity_disable(kind)
-        dropped = self._dropped()
-        if dropped:
-            raise CuptiUnavailable(f"CUPTI dropped {dropped} activity records (buffers full)")
         records, self.records = self.records, []
         return records
-
-    def _dropped(self) -> int:
-        count = getattr(self.cupti, "activity_get_num_dropped_records", None)
-        if count is None:
-            return 0
-        try:
-            return int(count(0, 0))
-        except Exception:  # noqa: BLE001 - a binding without the query: nothing to report
-            return 0
 
 
 class MemsetMarker:
