@@ -13,6 +13,8 @@ record carries its size and value, so markers are told apart from run()'s work a
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import importlib
 import importlib.util
 from collections.abc import Callable
@@ -79,13 +81,41 @@ def _import(name: str):
         ) from exc
 
 
+@functools.cache
+def _cxa_demangle() -> Callable | None:
+    try:
+        demangle = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    demangle.restype = ctypes.c_void_p
+    return demangle
+
+
+@functools.lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """A kernel's C++ name as the torch profiler shows it (CUPTI records the mangled symbol);
+    the symbol itself where it does not demangle.  Cached: a sweep has few distinct kernels."""
+    function = _cxa_demangle()
+    if function is None or not name.startswith("_Z"):
+        return name
+    status = ctypes.c_int()
+    pointer = function(name.encode(), None, None, ctypes.byref(status))
+    if not pointer or status.value != 0:
+        return name
+    try:
+        return ctypes.string_at(pointer).decode(errors="replace")
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(pointer))
+
+
 def to_record(activity, kinds) -> ActivityRecord | None:
-    """Our record of one CUPTI activity (None for a kind we did not ask for)."""
-    kind = activity.kind
-    if kind == kinds.CONCURRENT_KERNEL:
+    """Our record of one CUPTI activity (None for a kind we did not ask for); ``kinds``:
+    ``ActivityKind``'s three values as plain ints (an enum comparison per record costs)."""
+    kind = int(activity.kind)
+    if kind == kinds[0]:
         return ActivityRecord(
             KERNEL,
-            activity.name,
+            demangle(activity.name),
             activity.start,
             activity.end,
             activity.correlation_id,
@@ -93,8 +123,8 @@ def to_record(activity, kinds) -> ActivityRecord | None:
             activity.context_id,
             activity.device_id,
         )
-    if kind == kinds.MEMSET:
-        memory = _MEMORY_KINDS.get(activity.memory_kind, "Unknown")
+    if kind == kinds[1]:
+        memory = _MEMORY_KINDS.get(int(activity.memory_kind), "Unknown")
         return ActivityRecord(
             MEMSET,
             f"Memset ({memory})",
@@ -107,10 +137,10 @@ def to_record(activity, kinds) -> ActivityRecord | None:
             activity.bytes,
             activity.value,
         )
-    if kind == kinds.MEMCPY:
+    if kind == kinds[2]:
         return ActivityRecord(
             MEMCPY,
-            f"Memcpy {_COPY_KINDS.get(activity.copy_kind, 'Unknown')}",
+            f"Memcpy {_COPY_KINDS.get(int(activity.copy_kind), 'Unknown')}",
             activity.start,
             activity.end,
             activity.correlation_id,
@@ -131,8 +161,8 @@ class CuptiTracer:
     def __init__(self):
         self.cupti = _import("cupti.cupti")
         kinds = self.cupti.ActivityKind
-        self.kinds = kinds
         self.enabled = (kinds.CONCURRENT_KERNEL, kinds.MEMSET, kinds.MEMCPY)
+        self.kinds = tuple(int(kind) for kind in self.enabled)
         self.records: list[ActivityRecord] = []
         self.tracing = False
 
@@ -183,9 +213,12 @@ class MemsetMarker:
         self.buffer = torch.empty(MARKER_BYTES, dtype=torch.uint8, device=device)
         self.pointer = self.driver.CUdeviceptr(self.buffer.data_ptr())
         self.memset: Callable = self.driver.cuMemsetD8Async
+        self._stream = (None, None)  # the last stream's handle and its CUstream
 
     def __call__(self, value: int) -> None:
-        stream = self.driver.CUstream(torch.cuda.current_stream().cuda_stream)
-        (status,) = self.memset(self.pointer, value & 0xFF, MARKER_BYTES, stream)
+        handle = torch.cuda.current_stream().cuda_stream
+        if self._stream[0] != handle:  # one CUstream per stream, not one per marker
+            self._stream = (handle, self.driver.CUstream(handle))
+        (status,) = self.memset(self.pointer, value & 0xFF, MARKER_BYTES, self._stream[1])
         if int(status) != 0:
             raise CuptiUnavailable(f"the marker's cuMemsetD8Async failed: {status}")

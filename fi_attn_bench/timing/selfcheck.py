@@ -362,7 +362,7 @@ def check_cupti_attribution(
     profile: Callable[..., list[DeviceEvent]] | None = None,
 ) -> CheckResult:
     """Calls alternating between ``probe.run`` and ``two_streams`` (the probe plus work on a
-    second stream), each between markers, under ``tracer``: each call must get its own
+    second stream), each after a marker (one more closes them), under ``tracer``: each call must get its own
     records, the second-stream work on another stream than the markers', and (``profile``
     given: the doctor) the probe's records must name the kernels the profiler sees."""
     from fi_attn_bench.timing.activity import split_calls
@@ -377,13 +377,13 @@ def check_cupti_attribution(
         tracer.start()
         try:
             for index in range(2 * CUPTI_CHECK_PAIRS):
-                marker(2 * index)
+                marker(index)
                 (probe.run if index % 2 == 0 else two_streams)()
-                marker(2 * index + 1)
+            marker(2 * CUPTI_CHECK_PAIRS)
             sync()
         finally:
             records = tracer.stop()
-        calls = split_calls(records, 2 * CUPTI_CHECK_PAIRS, same_work=False)
+        calls = split_calls(records, [2 * CUPTI_CHECK_PAIRS], same_work=False)
     except Exception as exc:  # noqa: BLE001 - a tracer or attribution failure is the finding
         return CheckResult(name, CheckStatus.FAIL, f"{type(exc).__name__}: {exc}", tuple(evidence))
     return _cupti_verdict(calls, expected, evidence)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -498,9 +499,10 @@ class _ProfilerSession(SessionDefaults):
 
 class CuptiTimer(DeviceTimerDefaults):
     """CUPTI activity records around the whole measuring loop of a case; each call's sample
-    from the kernels, memsets and memcpys launched between its two markers (``activity``),
-    every stream included, no runtime API traced.  Batches as the profiler timer's: [spin] +
-    event + calls x ([flush] marker run() marker event), the events steering the stop hook."""
+    from the kernels, memsets and memcpys launched between its marker and the next, its L2
+    flush's records aside (``activity``), every stream included, no runtime API traced.
+    Batches: [spin] + event + calls x (marker [flush] run() event) + marker, the events
+    steering the stop hook; the GPU runs flush -> run() back to back, as under the profiler."""
 
     name = "cupti"
 
@@ -523,6 +525,7 @@ class CuptiTimer(DeviceTimerDefaults):
         self._marker_factory = marker_factory or cupti.MemsetMarker
         self.tracer = None
         self.marker: Callable[[int], None] | None = None
+        self._flush_layout = None
         self.checked = False
 
     def _open_tracer(self) -> None:
@@ -538,11 +541,37 @@ class CuptiTimer(DeviceTimerDefaults):
         except CuptiUnavailable as exc:
             raise SelfCheckFailed(f"--timer cupti cannot start: {exc}") from None
 
+    def flush_layout(self):
+        """What one L2 flush launches, from a recording of a flush between two markers
+        (once: the same buffer every case); nothing with warm L2."""
+        from fi_attn_bench.timing.activity import FlushLayout, split_calls
+
+        if self._flush_layout is None:
+            self._flush_layout = FlushLayout()
+            if self.l2 == "cold":
+                self._open_tracer()
+                self.flusher.flush()
+                self.sync()
+                self.tracer.start()
+                try:
+                    self.marker(0)
+                    self.flusher.flush()
+                    self.marker(1)
+                    self.sync()
+                finally:
+                    records = self.tracer.stop()
+                (flush,) = split_calls(records, [1])
+                self._flush_layout = FlushLayout(
+                    len(flush.records), frozenset(r.name for r in flush.records)
+                )
+        return self._flush_layout
+
     def set_up(self) -> None:
         self._open_tracer()
         self.queue.prepare()
         if self.l2 == "cold":
             self.flusher.duration_ms()
+        self.flush_layout()
 
     def self_check(self) -> None:
         """Calls must get their own records (``check_cupti_attribution``); cold L2: the
@@ -565,7 +594,7 @@ class CuptiTimer(DeviceTimerDefaults):
     def open(self, fn, estimate_ms):
         self._open_tracer()
         flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
-        return _CuptiSession(self, fn, estimate_ms, flush_ms)
+        return _CuptiSession(self, fn, estimate_ms, flush_ms, self.flush_layout())
 
 
 @dataclass
@@ -577,22 +606,32 @@ class _CuptiSession(SessionDefaults):
     call: Callable[[], object]
     estimate_ms: float
     flush_ms: float
+    flush: object  # activity.FlushLayout
     run_ms: float = 0.0
     calls: list[int] = field(default_factory=list)
     markers: int = 0  # markers launched so far: the next one's value
 
+    def mark(self) -> None:
+        self.timer.marker(self.markers)
+        self.markers += 1
+
     def fn(self) -> None:
-        """run() between two markers (what ``queued_samples`` queues)."""
-        mark = self.timer.marker
-        mark(self.markers)
+        """marker [flush] run(): one timed call as the batch queues it."""
+        self.mark()
+        if self.timer.l2 == "cold":
+            self.timer.flusher.flush()
         self.call()
-        mark(self.markers + 1)
-        self.markers += 2
 
     def batch(self, calls: int) -> Batch:
+        """[spin] + event + calls x (marker [flush] run() event) + marker: provisional
+        samples (the flush's calibrated time taken off each)."""
         timer = self.timer
-        flush = timer.flusher.flush if timer.l2 == "cold" else None
-        samples = queued_samples(self, calls, flush, chain=True)
+        gpu_ms = self.flush_ms + self.run_ms
+        pairs = timer.queue.batch(self.fn, calls, None, gpu_ms, self.estimate_ms, chain=True)
+        self.mark()  # closes the batch's last call
+        timer.sync()
+        samples = tuple(max(ms - self.flush_ms, 0.0) for ms in elapsed_ms(pairs))
+        self.run_ms = statistics.median(samples) if samples else 0.0
         self.calls.append(calls)
         return Batch(samples)
 
@@ -608,7 +647,7 @@ class _CuptiSession(SessionDefaults):
             timer.sync()
         finally:
             records = timer.tracer.stop()
-        found = split_calls(records, sum(self.calls), first_value=first)
+        found = split_calls(records, self.calls, first_value=first, flush=self.flush)
         attribution = timer.options.effective_attribution
         return batches_of(found, self.calls, attribution, timer.pattern)
 
