@@ -188,8 +188,8 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     timing.add_argument(
         "--timer",
         choices=TIMER_NAMES,
-        help="cupti (default on NVIDIA where cupti-python imports), profiler (default "
-        "elsewhere, e.g. MetaX), cuda_graph (warm L2 only) or events; the CPU uses wall-clock",
+        help="profiler (default), cupti (NVIDIA, cupti-python), cuda_graph (warm L2 only) or "
+        "events; the CPU uses wall-clock",
     )
     timing.add_argument(
         "--l2",

@@ -285,10 +285,14 @@ def test_the_attribution_check_fails_on_work_attributed_to_the_wrong_call():
     assert "misattributed" in result.summary or "second stream" in result.summary
 
 
-def test_cupti_is_the_default_where_it_imports(monkeypatch):
+def test_cupti_is_the_default_only_where_it_imports_and_is_switched_on(monkeypatch):
     monkeypatch.setattr(run_options, "cupti_importable", lambda: True)
+    monkeypatch.setattr(run_options, "CUPTI_IS_DEFAULT", True)
     assert run_options.default_gpu_timer() == "cupti"
     monkeypatch.setattr(run_options, "cupti_importable", lambda: False)
+    assert run_options.default_gpu_timer() == "profiler"
+    monkeypatch.setattr(run_options, "cupti_importable", lambda: True)
+    monkeypatch.setattr(run_options, "CUPTI_IS_DEFAULT", False)
     assert run_options.default_gpu_timer() == "profiler"
 
 

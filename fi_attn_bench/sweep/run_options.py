@@ -117,9 +117,16 @@ class RunOptions:
         )
 
 
+# cupti becomes the default where it imports once a GPU run shows it cheaper than the
+# profiler: on an H100 (VALIDATION.md, "CUPTI timer") its sweep cost 4.2x the timed calls
+# against the profiler's 2.5x, cupti-python's record conversion costing ~60 us per record.
+CUPTI_IS_DEFAULT = False
+
+
 def default_gpu_timer() -> str:
-    """cupti where it can trace (a CUDA torch with cupti-python), else the profiler (MetaX)."""
-    return "cupti" if cupti_importable() else "profiler"
+    """cupti where it can trace (a CUDA torch with cupti-python) and ``CUPTI_IS_DEFAULT``,
+    else the profiler (always on MetaX)."""
+    return "cupti" if CUPTI_IS_DEFAULT and cupti_importable() else "profiler"
 
 
 def _timing_options(asked, device: torch.device) -> TimingOptions:
