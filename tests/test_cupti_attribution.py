@@ -306,3 +306,15 @@ def test_kernel_names_are_demangled_as_the_profiler_shows_them():
     name = "_ZN10flashinfer4demoILj8EEEvPf"
     assert cupti.demangle(name) == "void flashinfer::demo<8u>(float*)"
     assert cupti.demangle("Memset (Device)") == "Memset (Device)"
+
+
+def test_the_stopwatch_times_one_call_from_its_records():
+    """The integrity checks' single calls, timed as the sessions time theirs."""
+    timeline = Timeline()
+    timer = _timer(timeline)
+    watch = timer.stopwatch()
+    watch.start()
+    timeline.call(*DECODE)
+    timeline.launch("side", 4_000, stream=SIDE)
+    watch.stop()
+    assert watch.ms() == pytest.approx(0.0476)

@@ -596,6 +596,38 @@ class CuptiTimer(DeviceTimerDefaults):
         flush_ms = self.flusher.duration_ms() if self.l2 == "cold" else 0.0
         return _CuptiSession(self, fn, estimate_ms, flush_ms, self.flush_layout())
 
+    def stopwatch(self) -> Stopwatch:
+        """One call timed as the sessions time it: its records between two markers."""
+        self._open_tracer()
+        return CuptiStopwatch(self)
+
+
+@dataclass
+class CuptiStopwatch:
+    """The records of what was launched between start() and stop(), read at stop(): the
+    attribution's "sum" with warm L2, "span" with cold (no flush precedes this call)."""
+
+    timer: CuptiTimer
+    found_ms: float = 0.0
+
+    def start(self) -> None:
+        self.timer.sync()
+        self.timer.tracer.start()
+        self.timer.marker(0)
+
+    def stop(self) -> None:
+        from fi_attn_bench.timing.activity import call_time_ms, split_calls
+
+        timer = self.timer
+        timer.marker(1)
+        timer.sync()
+        (call,) = split_calls(timer.tracer.stop(), [1])
+        mode = "sum" if timer.options.effective_attribution == "sum" else "span"
+        self.found_ms = call_time_ms(call, mode, timer.pattern)
+
+    def ms(self) -> float:
+        return self.found_ms
+
 
 @dataclass
 class _CuptiSession(SessionDefaults):
