@@ -194,7 +194,8 @@ def build_parser(spec: BenchmarkSpec, prog: str | None = None) -> argparse.Argum
     timing.add_argument(
         "--timer",
         choices=TIMER_NAMES,
-        help="profiler (default), cuda_graph (warm L2 only) or events; the CPU uses wall-clock",
+        help="profiler (default), cupti (NVIDIA, cupti-python), cuda_graph (warm L2 only) or "
+        "events; the CPU uses wall-clock",
     )
     timing.add_argument(
         "--l2",

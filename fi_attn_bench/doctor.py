@@ -47,16 +47,28 @@ from fi_attn_bench.timing.selfcheck import (
     CheckStatus,
     ProbeCall,
     check_cuda_graph,
+    check_cupti_attribution,
     check_device_l2,
     check_profiler_kernels,
     check_spin_kernel,
     matmul_probe,
+    second_stream_call,
     timer_verdicts,
     unavailable,
 )
+from fi_attn_bench.timing.trace import profile_device_events
 
-DEVICE_CHECKS = ("profiler_kernels", "l2_flush", "cuda_graph", "spin_kernel")
+DEVICE_CHECKS = (
+    "profiler_kernels",
+    "l2_flush",
+    "cuda_graph",
+    "cuda_graph_mla",
+    "spin_kernel",
+    "cupti_attribution",
+)
 DECODE_CASE = {"batch_size": 16, "seq_len_kv": 1024, "head_dim": 128}  # ~25 us on the H200
+# MLA launches a cooperative (persistent) kernel whose capture on MACA is unknown: probed too
+MLA_CASE = {"batch_size": 16, "seq_len": 1024, "num_heads": 16}
 
 
 @dataclass(frozen=True)
@@ -113,7 +125,9 @@ def diagnose(device: torch.device, load=flashinfer_api.load_flashinfer) -> Docto
         _guarded("profiler_kernels", lambda: check_profiler_kernels(probe, sync)),
         _guarded("l2_flush", lambda: check_device_l2(L2Flusher(device), device)),
         _guarded("cuda_graph", lambda: check_cuda_graph(probe, device, sync)),
+        _guarded("cuda_graph_mla", lambda: check_mla_graph(device, flashinfer, sync)),
         _guarded("spin_kernel", check_spin_kernel),
+        _guarded("cupti_attribution", lambda: check_cupti(probe, device, sync)),
         _guarded("telemetry", lambda: check_telemetry(telemetry_sources(device), power, energy)),
         api,
     )
@@ -164,6 +178,50 @@ def real_probe(device: torch.device, flashinfer) -> ProbeCall:
     case_text = ",".join(f"{k}={v}" for k, v in DECODE_CASE.items())
     label = f"BatchDecodeWithPagedKVCacheWrapper.run() {case_text}, fp16, page 16"
     return ProbeCall(prepared.run, prepared.output, label)
+
+
+def mla_probe(device: torch.device, flashinfer) -> ProbeCall | str:
+    """An MLA case through the installed FlashInfer, or why there is none."""
+    if flashinfer is None:
+        return "FlashInfer not importable"
+    try:
+        from fi_attn_bench.apis import mla
+        from fi_attn_bench.cases.inputs import prepare_case
+        from fi_attn_bench.cases.spec import Settings
+
+        case = mla.mla_case(**MLA_CASE)
+        settings = Settings(device, torch.float16, 1, "flashinfer", seed=0)
+        prepared = prepare_case(mla.SPEC, case, settings)
+    except Exception as exc:  # noqa: BLE001 - the check says why it could not probe
+        return f"the MLA case failed: {type(exc).__name__}: {exc}"
+    if prepared.output is None:
+        return "the MLA wrapper's run() takes no out= buffer"
+    case_text = ",".join(f"{k}={v}" for k, v in MLA_CASE.items())
+    return ProbeCall(prepared.run, prepared.output, f"{mla.SPEC.api}.run() {case_text}, fp16")
+
+
+def check_mla_graph(device: torch.device, flashinfer, sync) -> CheckResult:
+    """The CUDA-graph check on an MLA call (unavailable without one)."""
+    probe = mla_probe(device, flashinfer)
+    if isinstance(probe, str):
+        return unavailable("cuda_graph_mla", probe)
+    found = check_cuda_graph(probe, device, sync)
+    return CheckResult("cuda_graph_mla", found.status, found.summary, found.evidence)
+
+
+def check_cupti(probe: ProbeCall, device: torch.device, sync) -> CheckResult:
+    """The CUPTI timer's attribution on the real probe (its split-KV merge kernels
+    included), held against the profiler's kernels; unavailable where CUPTI is not."""
+    from fi_attn_bench.device import cupti
+
+    if not cupti.cupti_importable():
+        return unavailable("cupti_attribution", "no CUDA torch with cupti-python here")
+    try:
+        tracer, marker = cupti.CuptiTracer(), cupti.MemsetMarker(device)
+    except cupti.CuptiUnavailable as exc:
+        return unavailable("cupti_attribution", str(exc))
+    two_streams = second_stream_call(probe.run, device)
+    return check_cupti_attribution(probe, tracer, marker, sync, two_streams, profile_device_events)
 
 
 def _fallback(device: torch.device, why: str) -> ProbeCall:

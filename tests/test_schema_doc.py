@@ -56,4 +56,6 @@ def test_a_new_column_changes_the_page():
 
 def test_choices_are_listed():
     timer = schema.OPTIONAL_COLUMN_BY_NAME["timer"]
-    assert schema_doc.kind_text(timer) == "one of `profiler`, `cuda_graph`, `events`, `wall`"
+    assert (
+        schema_doc.kind_text(timer) == "one of `cupti`, `profiler`, `cuda_graph`, `events`, `wall`"
+    )

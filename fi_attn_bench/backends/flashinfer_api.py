@@ -351,6 +351,20 @@ def wrapper_backends(cls: type, api: str) -> BackendOffer:
     return BackendOffer(CANDIDATE_BACKENDS.get(api, ("auto",)), "candidates")
 
 
+METAX_BACKENDS = ("auto", "fa2")
+"""What MetaX's port (``torch.version.maca`` set) can run: its docstrings name ``fa3`` and
+``cutlass`` too, but fa3 is not prebuilt there (plan() would compile Hopper code, on every row)
+and ``cutlass`` raises "Unsupported backend" (read from jia0713/McFlashInfer)."""
+
+
+def platform_offer(offer: BackendOffer, maca: bool) -> BackendOffer:
+    """``offer`` cut down to what the platform runs: ``METAX_BACKENDS`` on MetaX."""
+    if not maca:
+        return offer
+    values = tuple(v for v in offer.values if v in METAX_BACKENDS) or ("auto",)
+    return BackendOffer(values, f"{offer.source}, MetaX: {'/'.join(METAX_BACKENDS)} only")
+
+
 def resolved_backend(wrapper: object) -> str:
     """The backend a wrapper built with ``auto`` chose, where it keeps it (0.6's ``_backend``
     after plan()); empty when it does not say."""

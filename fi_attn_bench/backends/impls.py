@@ -237,7 +237,13 @@ def _flashinfer_backend(backend: str, api: str, flashinfer: ModuleType | None) -
         cls = fc.wrapper_class(flashinfer, api)
     except fc.UnsupportedCase as exc:
         raise UsageError(f"--impl flashinfer:{backend}: {exc}") from None
-    offer = fc.wrapper_backends(cls, api)
+    documented = fc.wrapper_backends(cls, api)
+    offer = fc.platform_offer(documented, on_metax())
+    if backend in documented.values and backend not in offer.values:
+        raise UsageError(
+            f"--impl flashinfer:{backend}: not offered on MetaX (torch.version.maca is set): "
+            f"the port runs {', '.join(f'flashinfer:{v}' for v in offer.values)} only"
+        )
     if backend not in offer.values:
         how = {
             "none": f"the installed {api}() takes no backend argument",
@@ -248,6 +254,11 @@ def _flashinfer_backend(backend: str, api: str, flashinfer: ModuleType | None) -
             f"unknown FlashInfer backend {backend!r} for {api}; available: {available} ({how})"
         )
     return backend
+
+
+def on_metax() -> bool:
+    """Whether torch is MetaX's MACA build (``torch.version.maca`` set)."""
+    return bool(getattr(torch.version, "maca", None))
 
 
 def parse_impl(

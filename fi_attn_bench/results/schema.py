@@ -110,7 +110,7 @@ class Column:
 
 
 CPU_TIMER = "wall"  # the wall clock of the torch reference on the CPU
-TIMERS = ("profiler", "cuda_graph", "events", CPU_TIMER)
+TIMERS = ("cupti", "profiler", "cuda_graph", "events", CPU_TIMER)
 L2_MODES = ("warm", "cold")
 BACKENDS = ("flashinfer", "torch")  # the backend column's values: the implementation kind
 CHECK_OUTCOMES = ("pass", "fail", "skipped")
@@ -159,6 +159,20 @@ _S, _M, _E, _C, _R, _P, _W, _K = (
     Role.PAIRED,
     Role.WORKLOAD,
     Role.CONDITIONS,
+)
+
+# Where a case's wall time went (``sweep.cost``): the same whole-case values on each of its
+# rows (a head to head's implementations share one measurement), so a later sweep's --cost-from
+# and history read what the case cost, not a model of it.
+COST_PHASES: tuple[tuple[str, str], ...] = (
+    ("prepare", "input and wrapper set-up, plan() and JIT compiles"),
+    ("warm_up", "warm-up and sustain calls"),
+    ("calibration", "timer set-up and calibration (profiler sessions of single calls)"),
+    ("timed", "time inside timed calls (the samples)"),
+    ("l2_flush", "L2 flushes between timed calls (GPU time)"),
+    ("readout", "trace readout: profiler stop, event extraction, attribution"),
+    ("checks", "output check against the reference and integrity checks"),
+    ("other", "the rest: launches, host work between timed calls, bookkeeping"),
 )
 
 OPTIONAL_COLUMNS: tuple[Column, ...] = (
@@ -324,6 +338,10 @@ OPTIONAL_COLUMNS: tuple[Column, ...] = (
         _P,
         Kind.POSITIVE,
         "upper end of the paired energy ratio's 95% interval",
+    ),
+    *(
+        Column(f"cost_{phase}_s", _E, Kind.NON_NEGATIVE, f"wall seconds of the case's {what}")
+        for phase, what in COST_PHASES
     ),
     Column(
         "notes",

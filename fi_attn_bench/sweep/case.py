@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -19,6 +20,7 @@ from fi_attn_bench.device.power import PowerMonitor
 from fi_attn_bench.device.sync import synchronize
 from fi_attn_bench.device.telemetry import Telemetry
 from fi_attn_bench.results.schema import NOISY_NOTE, append_note
+from fi_attn_bench.sweep.cost import case_cost
 from fi_attn_bench.sweep.run_options import RunOptions
 from fi_attn_bench.timing.conditions import CaseConditions
 from fi_attn_bench.timing.energy import EnergyRecorder
@@ -165,10 +167,23 @@ class CaseRunner:
     energy: EnergyAccess | None = None
 
     def __call__(self, case: Mapping[str, int]) -> tuple[CaseResult, ...]:
-        """One CaseResult per ``--impl`` (their order); never raises an Exception: a
-        failure is a CaseResult with its error."""
-        if self.options.paired:
-            return self._paired(case)
+        """One CaseResult per ``--impl`` (their order), each with the case's cost columns;
+        never raises an Exception: a failure is a CaseResult with its error."""
+        before, started = dict(self.phases.seconds), time.perf_counter()
+        timed, gpu = self.timed_ms, self.batch_gpu_ms
+        results = self._paired(case) if self.options.paired else self._single(case)
+        cost = case_cost(
+            before,
+            self.phases.seconds,
+            time.perf_counter() - started,
+            self.timed_ms - timed,
+            self.batch_gpu_ms - gpu,
+        )
+        for result in results:
+            result.columns.update(cost.columns())
+        return results
+
+    def _single(self, case: Mapping[str, int]) -> tuple[CaseResult, ...]:
         columns: dict[str, object] = {}  # filled as the case goes, kept when it fails
         try:
             measurement = self._measure(case, columns)

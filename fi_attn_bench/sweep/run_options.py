@@ -17,6 +17,7 @@ from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_seed, case_text, parse_filter, select_cases
 from fi_attn_bench.cases.serving import COMMAND_LINE_CASES
 from fi_attn_bench.cases.spec import DEFAULT_WORKSPACE_BYTES, DTYPES, BenchmarkSpec, Settings
+from fi_attn_bench.device.cupti import cupti_importable
 from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.fib.selection import FibSelection
 from fi_attn_bench.fib.selection import select as fib_select
@@ -122,8 +123,20 @@ class RunOptions:
         )
 
 
+# cupti becomes the default where it imports once a GPU run shows it cheaper than the
+# profiler: on an H100 (VALIDATION.md, "CUPTI timer") its sweep cost 4.2x the timed calls
+# against the profiler's 2.5x, cupti-python's record conversion costing ~60 us per record.
+CUPTI_IS_DEFAULT = False
+
+
+def default_gpu_timer() -> str:
+    """cupti where it can trace (a CUDA torch with cupti-python) and ``CUPTI_IS_DEFAULT``,
+    else the profiler (always on MetaX)."""
+    return "cupti" if CUPTI_IS_DEFAULT and cupti_importable() else "profiler"
+
+
 def _timing_options(asked, device: torch.device) -> TimingOptions:
-    timer, l2 = asked.timer or "profiler", asked.l2
+    timer, l2 = asked.timer or default_gpu_timer(), asked.l2
     if device.type == "cpu":
         timer, l2 = "wall", "warm"
     elif timer == "cuda_graph":

@@ -21,6 +21,7 @@ from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.reader import read_file, result_layout
 from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore, StoreError
 from fi_attn_bench.results.schema import STATUS_OK
+from fi_attn_bench.sweep.cost import measured_wall_s
 from fi_attn_bench.sweep.launch import Launch, detect_launch, process_started, run_tag
 from fi_attn_bench.sweep.outputs import default_csv_path, probe_directory
 from fi_attn_bench.sweep.request import SweepRequest
@@ -32,6 +33,7 @@ from fi_attn_bench.sweep.sharding import (
     ShardSpec,
     Split,
     case_item,
+    cost_us,
     parse_shard,
     predicted_call_ms,
     reference_peaks,
@@ -170,16 +172,19 @@ def _measured_row(row: Mapping[str, object]) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class MeasuredCost:
-    """What a previous sweep's row says a case costs: its call time and sample count."""
+    """What a previous sweep's row says a case costs: its call time and sample count, and
+    the case's wall seconds where the row recorded them (``cost_*_s``) with the same timer."""
 
     time_ms: float
     samples: int | None
+    wall_s: float | None = None
 
 
 def measured_costs(
-    rows: Sequence[Mapping[str, str]], spec: BenchmarkSpec
+    rows: Sequence[Mapping[str, str]], spec: BenchmarkSpec, timing: TimingOptions | None = None
 ) -> dict[tuple[str, ...], MeasuredCost]:
-    """time_ms and samples of ``spec``'s cases among ``rows``, by case key (a case's first row)."""
+    """time_ms and samples of ``spec``'s cases among ``rows``, by case key (a case's first
+    row), with its recorded wall time when the row was timed as ``timing`` times."""
     found: dict[tuple[str, ...], MeasuredCost] = {}
     for row in rows:
         if row.get("api") != spec.api or any(name not in row for name in spec.case_fields):
@@ -189,8 +194,13 @@ def measured_costs(
             samples = int(row["samples"]) if row.get("samples", "") != "" else None
         except ValueError:
             continue
+        same = timing is not None and (row.get("timer"), row.get("l2")) == (
+            timing.timer,
+            timing.l2,
+        )
+        wall = measured_wall_s(row) if same else None
         if value > 0 and math.isfinite(value):
-            found.setdefault(case_key(row, spec.case_fields), MeasuredCost(value, samples))
+            found.setdefault(case_key(row, spec.case_fields), MeasuredCost(value, samples, wall))
     return found
 
 
@@ -222,13 +232,16 @@ def costed_cases(
     """Every case of every run with its cost: measured where a row has it, else predicted."""
     costed = []
     for run, (spec, options) in enumerate(runs):
-        known = measured_costs(measured_rows, spec)
+        known = measured_costs(measured_rows, spec, timing)
         for index, case in enumerate(options.cases):
             key = case_key(case, spec.case_fields)
             measured = known.get(key)
             if measured is None:
                 call_ms = predicted_case_call_ms(spec, options, case)
                 item = case_item((spec.api, *key), call_ms, timing)
+            elif measured.wall_s is not None:
+                gpu_us = cost_us(measured.time_ms / 1e3)
+                item = ShardItem((spec.api, *key), cost_us(measured.wall_s), gpu_us)
             else:
                 item = case_item((spec.api, *key), measured.time_ms, timing, measured.samples)
             costed.append(CostedCase(run, index, item, key in known))

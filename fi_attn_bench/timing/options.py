@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from fi_attn_bench.results.schema import CPU_TIMER  # noqa: F401 - re-exported: the timers' name for it
 
-TIMER_NAMES = ("profiler", "cuda_graph", "events")  # GPU timers a user may pick
+TIMER_NAMES = ("cupti", "profiler", "cuda_graph", "events")  # GPU timers a user may pick
 
 
 ATTRIBUTIONS = ("auto", "sum", "span", "stream")

@@ -8,6 +8,9 @@ real case and by each timer on a small probe before a sweep's first case.
 * ``cuda_graph``: a replay of a captured call runs every kernel: its output, poisoned with
   NaN before the replay, equals the eager output, and it launches as many device kernels.
 * ``spin_kernel``: ``torch.cuda._sleep``, the queue-ahead spin, exists and spins.
+* ``cupti_attribution``: CUPTI's records, split by the call markers, give each call its own
+  work: calls alternating between the probe and the probe plus work on a second stream get
+  exactly their own records (the doctor also holds the probe's against the profiler's).
 
 A check reports pass, fail or unavailable with its evidence (``CheckResult``); a timer
 refuses to run where a check it depends on failed (``SelfCheckFailed``, exit 2).
@@ -48,7 +51,11 @@ TIMER_CHECKS: dict[tuple[str, str], tuple[str, ...]] = {
     ("events", "cold"): ("l2_flush",),
     ("events", "warm"): (),
     ("cuda_graph", "warm"): ("cuda_graph",),
+    ("cupti", "cold"): ("cupti_attribution", "l2_flush"),
+    ("cupti", "warm"): ("cupti_attribution",),
 }
+
+CUPTI_CHECK_PAIRS = 4  # probe calls alternating with probe + second-stream calls
 
 
 def required_checks(timer: str, l2: str) -> tuple[str, ...]:
@@ -327,3 +334,91 @@ def check_spin_kernel(measure: Callable[[], float] = spin_cycles_per_ms) -> Chec
         "torch.cuda._sleep spins",
         (("spin rate", f"{rate:,.0f} cycles per ms"),),
     )
+
+
+def second_stream_call(run: Callable[[], object], device: torch.device) -> Callable[[], None]:
+    """``run`` plus a small matmul on a second stream joined both ways, as a call that
+    launches work on two streams would."""
+    side = torch.cuda.Stream(device)
+    a = torch.randn(256, 256, device=device)
+    out = torch.empty_like(a)
+
+    def call() -> None:
+        run()
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            torch.mm(a, a, out=out)
+        torch.cuda.current_stream(device).wait_stream(side)
+
+    return call
+
+
+def check_cupti_attribution(
+    probe: ProbeCall,
+    tracer,
+    marker: Callable[[int], None],
+    sync: Callable[[], None],
+    two_streams: Callable[[], None],
+    profile: Callable[..., list[DeviceEvent]] | None = None,
+) -> CheckResult:
+    """Calls alternating between ``probe.run`` and ``two_streams`` (the probe plus work on a
+    second stream), each after a marker (one more closes them), under ``tracer``: each call must get its own
+    records, the second-stream work on another stream than the markers', and (``profile``
+    given: the doctor) the probe's records must name the kernels the profiler sees."""
+    from fi_attn_bench.timing.activity import split_calls
+
+    name = "cupti_attribution"
+    evidence: list[tuple[str, str]] = [("probe", probe.label)]
+    try:
+        probe.run()
+        two_streams()
+        sync()
+        expected = sorted(e.name for e in profile(probe.run, sync)) if profile else None
+        tracer.start()
+        try:
+            for index in range(2 * CUPTI_CHECK_PAIRS):
+                marker(index)
+                (probe.run if index % 2 == 0 else two_streams)()
+            marker(2 * CUPTI_CHECK_PAIRS)
+            sync()
+        finally:
+            records = tracer.stop()
+        calls = split_calls(records, [2 * CUPTI_CHECK_PAIRS], same_work=False)
+    except Exception as exc:  # noqa: BLE001 - a tracer or attribution failure is the finding
+        return CheckResult(name, CheckStatus.FAIL, f"{type(exc).__name__}: {exc}", tuple(evidence))
+    return _cupti_verdict(calls, expected, evidence)
+
+
+def _cupti_verdict(calls, expected, evidence) -> CheckResult:
+    name = "cupti_attribution"
+    plain = {call.names() for call in calls[0::2]}
+    joined = {call.names() for call in calls[1::2]}
+    marker_stream = calls[0].start_marker.stream_id
+    extra = Counter(calls[1].names()) - Counter(calls[0].names())
+    other_streams = {r.stream_id for r in calls[1].records} - {marker_stream}
+    evidence += [
+        ("records per probe call", "; ".join(shorten_kernel_name(n) for n in calls[0].names())),
+        ("added by the second stream", "; ".join(shorten_kernel_name(n) for n in extra)),
+        ("streams of a two-stream call", str(len({r.stream_id for r in calls[1].records}))),
+    ]
+    if expected is not None:
+        evidence.append(("profiler's kernels of the probe", str(len(expected))))
+    if len(plain) != 1 or len(joined) != 1:
+        why = "calls that launched the same work got different records: misattributed"
+    elif not extra or sum(extra.values()) != len(calls[1].records) - len(calls[0].records):
+        why = "the second stream's work was not attributed to the call that launched it"
+    elif not other_streams:
+        why = "no record of a two-stream call ran on a stream other than the markers'"
+    elif expected is not None and len(expected) != len(calls[0].records):
+        why = (
+            f"CUPTI attributed {len(calls[0].records)} records to the probe call, the "
+            f"profiler saw {len(expected)} kernels"
+        )
+    else:
+        return CheckResult(
+            name,
+            CheckStatus.PASS,
+            f"{counted(len(calls), 'call')} each got exactly its own records, second stream included",
+            tuple(evidence),
+        )
+    return CheckResult(name, CheckStatus.FAIL, why, tuple(evidence))
