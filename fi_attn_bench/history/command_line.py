@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.history import bisect_command_line
 from fi_attn_bench.history.reading import NotARunError, csv_paths, runs_in_file
 from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore, StoreError
 
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="per case, the median of the branch's last K runs",
     )
+    bisect_command_line.add_parser(commands)
     return parser
 
 
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "detect": run_detect,
         "report": run_report,
         "baseline": run_baseline,
+        "bisect": bisect_command_line.run,
     }
     try:
         return handlers[args.command](args)
