@@ -2,7 +2,7 @@
 plugin repositories whose plugin gets slower at one hidden commit, measured for real.
 
 CPU (default): a repository of 64 commits whose plugin, a small pure-Python decode attention,
-does 3 % more work from the hidden commit on (it repeats its kernel about 515 times instead of 500:
+does 3 % more work from the hidden commit on (it repeats its kernel about 258 times instead of 250:
 real extra work, no sleep; the ratio is calibrated by measurement before the trials).  Each run
 is a fresh process that times the plugin's calls with ``time.perf_counter`` around each call, as
 the harness's CPU timer (``WallTimer``) does, and writes one schema-v1 row.  It does not go
@@ -39,7 +39,7 @@ from fi_attn_bench.history.bisect_stats import TESTS  # noqa: E402
 from fi_attn_bench.results.run_store import RunStore  # noqa: E402
 
 HARNESS = Path(__file__).resolve().parent.parent
-CPU_BASE_REPEATS = 500  # kernel repeats per call at the good commits
+CPU_BASE_REPEATS = 250  # kernel repeats per call at the good commits
 CPU_CASE = "api=BatchDecodeWithPagedKVCacheWrapper,batch_size=1,seq_len_kv=4"
 CUDA_CASE = "batch_size=16,seq_len_kv=1024"  # a case of bench_batch_decode's default preset
 CUDA_BASE_REPEATS = 50  # SDPA launches per call at the good commits (2 %: 51)
@@ -87,7 +87,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plugin
 
-CALLS, WARMUP = {calls}, 2
+CALLS, WARMUP = {calls}, 1
 run = plugin.make()
 for _ in range(WARMUP):
     run()
@@ -209,7 +209,9 @@ def calibrated_cpu_repeats(step_pct: float, calls: int, rounds: int = 15) -> tup
         base = median_ms(CPU_BASE_REPEATS)
         ratios.append(median_ms(slow) / base)
     measured = sorted(ratios)[len(ratios) // 2]
-    corrected = round(CPU_BASE_REPEATS + (slow - CPU_BASE_REPEATS) * step_pct / 100 / (measured - 1))
+    corrected = round(
+        CPU_BASE_REPEATS + (slow - CPU_BASE_REPEATS) * step_pct / 100 / (measured - 1)
+    )
     return corrected, measured
 
 
@@ -233,11 +235,20 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
         )  # fmt: skip
         case = CUDA_CASE
     else:
-        argv = ("{python}", "-I", "-S", "{rev_dir}/run_case.py", "{output}")  # stdlib only: fast start
+        argv = (
+            "{python}",
+            "-I",
+            "-S",
+            "{rev_dir}/run_case.py",
+            "{output}",
+        )  # stdlib only: fast start
         case = CPU_CASE
     revisions = commit_line(repo.path, repo.good, repo.bad)
     runs = []
-    with Worktrees(repo.path) as source, RunStore.open(repo.path / "store.sqlite", create=True) as store:
+    with (
+        Worktrees(repo.path) as source,
+        RunStore.open(repo.path / "store.sqlite", create=True) as store,
+    ):
         from fi_attn_bench.history.analysis import parse_case_filter
 
         prober = CommandProber(
@@ -279,12 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--commits", type=int, help="default 64 (cpu), 16 (cuda)")
     parser.add_argument("--step-pct", type=float, help="default 3 (cpu), 2 (cuda)")
-    parser.add_argument("--calls", type=int, default=7, help="timed calls per CPU run")
+    parser.add_argument("--calls", type=int, default=5, help="timed calls per CPU run")
     parser.add_argument("--max-repeats", type=int, default=BisectSettings().max_repeats)
     parser.add_argument("--test", choices=TESTS, default=BisectSettings().test)
-    parser.add_argument(
-        "--same-confidence", type=float, default=BisectSettings().same_confidence
-    )
+    parser.add_argument("--same-confidence", type=float, default=BisectSettings().same_confidence)
     parser.add_argument("--workspace", help="keep the repositories here (default: a temp dir)")
     args = parser.parse_args(argv)
     cuda = args.device == "cuda"
@@ -310,7 +319,10 @@ def main(argv: list[str] | None = None) -> int:
             tally[verdict] += 1
             probes += trial_probes
             runs += trial_runs
-            print(f"trial {seed}: {verdict}, {trial_probes} probes, {trial_runs} runs; {note}", flush=True)
+            print(
+                f"trial {seed}: {verdict}, {trial_probes} probes, {trial_runs} runs; {note}",
+                flush=True,
+            )
     elapsed = time.perf_counter() - started
     n = args.trials
     print(

@@ -66,7 +66,7 @@ class BisectSettings:
     alpha: float = DEFAULT_ALPHA
     confidence: float = DEFAULT_INTERVAL
     same_confidence: float = DEFAULT_SAME_INTERVAL
-    max_repeats: int = 30  # runs of each revision within one step
+    max_repeats: int = 60  # runs of each revision within one step
     min_change_pct: float = 1.0  # good and bad closer than this are "the same"
     seed: int = 0
     test: str = SIGNED_RANK
@@ -178,9 +178,7 @@ class _Search:
             self.rng.shuffle(order)
             for position in order:
                 try:
-                    samples[position][round_number] = self.prober.measure(
-                        self.revisions[position]
-                    )
+                    samples[position][round_number] = self.prober.measure(self.revisions[position])
                 except ProbeFailed:
                     if position not in ends:
                         raise

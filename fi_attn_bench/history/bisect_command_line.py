@@ -16,17 +16,20 @@ from pathlib import Path
 
 import fi_attn_bench
 from fi_attn_bench.history.bisect_sources import BisectInputError
-from fi_attn_bench.history.bisect_stats import DEFAULT_ALPHA, fewest_repeats_for
+from fi_attn_bench.history.bisect_stats import (
+    DEFAULT_ALPHA,
+    SIGNED_RANK,
+    TESTS,
+    fewest_repeats_for,
+)
 from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore
 
 EXIT_BAD_INPUT, EXIT_INTERRUPTED = 2, 130
 DEFAULT_STORE = Path("results") / DEFAULT_STORE_NAME
 DEFAULT_SCRIPT = "bench_batch_decode"
 DEFAULT_BRANCH = "bisect"
-DEFAULT_MAX_REPEATS, DEFAULT_MIN_CHANGE_PCT = (
-    30,
-    1.0,
-)  # BisectSettings' defaults (a test holds them equal)
+# BisectSettings' defaults (a test holds them equal), here so that --help imports no more
+DEFAULT_MAX_REPEATS, DEFAULT_MIN_CHANGE_PCT, DEFAULT_TEST = 60, 1.0, SIGNED_RANK
 DEFAULT_RUN_TIMEOUT_S = 1800.0
 # Case fields the bench scripts' --filter does not take (they name the API and the impl).
 NOT_FILTER_FIELDS = ("api", "impl")
@@ -37,7 +40,7 @@ def add_parser(commands) -> None:
         "bisect",
         help="find the revision (commit or wheel version) that changed a case's time",
         description="Bisect commits of --repo (each in a git worktree of its own) or wheels "
-        "of --versions DIR, comparing fresh runs with a Mann-Whitney test until it decides; "
+        "of --versions DIR, comparing fresh runs with a rank test until it decides; "
         "exit 0 named, 3 cannot tell, 2 bad input.",
     )
     ends = bisect_parser.add_argument_group("what to bisect")
@@ -80,6 +83,11 @@ def add_parser(commands) -> None:
     statistics = bisect_parser.add_argument_group("statistics")
     statistics.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     statistics.add_argument(
+        "--test", choices=TESTS, default=DEFAULT_TEST,
+        help="signed-rank (default): Wilcoxon on the log ratios of runs that shared a round; "
+        "mann-whitney: Pinpoint's test on the two sides' runs",
+    )  # fmt: skip
+    statistics.add_argument(
         "--max-repeats", type=int, default=DEFAULT_MAX_REPEATS, metavar="N",
         help="runs of each revision within one step before it says cannot tell",
     )  # fmt: skip
@@ -99,7 +107,7 @@ def settings_from(args):
 
     if not 0 < args.alpha < 0.5:
         raise BisectInputError(f"--alpha {args.alpha:g} must lie between 0 and 0.5")
-    fewest = fewest_repeats_for(args.alpha)
+    fewest = fewest_repeats_for(args.alpha, args.test)
     if args.max_repeats < fewest:
         raise BisectInputError(
             f"--max-repeats {args.max_repeats} is too few: a rank test at alpha {args.alpha:g} "
@@ -112,6 +120,7 @@ def settings_from(args):
         max_repeats=args.max_repeats,
         min_change_pct=args.min_change,
         seed=args.seed,
+        test=args.test,
     )
 
 

@@ -61,7 +61,6 @@ class Comparison:
     test: str = MANN_WHITNEY
     same_interval: RatioEstimate | None = None  # the interval "the same" is judged on
 
-
     def different(self, alpha: float) -> bool:
         return self.p_value <= alpha
 
