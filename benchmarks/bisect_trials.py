@@ -41,7 +41,8 @@ from fi_attn_bench.results.run_store import RunStore  # noqa: E402
 HARNESS = Path(__file__).resolve().parent.parent
 CPU_BASE_REPEATS = 250  # kernel repeats per call at the good commits
 CPU_CASE = "api=BatchDecodeWithPagedKVCacheWrapper,batch_size=1,seq_len_kv=4"
-CUDA_CASE = "batch_size=16,seq_len_kv=1024"  # a case of bench_batch_decode's default preset
+CUDA_CASE = "batch_size=16,seq_len_kv=2048,num_kv_heads=4"  # one case of the default preset
+HARNESS_CPU_CASE = "batch_size=4,seq_len_kv=200"  # one case of the cpu preset (--harness on a CPU)
 CUDA_BASE_REPEATS = 50  # SDPA launches per call at the good commits (2 %: 51)
 
 CPU_PLUGIN = '''"""A CPU plugin: one decode query against SEQ keys of DIM, in pure Python."""
@@ -219,7 +220,7 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
     rng = random.Random(seed)
     commits = args.commits
     hidden_at = rng.randint(1, commits - 1)
-    cuda = args.device == "cuda"
+    cuda = args.harness
     repo = make_repository(
         workspace / f"trial{seed}",
         commits,
@@ -229,11 +230,11 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
         repeats,
     )
     if cuda:
+        case = CUDA_CASE if args.device == "cuda" else HARNESS_CPU_CASE
         argv = (
-            "{python}", str(HARNESS / "bench_batch_decode.py"), "--device", "cuda",
-            "--impl", "{rev_dir}/plugin.py:make", "--filter", CUDA_CASE, "--output", "{output}",
+            "{python}", str(HARNESS / "bench_batch_decode.py"), "--device", args.device,
+            "--impl", "{rev_dir}/plugin.py:make", "--filter", case, "--output", "{output}",
         )  # fmt: skip
-        case = CUDA_CASE
     else:
         argv = (
             "{python}",
@@ -295,8 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test", choices=TESTS, default=BisectSettings().test)
     parser.add_argument("--same-confidence", type=float, default=BisectSettings().same_confidence)
     parser.add_argument("--workspace", help="keep the repositories here (default: a temp dir)")
+    parser.add_argument(
+        "--harness",
+        action="store_true",
+        help="run bench_batch_decode.py with an SDPA plugin (always with --device cuda)",
+    )
     args = parser.parse_args(argv)
-    cuda = args.device == "cuda"
+    cuda = args.harness = args.harness or args.device == "cuda"
     args.commits = args.commits or (16 if cuda else 64)
     step = args.step_pct if args.step_pct is not None else (2.0 if cuda else 3.0)
     if cuda:
