@@ -216,6 +216,10 @@ def calibrated_cpu_repeats(step_pct: float, calls: int, rounds: int = 15) -> tup
     return corrected, measured
 
 
+def print_step(step) -> None:
+    print(step.describe(), flush=True)
+
+
 def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, int, str]:
     rng = random.Random(seed)
     commits = args.commits
@@ -271,6 +275,7 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
                     test=args.test,
                     same_confidence=args.same_confidence,
                 ),
+                on_step=print_step if args.verbose else lambda step: None,
             )
         finally:
             prober.close()
@@ -296,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test", choices=TESTS, default=BisectSettings().test)
     parser.add_argument("--same-confidence", type=float, default=BisectSettings().same_confidence)
     parser.add_argument("--workspace", help="keep the repositories here (default: a temp dir)")
+    parser.add_argument("--verbose", action="store_true", help="print every step's evidence")
     parser.add_argument(
         "--harness",
         action="store_true",

@@ -47,6 +47,7 @@ COMMAND_LINE_MODULES = {
     "fi_attn_bench.device.peaks_command_line",
     "fi_attn_bench.summarizer.command_line",
     "fi_attn_bench.history.command_line",
+    "fi_attn_bench.history.bisect_command_line",
 }
 
 

@@ -44,6 +44,11 @@ class Revision:
 
     key: str  # full commit hash or wheel file name: what the prober checks out
     label: str  # what reports show: a short hash and subject, or a version
+    recorded: str = ""  # what the store records as its runs' commit (default: the key)
+
+    @property
+    def commit(self) -> str:
+        return self.recorded or self.key
 
     def __str__(self) -> str:
         return self.label

@@ -188,7 +188,7 @@ class CommandProber:
             return
         for run in runs:
             metadata = dict(run.metadata)
-            metadata["git_commit"] = revision.label if os.sep in revision.key else revision.key
+            metadata["git_commit"] = revision.commit
             metadata.pop("git_dirty", None)
             stored = dataclasses.replace(run, metadata=tuple(metadata.items()))
             try:

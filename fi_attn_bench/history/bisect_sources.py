@@ -180,7 +180,7 @@ def version_line(wheels: list[Wheel], good: str | None, bad: str | None) -> list
         raise BisectInputError(f"good and bad are the same version ({labels[lo]})")
     if lo > hi:
         raise BisectInputError(f"good {labels[lo]} is newer than bad {labels[hi]}")
-    return [Revision(str(wheels[i].path), labels[i]) for i in range(lo, hi + 1)]
+    return [Revision(str(wheels[i].path), labels[i], labels[i]) for i in range(lo, hi + 1)]
 
 
 class Environments:
