@@ -516,3 +516,30 @@ def test_versions_refuses_wheels_of_two_packages_and_unknown_versions(tmp_path, 
     (wheels / "other-1.0-py3-none-any.whl").write_bytes(b"")
     assert history_main([*base, "--", "true"]) == 2
     assert "wheels of several packages" in one_error(capsys)
+
+
+# --- the trials benchmark's repositories ---------------------------------------------------
+
+
+def test_trial_repositories_slow_the_plugin_at_the_hidden_commit_only(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bisect_trials
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    plugin, runner = bisect_trials.CPU_PLUGIN, bisect_trials.CPU_RUNNER.format(calls=3)
+    repo = bisect_trials.make_repository(tmp_path / "r", 6, 4, plugin, runner, (250, 258))
+    hashes = git(repo.path, "rev-list", "--reverse", "HEAD").split()
+    assert (repo.good, repo.hidden, repo.bad) == (hashes[0], hashes[4], hashes[5])
+    repeats = [
+        git(repo.path, "show", f"{commit}:plugin.py").count("REPEATS = 258") for commit in hashes
+    ]
+    assert repeats == [0, 0, 0, 0, 1, 1]
+    output = tmp_path / "run.csv"
+    subprocess.run(
+        [sys.executable, "-I", "-S", str(repo.path / "run_case.py"), str(output)], check=True
+    )
+    from fi_attn_bench.history.reading import runs_in_file
+
+    (run,) = runs_in_file(output)
+    assert run.results[0].time_ms > 0 and run.results[0].status == "ok"
