@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -300,6 +303,33 @@ def test_ctrl_c_mid_bisect_removes_every_worktree(tmp_path, capsys, monkeypatch)
     assert "interrupted" in capsys.readouterr().err
     assert worktrees(repo) == [f"worktree {repo}"]
     assert not list(Path(repo / ".git" / "worktrees").glob("*"))
+
+
+def test_a_terminated_bisect_removes_its_worktrees_and_its_running_command(small_repo, tmp_path):
+    repo, hashes = small_repo
+    args = bisect_args(repo, hashes, tmp_path / "h.sqlite")[: -len(COMMAND)]
+    sleeper = "import time; time.sleep(120)"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fi_attn_bench.history", *args, "--", sys.executable, "-c", sleeper],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(600):  # until the good end's worktree exists and its first run sleeps
+            if len(worktrees(repo)) == 2:
+                break
+            time.sleep(0.1)
+        assert len(worktrees(repo)) == 2
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted" in err
+    assert worktrees(repo) == [f"worktree {repo}"]
 
 
 def one_error(capsys) -> str:

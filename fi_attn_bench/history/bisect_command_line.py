@@ -11,7 +11,9 @@ import argparse
 import contextlib
 import shlex
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import fi_attn_bench
@@ -253,9 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(["bisect", *(argv or [])]))
 
 
+def _stop_on_terminate(signum, frame) -> None:
+    raise KeyboardInterrupt  # so that a killed bisect removes its worktrees as Ctrl-C does
+
+
 def run(args) -> int:
     from fi_attn_bench.results.run_store import StoreError
 
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop_on_terminate) if main_thread else None
     try:
         return run_bisect(args)
     except (BisectInputError, StoreError) as exc:
@@ -264,3 +272,6 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: worktrees and environments removed", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
