@@ -11,7 +11,7 @@ machine, and a trial makes about 200 runs.
 
     python benchmarks/bisect_trials.py --trials 40                 # the target
     python benchmarks/bisect_trials.py --trials 10 --step-pct 0.5  # must end in "cannot tell"
-    python benchmarks/bisect_trials.py --device cuda --trials 3    # H100: 16 commits, 2 %,
+    python benchmarks/bisect_trials.py --device cuda --trials 1    # H100: 16 commits, 2 %,
                                                                    # through bench_batch_decode.py
 
 A trial is right when the bisect names the hidden commit, "cannot tell" when it names none, and
@@ -238,6 +238,7 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
         argv = (
             "{python}", str(HARNESS / "bench_batch_decode.py"), "--device", args.device,
             "--impl", "{rev_dir}/plugin.py:make", "--filter", case, "--output", "{output}",
+            "--min-time-ms", "100", "--no-energy",  # a cheap run: the bisect repeats it
         )  # fmt: skip
     else:
         argv = (
