@@ -51,6 +51,7 @@ COMMAND_LINE_MODULES = {
     "fi_attn_bench.summarizer.command_line",
     "fi_attn_bench.summarizer.pr_verdict_command_line",
     "fi_attn_bench.history.command_line",
+    "fi_attn_bench.history.bisect_command_line",
 }
 
 

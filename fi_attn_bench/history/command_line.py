@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from fi_attn_bench import VERSION_TEXT
+from fi_attn_bench.history import bisect_command_line
 from fi_attn_bench.history.reading import NotARunError, csv_paths, runs_in_file
 from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore, StoreError
 from fi_attn_bench.summarizer.output import (
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="per case, the median of the branch's last K runs",
     )
+    bisect_command_line.add_parser(commands)
     return parser
 
 
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "detect": run_detect,
         "report": run_report,
         "baseline": run_baseline,
+        "bisect": bisect_command_line.run,
     }
     store = getattr(args, "store", None) or "the history store"
     try:
