@@ -205,7 +205,9 @@ class WorkerCaseRunner(CaseRunner):
     def timed_fns(self, name: str) -> list[object]:
         kept = self.kept.get(name, {})
         probe = kept.get("probe")
-        return [kept.get("run"), getattr(probe, "sentinel", None)]
+        # run() itself, or what the integrity probe wraps it in: the poisoning sentinel, or
+        # the fresh values' caller (timing.fresh.FreshCalls)
+        return [kept.get("run"), getattr(probe, "sentinel", None), getattr(probe, "fresh", None)]
 
 
 def _cell(value: object) -> object:
