@@ -47,7 +47,7 @@ def csv_paths(inputs: Iterable[str]) -> list[Path]:
         path = Path(name)
         if path.is_dir():
             paths.extend(sorted(path.rglob("*.csv")))
-        elif path.is_file():
+        elif path.exists():  # a FIFO or device too: the reader refuses it in one line
             paths.append(path)
         else:
             raise NotARunError(f"{name}: no such file or directory")
