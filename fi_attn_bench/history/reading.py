@@ -13,7 +13,10 @@ from fi_attn_bench.results.case_identity import case_identities, case_identity
 from fi_attn_bench.results.reader import read_file
 from fi_attn_bench.results.run_store import (
     CaseResult,
+    LazyTexts,
     ParsedRun,
+    ResultColumns,
+    ResultSequence,
     RowBlock,
     column_cell_texts,
     number_text,
@@ -86,6 +89,7 @@ def runs_in_file(path: Path) -> list[ParsedRun]:
         tuple(_categories(frame[name]) for name in header),
         tuple(_codes_or_numbers(frame[name]) for name in header),
     )
+    del frame, read  # the block holds every cell now
     texts = _ColumnTexts(block)
     run_ids = texts.get(RUN_ID_COLUMN)
     keys = [name for name in case_columns(header) if name != RUN_ID_COLUMN]
@@ -94,7 +98,8 @@ def runs_in_file(path: Path) -> list[ParsedRun]:
         groups.setdefault(run_id, []).append(position)
     runs = []
     for run_id, positions in groups.items():
-        run_block = block.take(np.array(positions, dtype=np.intp))
+        whole = len(positions) == len(block)  # one run in the file: no copy
+        run_block = block if whole else block.take(np.array(positions, dtype=np.intp))
         results = _case_results(run_block, keys)
         identity = run_id or _fallback_id(_ColumnTexts(run_block), results)
         runs.append(_block_run(identity, path, header, _ColumnTexts(run_block), results, run_block))
@@ -144,7 +149,7 @@ class _ColumnTexts:
         return [None if value != value else value for value in values.tolist()]
 
 
-def _case_results(block: RowBlock, keys: Sequence[str]) -> tuple[CaseResult, ...]:
+def _case_results(block: RowBlock, keys: Sequence[str]) -> ResultSequence:
     """``case_result`` of every row of ``block``, by column."""
     texts = _ColumnTexts(block)
     fields = {name: texts.get(name) for name in keys}
@@ -152,49 +157,39 @@ def _case_results(block: RowBlock, keys: Sequence[str]) -> tuple[CaseResult, ...
         cells = fields.get(name) or [""] * len(block)
         fields[name] = [cell or default for cell in cells]
     apis = texts.get("api")
-    case_keys = case_identities(apis, fields)
-    fields_json = _json_objects(fields, len(block))
     statuses = texts.get("status")
     times = texts.numbers("time_ms")
-    clocks = texts.numbers("sm_clock_mean_MHz")
-    capped = texts.numbers("power_capped_pct")
-    impls = fields.get("impl", [""] * len(block))
-    return tuple(
-        CaseResult(
-            case_key=case_keys[i],
-            api=apis[i],
-            impl=impls[i],
-            fields_json=fields_json[i],
-            status=statuses[i],
-            time_ms=times[i] if statuses[i] != STATUS_FAILED else None,
-            sm_clock_mean_MHz=clocks[i],
-            power_capped_pct=capped[i],
+    return ResultSequence(
+        ResultColumns(
+            case_keys=case_identities(apis, fields),
+            apis=apis,
+            impls=fields.get("impl", [""] * len(block)),
+            fields_json=_json_objects(fields, len(block)),
+            statuses=statuses,
+            time_ms=[
+                time if status != STATUS_FAILED else None
+                for time, status in zip(times, statuses, strict=True)
+            ],
+            sm_clock_mean_MHz=texts.numbers("sm_clock_mean_MHz"),
+            power_capped_pct=texts.numbers("power_capped_pct"),
         )
-        for i in range(len(block))
     )
 
 
-def _json_objects(columns: dict[str, list[str]], rows: int) -> list[str]:
-    """``json.dumps(row, sort_keys=True)`` of each row of these columns (names sorted), each
-    distinct cell encoded once."""
-    pieces = []
-    for name in sorted(columns):
-        encoded: dict[str, str] = {}
-        prefix = json.dumps(name) + ": "
-        pieces.append(
-            [
-                encoded.get(cell) or encoded.setdefault(cell, prefix + json.dumps(cell))
-                for cell in columns[name]
-            ]
-        )
-    return (
-        ["{" + ", ".join(cells) + "}" for cells in zip(*pieces, strict=True)]
-        if pieces
-        else ["{}"] * rows
-    )
+def _json_objects(columns: dict[str, list[str]], rows: int) -> LazyTexts:
+    """``json.dumps(row, sort_keys=True)`` of each row of these columns, made when asked (the
+    store asks for the cases new to it)."""
+    names = sorted(columns)
+    ordered = [columns[name] for name in names]
+
+    def row_json(index: int) -> str:
+        return json.dumps(dict(zip(names, (cells[index] for cells in ordered), strict=True)))
+
+    return LazyTexts(rows, row_json)
 
 
 def _fallback_id(texts: _ColumnTexts, results: Sequence[CaseResult]) -> str:
+    columns = ResultColumns.of(results)
     stamps = sorted(texts.get("timestamp_utc"))
     stamps = [stamp for stamp in stamps if stamp]
     identity = {
@@ -202,7 +197,7 @@ def _fallback_id(texts: _ColumnTexts, results: Sequence[CaseResult]) -> str:
         "git_commit": texts.first("git_commit"),
         "first": stamps[0] if stamps else "",
         "last": stamps[-1] if stamps else "",
-        "cases": sorted((result.case_key, repr(result.time_ms)) for result in results),
+        "cases": sorted(zip(columns.case_keys, map(repr, columns.time_ms), strict=True)),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     return "sha256:" + digest[:32]
