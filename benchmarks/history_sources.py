@@ -58,6 +58,7 @@ class History:
     large: np.ndarray  # case >= 50 us
     clock_drop_run: int = -1
     decode: np.ndarray | None = None  # real runs: the case is BatchDecode's
+    noise: np.ndarray | None = None  # simulated: each case's run-to-run noise sd (log)
 
 
 def real_cases() -> list[RealCase]:
@@ -171,6 +172,7 @@ def simulate(
         outliers,
         base >= LARGE_CASE_MS,
         drop_run,
+        noise=sd,
     )
 
 

@@ -242,11 +242,22 @@ def _samples_path(asked, output: str, resume: bool) -> str:
 def preset_for(spec: BenchmarkSpec, asked, device: torch.device) -> str:
     if getattr(asked, "batch", None) or getattr(asked, "workload", None):
         return COMMAND_LINE_CASES
+    on_cpu_grid = device.type == "cpu" and "cpu" in spec.presets
+    if asked.preset == "smoke" and on_cpu_grid and _work(spec, "cpu") < _work(spec, "smoke"):
+        return "cpu"  # a first look: smoke's GPU-sized cases took 140 s on the CPU reference
     if asked.preset:
         return asked.preset
-    if device.type == "cpu" and "cpu" in spec.presets:
+    if on_cpu_grid:
         return "cpu"
     return "default" if "default" in spec.presets else sorted(spec.presets)[0]
+
+
+def _work(spec: BenchmarkSpec, preset: str) -> float:
+    """A preset's FLOPs in all (inf where the script's formula fails on a case)."""
+    try:
+        return float(sum(spec.flops(case) for case in spec.presets[preset]))
+    except Exception:  # noqa: BLE001 - a broken formula fails its case later, and says why
+        return float("inf")
 
 
 def _selection(spec: BenchmarkSpec, asked, device, output: str, resume: bool):
