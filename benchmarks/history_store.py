@@ -47,7 +47,8 @@ def timed_add(checkout: Path, csv_path: Path, store: Path, label: str) -> Add:
     command += ["--store", str(store)]
     environment = {**os.environ, "PYTHONPATH": str(checkout)}
     start = time.perf_counter()
-    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL)
+    # cwd: ``python -m`` imports from the working directory first
+    process = subprocess.Popen(command, env=environment, cwd=checkout, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
     return Add(label, wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status))

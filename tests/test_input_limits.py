@@ -140,6 +140,9 @@ def test_line_limits_count_lines_across_chunks():
     inner = LineLimits(max_bytes=10_000, max_lines=100, max_line_bytes=10)
     with pytest.raises(InputLimitError, match="a line over the limit of 10 bytes"):
         inner.check(b"ab\n" + b"x" * 11 + b"\nyz\n")  # a line between two line ends
+    old_mac = LineLimits(max_bytes=10_000, max_lines=5, max_line_bytes=1000)
+    with pytest.raises(InputLimitError, match="over the limit of 5 lines"):
+        old_mac.check(b"a\r" * 6)  # lines that a CR alone ends count too
     total = LineLimits(max_bytes=100, max_lines=100, max_line_bytes=1000)
     total.check(b"a\n" * 50)
     with pytest.raises(InputLimitError, match="over the limit of 100 bytes"):

@@ -11,12 +11,8 @@ from pathlib import Path
 
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.history.reading import NotARunError, csv_paths, runs_in_file
-from fi_attn_bench.results.run_store import (
-    DEFAULT_STORE_NAME,
-    RunStore,
-    StoreError,
-    file_digest,
-)
+from fi_attn_bench.results.run_rows import file_digest
+from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore, StoreError
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 DEFAULT_STORE = Path("results") / DEFAULT_STORE_NAME

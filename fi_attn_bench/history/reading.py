@@ -11,16 +11,16 @@ import numpy as np
 
 from fi_attn_bench.results.case_identity import case_identities, case_identity
 from fi_attn_bench.results.reader import read_file
-from fi_attn_bench.results.run_store import (
+from fi_attn_bench.results.run_rows import (
     CaseResult,
     LazyTexts,
-    ParsedRun,
     ResultColumns,
     ResultSequence,
     RowBlock,
     column_cell_texts,
     number_text,
 )
+from fi_attn_bench.results.run_store import ParsedRun
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS, STATUS_FAILED, case_columns
 from fi_attn_bench.summarizer.loading import known_layouts, load_inputs
 

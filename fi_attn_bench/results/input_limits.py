@@ -9,6 +9,7 @@ times what a real sweep writes (a 200,000-case CSV is 200 MB, 1 KB a row, 61 col
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -31,7 +32,6 @@ def _kind(mode: int) -> str:
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a directory"),
     ):
         if test(mode):
             return name
@@ -45,6 +45,8 @@ def open_regular(path, max_bytes: int):
     descriptor = os.open(path, flags)
     try:
         status = os.fstat(descriptor)
+        if stat.S_ISDIR(status.st_mode):  # the seed's message for a directory
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(status.st_mode):
             raise InputLimitError(f"{_kind(status.st_mode)}, not a regular file")
         if status.st_size > max_bytes:
@@ -85,7 +87,12 @@ class LineLimits:
         self.total += len(chunk)
         if self.total > self.max_bytes:
             raise InputLimitError(f"{self.what} is over the limit of {self.max_bytes:,} bytes")
-        ends = chunk.count(b"\n") + chunk.count(b"\r")  # a CR LF counts twice: a looser bound
+        # one scan of the chunk: lines end in LF (or CR LF), else in CR alone (old Mac files)
+        separator = b"\n"
+        ends = chunk.count(separator)
+        if not ends and b"\r" in chunk:
+            separator = b"\r"
+            ends = chunk.count(separator)
         self.lines += ends
         if self.lines > self.max_lines:
             raise InputLimitError(f"{self.what} has over the limit of {self.max_lines:,} lines")
@@ -93,9 +100,10 @@ class LineLimits:
             self.open_line += len(chunk)
             longest = self.open_line
         else:
-            first = _first_line_end(chunk)
-            longest = max(self.open_line + first, _longest_inner_line(chunk, self.max_line_bytes))
-            self.open_line = len(chunk) - 1 - max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+            first = chunk.find(separator)
+            inner = _longest_inner_line(chunk, separator, self.max_line_bytes)
+            longest = max(self.open_line + first, inner)
+            self.open_line = len(chunk) - 1 - chunk.rfind(separator)
             longest = max(longest, self.open_line)
         if longest > self.max_line_bytes:
             raise InputLimitError(
@@ -103,12 +111,7 @@ class LineLimits:
             )
 
 
-def _first_line_end(chunk: bytes) -> int:
-    ends = [at for at in (chunk.find(b"\n"), chunk.find(b"\r")) if at >= 0]
-    return min(ends)
-
-
-def _longest_inner_line(chunk: bytes, limit: int) -> int:
+def _longest_inner_line(chunk: bytes, separator: bytes, limit: int) -> int:
     """The longest line between two line ends of ``chunk``; 0 when no line that short of the
     chunk could pass ``limit`` (always, at the real limits: a chunk is at most a line limit)."""
     if len(chunk) <= limit:
@@ -116,7 +119,7 @@ def _longest_inner_line(chunk: bytes, limit: int) -> int:
     import numpy as np
 
     data = np.frombuffer(chunk, dtype=np.uint8)
-    ends = np.flatnonzero((data == 0x0A) | (data == 0x0D))
+    ends = np.flatnonzero(data == separator[0])
     return int(np.diff(ends).max() - 1) if len(ends) > 1 else 0
 
 
