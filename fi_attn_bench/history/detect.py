@@ -285,8 +285,16 @@ def share_following(before: np.ndarray, after: np.ndarray, shift: float) -> floa
     half of it), the share that moved.  A case that stepped itself near the shift moved by
     neither and is left out: counted as not following, the 40 % of cases that stepped during
     a machine's drift episode made it look like their code change, left in every case."""
-    moved = nanmedian(after, axis=0) - nanmedian(before, axis=0)
-    moved = moved[np.isfinite(moved)]
+    level_before, level_after = nanmedian(before, axis=0), nanmedian(after, axis=0)
+    moved = level_after - level_before
+    residual = np.vstack([before - level_before, after - level_after])
+    spread = 1.4826 * nanmedian(np.abs(residual), axis=0)
+    counts = np.isfinite(before).sum(axis=0), np.isfinite(after).sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        uncertainty = 1.25 * spread * np.sqrt(1 / counts[0] + 1 / counts[1])
+    # a case whose own noise cannot tell the shift from none says nothing either way
+    telling = np.isfinite(moved) & (uncertainty <= 0.25 * abs(shift))
+    moved = moved[telling]
     followed = int(np.sum(np.abs(moved - shift) <= 0.5 * abs(shift)))
     stayed = int(np.sum(np.abs(moved) <= 0.5 * abs(shift)))
     if followed + stayed == 0:
