@@ -58,6 +58,7 @@ class History:
     large: np.ndarray  # case >= 50 us
     clock_drop_run: int = -1
     decode: np.ndarray | None = None  # real runs: the case is BatchDecode's
+    noise: np.ndarray | None = None  # simulated: each case's run-to-run noise sd (log)
 
 
 def real_cases() -> list[RealCase]:
@@ -78,9 +79,43 @@ def real_cases() -> list[RealCase]:
     ]
 
 
+@dataclass(frozen=True)
+class DriftEpisodes:
+    """Run-wide drift episodes: from a run (each run with probability ``every`` ^ -1, outside
+    another episode) every case is ``size`` slower or faster for 1 to ``longest`` runs."""
+
+    every: float = 8.0
+    size: float = 0.01
+    longest: int = 3
+
+
+def drift_episodes(rng, runs: int, episodes: DriftEpisodes) -> tuple[np.ndarray, list[int]]:
+    """(per run, the episodes' log factor; the first run of each episode)."""
+    level = np.zeros(runs)
+    starts = []
+    run = 0
+    while run < runs:
+        if rng.random() < 1 / episodes.every:
+            length = int(rng.integers(1, episodes.longest + 1))
+            level[run : run + length] = np.log1p(episodes.size * rng.choice((-1.0, 1.0)))
+            starts.append(run)
+            run += length + 1
+        else:
+            run += 1
+    return level, starts
+
+
 def simulate(
-    rng, pool: list[RealCase], model: NoiseModel, steps: bool, clock_drop: bool
+    rng,
+    pool: list[RealCase],
+    model: NoiseModel,
+    steps: bool,
+    clock_drop: bool,
+    step_share: float = 0.5,
+    episodes: DriftEpisodes | None = None,
 ) -> History:
+    """One simulated history; ``step_share`` of the cases step (with ``episodes``, half of
+    them at the first run of a drift episode, so a case's step and the machine's drift meet)."""
     cases = [pool[i] for i in rng.integers(len(pool), size=CASES)]
     base = np.array([c.time_ms for c in cases])
     clock0 = np.array([c.clock_MHz for c in cases])
@@ -115,9 +150,17 @@ def simulate(
         outliers.append((run, case))
     step_run = np.full(CASES, -1)
     step_size = np.zeros(CASES)
+    episode_starts: list[int] = []
+    if episodes is not None:
+        level, episode_starts = drift_episodes(rng, RUNS, episodes)
+        log_time += level[:, None]
     if steps:
-        stepped = rng.permutation(CASES)[: CASES // 2]
+        stepped = rng.permutation(CASES)[: int(round(CASES * step_share))]
         step_run[stepped] = rng.integers(FIRST_STEP_RUN, RUNS - REPORT_DELAY, size=len(stepped))
+        in_episodes = [run for run in episode_starts if FIRST_STEP_RUN <= run < RUNS - REPORT_DELAY]
+        if in_episodes:
+            half = stepped[: len(stepped) // 2]
+            step_run[half] = rng.choice(in_episodes, size=len(half))
         step_size[stepped] = rng.choice(STEP_SIZES, size=len(stepped))
         for case in stepped:
             log_time[step_run[case] :, case] += np.log1p(step_size[case])
@@ -129,6 +172,7 @@ def simulate(
         outliers,
         base >= LARGE_CASE_MS,
         drop_run,
+        noise=sd,
     )
 
 

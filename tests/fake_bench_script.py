@@ -1,7 +1,8 @@
 """A tiny CPU benchmark script for the harness tests (run as a subprocess or imported).
 
 Each case "computes" ``out = 2 * q``; environment variables inject behaviour:
-``FAKE_BENCH_SLEEP`` seconds per run() (default 0.005), ``FAKE_BENCH_OOM`` a batch size (or ``all``)
+``FAKE_BENCH_SLEEP`` seconds per run() (default 0.005; with ``FAKE_BENCH_BURN=1`` spent as
+CPU work), ``FAKE_BENCH_OOM`` a batch size (or ``all``)
 whose run() raises torch.OutOfMemoryError, ``FAKE_BENCH_WRONG`` a batch size whose output is off.
 """
 
@@ -25,8 +26,16 @@ def _cases(batch_sizes, seq_lens=(8,)):
     return tuple({"batch_size": b, "seq_len": s} for b in batch_sizes for s in seq_lens)
 
 
+def _burn(seconds: float) -> None:
+    """Spin until this thread has used ``seconds`` of CPU time."""
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        pass
+
+
 def prepare(case, settings, inputs=None):
     sleep = float(os.environ.get("FAKE_BENCH_SLEEP", "0.005"))
+    burn = os.environ.get("FAKE_BENCH_BURN") == "1"  # spend the time as CPU work, not asleep
     oom = os.environ.get("FAKE_BENCH_OOM") in (str(case["batch_size"]), "all")
     wrong = os.environ.get("FAKE_BENCH_WRONG") == str(case["batch_size"])
     q = torch.randn(
@@ -37,7 +46,7 @@ def prepare(case, settings, inputs=None):
     def run():
         if oom:
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-        time.sleep(sleep)
+        _burn(sleep) if burn else time.sleep(sleep)
         torch.mul(q, 3.0 if wrong else 2.0, out=out)
         return out
 

@@ -32,6 +32,22 @@ def slow(context: ImplContext) -> PluginRun:
     return _doubling(context, sleep_s=0.004)
 
 
+def slow_burn(context: ImplContext) -> PluginRun:
+    """Right values, 4 ms of CPU work per call (``FAKE_BENCH_BURN=1``: the fake script's run()
+    burns 1 ms): time and CPU energy follow the work whatever else runs on the machine."""
+    q = context.inputs
+    out = torch.empty_like(q)
+
+    def run():
+        deadline = time.thread_time() + 0.004
+        while time.thread_time() < deadline:
+            pass
+        torch.mul(q, 2.0, out=out)
+        return out
+
+    return PluginRun(run=run, output=out)
+
+
 def wrong(context: ImplContext) -> PluginRun:
     """Off by 25 %: the check must fail its rows."""
     return _doubling(context, factor=2.5)

@@ -62,6 +62,14 @@ def _old_json_key(api: str, fields: dict) -> str:
     return json.dumps({"api": api, **fields}, sort_keys=True)
 
 
+def _old_json_keys(apis, fields: dict) -> list[str]:
+    """_old_json_key of each row of these columns (the history reads a file by column)."""
+    return [
+        _old_json_key(api, {name: cells[row] for name, cells in fields.items()})
+        for row, api in enumerate(apis)
+    ]
+
+
 def _write(path: Path, hour: int, **extra: str) -> Path:
     frame = pd.read_csv(DECODE, dtype=str, keep_default_na=False)
     frame["timestamp_utc"] = f"2026-01-01T{hour:02d}:00:00Z"
@@ -95,7 +103,7 @@ def test_a_version_1_store_is_rekeyed_on_its_next_add_and_each_case_keeps_all_it
     store = tmp_path / "h.sqlite"
     with monkeypatch.context() as patch:
         patch.setattr(run_store, "STORE_VERSION", 1)
-        patch.setattr(reading, "case_identity", _old_json_key)
+        patch.setattr(reading, "case_identities", _old_json_keys)
         assert main(["add", str(_write(tmp_path / "a.csv", 1)), "--store", str(store)]) == 0
         newer = _write(tmp_path / "b.csv", 2, causal="")
         assert main(["add", str(newer), "--store", str(store)]) == 0
@@ -127,7 +135,7 @@ def test_noise_from_a_version_1_store_joins_the_two_halves_of_a_split_case(tmp_p
     store = tmp_path / "h.sqlite"
     with monkeypatch.context() as patch:
         patch.setattr(run_store, "STORE_VERSION", 1)
-        patch.setattr(reading, "case_identity", _old_json_key)
+        patch.setattr(reading, "case_identities", _old_json_keys)
         for hour in range(1, 13):
             extra = {"causal": ""} if hour % 2 else {}
             path = _write(tmp_path / f"{hour}.csv", hour, **extra)

@@ -339,9 +339,22 @@ def test_timer_verdicts_follow_the_checks_each_timer_requires():
     assert verdicts["--timer profiler --l2 cold"] == "refuses to run (exit 2): l2_flush failed"
     assert verdicts["--timer profiler --l2 warm"] == "runs (profiler_kernels passed)"
     assert verdicts["--timer events --l2 cold"].startswith("refuses")
-    assert verdicts["--timer events --l2 warm"] == "depends on no check"
+    assert verdicts["--timer events --l2 warm"] == "runs (needs no self-check)"
     assert verdicts["--timer cuda_graph --l2 warm"] == "not checked: cuda_graph unavailable"
     assert sc.required_checks("wall", "warm") == ()
+
+
+def test_on_the_cpu_no_timer_is_said_to_run_or_to_depend_on_nothing():
+    """On the CPU every GPU check is unavailable: the events timer was said to "depend on no
+    check", which read as if it ran there."""
+    results = tuple(
+        sc.unavailable(name, "no GPU") for name in ("profiler_kernels", "l2_flush", "cuda_graph")
+    )
+    verdicts = dict(sc.timer_verdicts(results))
+    assert verdicts["--timer events --l2 warm"] == (
+        "not checked: no GPU check ran here (on a GPU it needs none)"
+    )
+    assert all(verdict.startswith("not checked") for verdict in verdicts.values())
 
 
 def test_real_probe_falls_back_to_a_matmul_and_says_why():

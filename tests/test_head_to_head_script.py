@@ -7,6 +7,7 @@ import csv
 import importlib
 import json
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,8 +20,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def h2h():
+def h2h(monkeypatch):
+    """head_to_head as on a machine with FlashInfer (its sweeps are replaced where they run)."""
+    monkeypatch.setattr(head_to_head, "flashinfer_missing", lambda: None)
     return head_to_head
+
+
+@pytest.mark.parametrize("part", ["aa", "aa-one", "spin", "backends"])
+def test_without_flashinfer_a_measuring_part_stops_before_preparing_any_case(
+    tmp_path, monkeypatch, capsys, part
+):
+    """It spent 8 minutes preparing cases that all failed."""
+    monkeypatch.setitem(sys.modules, "flashinfer", None)  # import flashinfer: ImportError
+    swept = []
+    monkeypatch.setattr(head_to_head, "_sweep", lambda *args: swept.append(args))
+    assert head_to_head.main([str(tmp_path / "out"), "--part", part]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"error: --part {part} measures FlashInfer")
+    assert swept == [] and not (tmp_path / "out").exists()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import queue
 import sys
 import threading
 import time
@@ -118,8 +119,8 @@ def _subject(plugin) -> Subject:
     return Subject(made.run, made.output, reference, inputs, torch.device("cpu"), Tolerance())
 
 
-def _probe(subject: Subject, timer_name: str) -> IntegrityProbe:
-    probe = IntegrityProbe(subject, timer_name, HostStopwatch)
+def _probe(subject: Subject, timer_name: str, stopwatch=HostStopwatch) -> IntegrityProbe:
+    probe = IntegrityProbe(subject, timer_name, stopwatch)
     subject.run()
     probe.verified = subject.output_of(subject.run()).clone()
     return probe
@@ -283,20 +284,38 @@ def one_torch_thread():
 @pytest.mark.usefixtures("one_torch_thread")
 def test_cpu_time_spent_by_other_threads_during_the_timed_calls_is_a_timeline_failure():
     output = torch.zeros(4)
+    # a worker started before the calls: each call only hands it 30 ms of CPU work (starting
+    # a thread per call waited for it to run, which on a loaded machine lengthened the calls'
+    # wall time and so the limit; and a 0.15 s sleep did not always see the work done)
+    work: queue.Queue = queue.Queue()
+
+    def worker():
+        for seconds in iter(work.get, None):
+            _burn_cpu(seconds)
+            work.task_done()
+
+    threading.Thread(target=worker, daemon=True).start()
 
     def run():
-        threading.Thread(target=_burn_cpu, args=(0.03,)).start()
+        work.put(0.03)
         return output
 
     subject = Subject(run, output, lambda: output, None, torch.device("cpu"), Tolerance())
     probe = IntegrityProbe(subject, "wall", HostStopwatch)
     timed = probe.timed_fn()
     before, after = call_hooks(timed)
-    for pause in (0, 0, 0, 0.15):
-        time.sleep(pause)
+
+    def call() -> None:
         before()
         timed()
         after()
+
+    for _ in range(3):
+        call()
+    work.join()  # the 90 ms handed off are done: inside the timed calls' span
+    call()
+    work.join()
+    work.put(None)
     with pytest.raises(IntegrityError) as caught:
         probe.check_timed_output(SimpleNamespace())
     assert caught.value.check == TIMELINE
@@ -330,7 +349,10 @@ def test_other_threads_busy_during_the_first_fresh_call_only_is_retried_not_fail
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_other_threads_busy_during_every_fresh_call_is_a_timeline_failure():
-    probe = _probe(_burning(_subject(exploits._honest), calls=math.inf), "wall")
+    # the call is timed by the CPU time the process ran: on a loaded machine the wall time
+    # of a call that waits on a busy thread grows, and half of it covered the thread's 20 ms
+    ran = lambda: HostStopwatch(time.process_time)  # noqa: E731
+    probe = _probe(_burning(_subject(exploits._honest), calls=math.inf), "wall", ran)
     with pytest.raises(IntegrityError) as caught:
         probe.check_fresh_inputs(SimpleNamespace(), SimpleNamespace(median=1.0))
     assert caught.value.check == TIMELINE

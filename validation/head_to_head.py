@@ -438,6 +438,15 @@ def forest_svg(api: str, pairs, base: str, out: Path) -> Path:
     return path
 
 
+def flashinfer_missing() -> str | None:
+    """Why FlashInfer cannot be imported in this interpreter (None: it can)."""
+    try:
+        import flashinfer  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any failure to import means no case can run
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="directory for CSVs, walls.json, tables, plots")
@@ -474,6 +483,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep_args = shlex.split(args.sweep_args)
     except ValueError as exc:
         parser.error(f"--sweep-args {args.sweep_args!r}: {exc}")
+    missing = flashinfer_missing() if args.part != "report" else None
+    if missing:  # every case would fail after minutes of preparing them
+        print(
+            f"error: --part {args.part} measures FlashInfer, which cannot be imported here "
+            f"({missing}); install it on a GPU machine, or use --part report",
+            file=sys.stderr,
+        )
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     extra = ["--preset", args.preset, *sweep_args]
     if args.part == "aa":

@@ -14,6 +14,7 @@ from pathlib import Path
 from fi_attn_bench import VERSION_TEXT
 from fi_attn_bench.history import bisect_command_line
 from fi_attn_bench.history.reading import NotARunError, csv_paths, runs_in_file
+from fi_attn_bench.results.run_rows import file_digest
 from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore, StoreError
 from fi_attn_bench.summarizer.output import (
     OutputTarget,
@@ -171,7 +172,10 @@ def run_add(args) -> int:
         raise UsageError(f"no CSV files in {', '.join(args.inputs)}")
     store_path = Path(args.store) if args.store else default_add_store(args.inputs[0])
     check_store_target(store_path, paths)
-    runs = [run for path in paths for run in runs_in_file(path)]  # every file read before any write
+    digests = {path: _digest(path) for path in paths}
+    known = _stored_files(store_path, digests.values())
+    fresh = [path for path in paths if digests[path] is None or digests[path] not in known]
+    runs = [run for path in fresh for run in runs_in_file(path)]  # every file read before any write
     branch = args.branch if args.branch is not None else default_branch()
     added: dict[str, int] = {}  # per run id, results new to the store
     with RunStore.open(store_path, create=True) as store:
@@ -180,10 +184,15 @@ def run_add(args) -> int:
             print(upgrade.message(store_path))
         for run in runs:
             added[run.run_id] = added.get(run.run_id, 0) + store.add_run(run, branch)
+        for path in fresh:
+            if digests[path] is not None:
+                store.record_file(digests[path])
     grown = sum(1 for count in added.values() if count)
+    skipped = len(paths) - len(fresh)
+    again = f"; {skipped} file(s) added before, not read again" if skipped else ""
     say(
         f"added {grown} run(s), {sum(added.values())} result(s), to {store_path}"
-        f" ({len(added) - grown} already stored)"
+        f" ({len(added) - grown} already stored{again})"
     )
     return EXIT_OK
 
@@ -203,6 +212,22 @@ def check_store_target(store: Path, inputs: list[Path]) -> None:
         why = "permission denied"
     if why:
         raise UsageError(f"cannot write history store {store}: {why}")
+
+
+def _digest(path: Path) -> str | None:
+    """The file's SHA-256; None when it cannot be read (the reader then says why)."""
+    try:
+        return file_digest(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _stored_files(store_path: Path, digests) -> set[str]:
+    """The digests among ``digests`` of files the store holds whole (none without a store)."""
+    if not store_path.exists():
+        return set()
+    with RunStore.open(store_path, create=False) as store:
+        return {digest for digest in digests if digest is not None and store.has_file(digest)}
 
 
 def load_analysis(args):

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-import pandas as pd
-
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS
 
 _SEPARATOR = "\x1f"  # the ASCII unit separator: no case value holds it
@@ -26,16 +23,23 @@ def case_identity(api: str, fields: Mapping[str, str]) -> str:
 
 
 def case_identities(api: Sequence[str], fields: Mapping[str, Sequence[str]]) -> list[str]:
-    """``case_identity`` of many rows at once (columns of text, one value per row)."""
-    key = pd.Series(np.asarray(api, dtype=object), dtype=object).astype(str)
+    """``case_identity`` of many rows at once (columns of text, one value per row): each
+    distinct cell's piece made once, each row's key one join (pandas' column-wise string
+    additions took 9 s for 200,000 rows)."""
+    columns = [[str(text) for text in api]]
     for name in sorted({*fields, *IDENTITY_DEFAULTS}):
         default = IDENTITY_DEFAULTS.get(name, "")
-        if name in fields:
-            values = pd.Series(np.asarray(fields[name], dtype=object), dtype=object)
-            values = values.where(values != "", default)
-        else:
-            values = pd.Series(default, index=key.index, dtype=object)
-        present = (values != "").to_numpy()
-        if present.any():
-            key = key.where(~present, key + f"{_SEPARATOR}{name}=" + values)
-    return key.tolist()
+        if name not in fields:
+            if default:
+                columns.append([f"{_SEPARATOR}{name}={default}"] * len(columns[0]))
+            continue
+        pieces: dict[str, str] = {}
+        column = []
+        for cell in fields[name]:
+            piece = pieces.get(cell)
+            if piece is None:
+                value = str(cell) or default
+                piece = pieces[cell] = f"{_SEPARATOR}{name}={value}" if value else ""
+            column.append(piece)
+        columns.append(column)
+    return ["".join(parts) for parts in zip(*columns, strict=True)]

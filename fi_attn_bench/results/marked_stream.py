@@ -13,6 +13,9 @@ import threading
 
 import numpy as np
 
+from fi_attn_bench.results import input_limits
+from fi_attn_bench.results.input_limits import LineLimits, open_regular
+
 MARKER = "\udcff"  # the 0xFF byte as surrogateescape decodes it
 LINE_MARK = "," + MARKER  # what the stream puts before every line end, quoted ones too
 _MARK_BYTES = b"\xff"
@@ -29,12 +32,19 @@ class MarkedStream:
     before (the file reads and numpy's checks run without the GIL; pandas' parse holds it).
     ``open_quote``: the file ends inside a quoted cell; the cell and its row end there, as
     Python's csv module (the seed's reader) ends them.
+    A FIFO or device, or a file past a limit of ``input_limits`` (its size, lines, a line),
+    raises InputLimitError (a ValueError): at the open, or from ``read`` when it is met.
     """
 
     def __init__(
         self, path, complete_lines: bool = False, ahead: bool = False, open_quote: bool = False
     ):
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._file = open_regular(path, input_limits.MAX_CSV_BYTES)
+        self._limits = LineLimits(
+            input_limits.MAX_CSV_BYTES,
+            input_limits.MAX_CSV_LINES,
+            input_limits.MAX_LINE_BYTES,
+        )
         self._decoder = codecs.getincrementaldecoder("utf-8")()
         self._complete_lines = complete_lines
         self._open_quote = open_quote
@@ -65,7 +75,9 @@ class MarkedStream:
 
     def _next(self) -> bytes:
         while not self._done:
-            marked = self._mark(self._file.read(CHUNK_BYTES))
+            chunk = self._file.read(CHUNK_BYTES)
+            self._limits.check(chunk)
+            marked = self._mark(chunk)
             if marked:
                 return marked
         return b""

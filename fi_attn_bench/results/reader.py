@@ -13,6 +13,7 @@ the header's, a short one has it earlier, a long one later.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 import warnings
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fi_attn_bench.results import input_limits
+from fi_attn_bench.results.input_limits import InputLimitError, open_regular
 from fi_attn_bench.results.marked_stream import (
     LINE_MARK,
     MARKER,
@@ -212,16 +215,33 @@ def _header_as_the_seed_reads(path, error: UnicodeDecodeError) -> list[str] | No
     """The first row by csv.reader over text decoded block by block, as the seed reads it: a
     bad byte past the blocks that row spans is met only by the body's parse."""
     try:
-        with open(path, encoding="utf-8-sig", newline="") as file:
+        raw = open_regular(path, input_limits.MAX_CSV_BYTES)
+        with io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as file:
             row = next(csv.reader(file), None)
     except (UnicodeDecodeError, csv.Error):
         raise error from None
     return row if row and row != [""] else None
 
 
+def _columns_within_limit(path) -> None:
+    """InputLimitError when the first line holds more than MAX_COLUMNS cells: counted on its
+    bytes (a line is at most MAX_LINE_BYTES) before pandas makes a column of each."""
+    with open_regular(path, input_limits.MAX_CSV_BYTES) as file:
+        line = file.readline(input_limits.MAX_LINE_BYTES + 1)
+    if line.count(b",") < input_limits.MAX_COLUMNS:
+        return
+    text = line.decode("utf-8", errors="surrogateescape")
+    cells = next(csv.reader([text]), [])
+    if len(cells) > input_limits.MAX_COLUMNS:
+        raise InputLimitError(
+            f"the header has {len(cells):,} columns, over the limit of {input_limits.MAX_COLUMNS:,}"
+        )
+
+
 def _parsed_header(path) -> list[str] | None:
     import pandas as pd
 
+    _columns_within_limit(path)
     try:
         first = _read_marked(path, nrows=1, dtype=object)
     except pd.errors.EmptyDataError:
@@ -304,6 +324,12 @@ def _parse(path, header: list[str], *, text: bool, keep=None, complete_lines=Fal
             if found is None:
                 raise
             spares = int(found.group(1)) - len(header)
+            cells = int(found.group(1)) - 1  # the stream's marker is no cell of the file
+            if cells > input_limits.MAX_COLUMNS:
+                raise InputLimitError(
+                    f"a row has {cells:,} cells, over the limit of "
+                    f"{input_limits.MAX_COLUMNS:,} columns"
+                ) from None
             continue
         return frame[[name for name in names if name in frame.columns]]
     raise ValueError("rows of too many different lengths")

@@ -1,4 +1,10 @@
-"""The run store: one SQLite file, one transaction per run, a recorded store version."""
+"""The run store: one SQLite file, one transaction per run, a recorded store version.
+
+A run's CSV rows are kept as row blocks (``results.run_rows.RowBlock``): per column, a text
+column's distinct cells and one code per row, a numeric column's float64 values, compressed
+with zlib; a 200,000-case run takes a few bytes a row where its JSON rows took 2 KB.  The SHA-256 of every
+file added is recorded, so adding a file again is answered from its hash, before it is parsed.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from fi_attn_bench.results.case_identity import case_identity
+from fi_attn_bench.results.run_rows import CaseResult, ResultColumns, RowBlock
 from fi_attn_bench.results.schema import STATUS_OK
 
-STORE_VERSION = 2  # 2: cases keyed by ``case_identity`` (1: JSON that kept empty fields)
+STORE_VERSION = 3  # 3: rows in blocks, files by hash; 2: cases keyed by ``case_identity``
+# (1: JSON that kept empty fields)
 DEFAULT_STORE_NAME = "fi-attn-history.sqlite"
 LOCK_TIMEOUT_S = 5.0  # a second writer waits this long, then gives up with exit 2
 
@@ -48,28 +56,20 @@ CREATE TABLE results (
     power_capped_pct REAL,
     PRIMARY KEY (run_seq, case_id)
 ) WITHOUT ROWID;
-CREATE TABLE result_rows (
+CREATE TABLE row_blocks (
     run_seq INTEGER NOT NULL,
-    case_id INTEGER NOT NULL,
-    row TEXT NOT NULL,
-    PRIMARY KEY (run_seq, case_id)
+    block INTEGER NOT NULL,
+    layout BLOB NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run_seq, block)
+) WITHOUT ROWID;
+CREATE TABLE files (
+    sha256 TEXT PRIMARY KEY,
+    added_utc TEXT NOT NULL
 ) WITHOUT ROWID;
 """
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    """One case of one run: its identity, time and the conditions it ran under."""
-
-    case_key: str  # case_identity(api, case fields)
-    api: str
-    impl: str
-    fields_json: str  # the case fields alone, as JSON, for filters and labels
-    status: str
-    time_ms: float | None
-    sm_clock_mean_MHz: float | None
-    power_capped_pct: float | None
-    row_json: str  # the whole CSV row, so a baseline CSV can be written back
+# What version 3 adds to a version-2 store (its rows then move into blocks).
+_VERSION_3_TABLES = _SCHEMA[_SCHEMA.index("CREATE TABLE row_blocks") :]
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,8 @@ class ParsedRun:
     started_utc: str
     finished_utc: str
     columns: tuple[str, ...]  # the CSV header, for writing the run back
-    results: tuple[CaseResult, ...]
+    results: Sequence[CaseResult]  # a tuple, or a ResultSequence over columns
+    block: RowBlock | None = None  # the rows of ``results``, in order (None: their row_json)
 
     def meta(self, name: str) -> str:
         return dict(self.metadata).get(name, "")
@@ -241,6 +242,7 @@ class RunStore:
                 "SELECT run_seq FROM runs WHERE run_id=?", (run.run_id,)
             ).fetchone()
             run_seq = known[0] if known else self._insert_run(run, branch)
+            columns = ResultColumns.of(run.results)
             case_ids = self._case_ids(run)
             stored = {
                 case_id
@@ -249,33 +251,59 @@ class RunStore:
                 )
             }
             new = []
-            for result in run.results:
-                if case_ids[result.case_key] not in stored:
-                    stored.add(case_ids[result.case_key])
-                    new.append(result)
+            for position, key in enumerate(columns.case_keys):
+                if case_ids[key] not in stored:
+                    stored.add(case_ids[key])
+                    new.append(position)
             if not new:
                 return 0
+            new_ids = [case_ids[columns.case_keys[position]] for position in new]
             self.connection.executemany(
                 "INSERT INTO results VALUES (?,?,?,?,?,?)",
-                [
+                (
                     (
                         run_seq,
-                        case_ids[r.case_key],
-                        r.status,
-                        r.time_ms,
-                        r.sm_clock_mean_MHz,
-                        r.power_capped_pct,
+                        case_id,
+                        columns.statuses[position],
+                        columns.time_ms[position],
+                        columns.sm_clock_mean_MHz[position],
+                        columns.power_capped_pct[position],
                     )
-                    for r in new
-                ],
+                    for case_id, position in zip(new_ids, new, strict=True)
+                ),
             )
-            self.connection.executemany(
-                "INSERT INTO result_rows VALUES (?,?,?)",
-                [(run_seq, case_ids[r.case_key], r.row_json) for r in new],
-            )
+            if run.block is None:
+                block = RowBlock.from_rows([json.loads(run.results[i].row_json) for i in new])
+            elif len(new) == len(run.block):
+                block = run.block  # every row is new: no copy
+            else:
+                block = run.block.take(np.array(new, dtype=np.intp))
+            self._insert_block(run_seq, np.array(new_ids, dtype=np.int64), block)
             if known:
                 self._extend_run(run_seq, run, len(new))
         return len(new)
+
+    def _insert_block(self, run_seq: int, case_ids: np.ndarray, block: RowBlock) -> None:
+        (count,) = self.connection.execute(
+            "SELECT COUNT(*) FROM row_blocks WHERE run_seq=?", (run_seq,)
+        ).fetchone()
+        layout, data = block.encode(case_ids)
+        self.connection.execute(
+            "INSERT INTO row_blocks VALUES (?,?,?,?)", (run_seq, count, layout, data)
+        )
+
+    def has_file(self, digest: str) -> bool:
+        """Whether a file of this SHA-256 was added whole (``record_file``)."""
+        if "files" not in self._tables():
+            return False  # an older store, not upgraded yet
+        return bool(self._query("SELECT 1 FROM files WHERE sha256=?", (digest,)))
+
+    def record_file(self, digest: str) -> None:
+        """Remember a file whose every run is stored, so adding it again parses nothing."""
+        with self.transaction():
+            self.connection.execute(
+                "INSERT OR IGNORE INTO files VALUES (?,?)", (digest, _now_utc())
+            )
 
     def upgrade(self) -> StoreUpgrade | None:
         """An older store brought to this version in one transaction (None: already there)."""
@@ -283,36 +311,84 @@ class RunStore:
             return self._upgrade_case_keys()
 
     def _upgrade_case_keys(self) -> StoreUpgrade | None:
-        """A version-1 store rekeyed by ``case_identity``, inside the writer's transaction; a
-        case written both ways keeps its first id and all its runs."""
+        """An older store brought to this version inside the writer's transaction: a
+        version-1 store rekeyed by ``case_identity`` (a case written both ways keeps its
+        first id and all its runs), a version-2 store's JSON rows moved into row blocks."""
         (version,) = self.connection.execute(
             "SELECT value FROM meta WHERE key='store_version'"
         ).fetchone()
         if int(version) >= STORE_VERSION:
             return None
+        joined = self._rekey_cases() if int(version) < 2 else 0
+        if "result_rows" in self._tables():
+            self._rows_into_blocks()
+        self.connection.execute(
+            "UPDATE meta SET value=? WHERE key='store_version'", (str(STORE_VERSION),)
+        )
+        return StoreUpgrade(int(version), STORE_VERSION, joined)
+
+    def _rekey_cases(self) -> int:
         joined = 0
         first_id: dict[str, int] = {}
+        moved: dict[int, int] = {}
         for case_id, api, fields in self.connection.execute(
             "SELECT case_id, api, fields FROM cases ORDER BY case_id"
         ).fetchall():
             survivor = first_id.setdefault(case_identity(api, json.loads(fields)), case_id)
             if survivor != case_id:
                 joined += 1
+                moved[case_id] = survivor
                 for table in ("results", "result_rows"):
+                    if table not in self._tables():
+                        continue
                     self.connection.execute(
                         f"UPDATE OR IGNORE {table} SET case_id=? WHERE case_id=?",
                         (survivor, case_id),
                     )
                     self.connection.execute(f"DELETE FROM {table} WHERE case_id=?", (case_id,))
                 self.connection.execute("DELETE FROM cases WHERE case_id=?", (case_id,))
+        if moved and "row_blocks" in self._tables():
+            self._rekey_blocks(moved)
         self.connection.execute("UPDATE cases SET case_key = 'upgrading:' || case_id")
         self.connection.executemany(
             "UPDATE cases SET case_key=? WHERE case_id=?", list(first_id.items())
         )
-        self.connection.execute(
-            "UPDATE meta SET value=? WHERE key='store_version'", (str(STORE_VERSION),)
-        )
-        return StoreUpgrade(int(version), STORE_VERSION, joined)
+        return joined
+
+    def _rekey_blocks(self, moved: dict[int, int]) -> None:
+        """Row blocks' case ids joined as ``moved`` says (old id -> surviving id)."""
+        for run_seq, block, layout, data in self.connection.execute(
+            "SELECT run_seq, block, layout, data FROM row_blocks"
+        ).fetchall():
+            case_ids, rows = RowBlock.decode(layout, data)
+            joined = np.array([moved.get(i, i) for i in case_ids.tolist()], dtype=np.int64)
+            if np.array_equal(joined, case_ids):
+                continue
+            layout, data = rows.encode(joined)
+            self.connection.execute(
+                "UPDATE row_blocks SET layout=?, data=? WHERE run_seq=? AND block=?",
+                (layout, data, run_seq, block),
+            )
+
+    def _rows_into_blocks(self) -> None:
+        """A version-2 store's JSON rows as one row block per run; the JSON table dropped."""
+        for statement in _VERSION_3_TABLES.split(";"):
+            if statement.strip():
+                self.connection.execute(
+                    statement.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS")
+                )
+        runs = [
+            seq for (seq,) in self.connection.execute("SELECT DISTINCT run_seq FROM result_rows")
+        ]
+        for run_seq in runs:
+            stored = self.connection.execute(
+                "SELECT case_id, row FROM result_rows WHERE run_seq=? ORDER BY case_id", (run_seq,)
+            ).fetchall()
+            case_ids = np.array([case_id for case_id, _ in stored], dtype=np.int64)
+            self._insert_block(
+                run_seq, case_ids, RowBlock.from_rows([json.loads(r) for _, r in stored])
+            )
+        self.connection.execute("DROP TABLE result_rows")
 
     def _insert_run(self, run: ParsedRun, branch: str) -> int:
         cursor = self.connection.execute(
@@ -323,7 +399,7 @@ class RunStore:
                 branch,
                 run.started_utc,
                 run.finished_utc,
-                datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                _now_utc(),
                 run.source,
                 json.dumps(dict(run.metadata), sort_keys=True),
                 json.dumps(list(run.columns)),
@@ -358,11 +434,26 @@ class RunStore:
         )
 
     def _case_ids(self, run: ParsedRun) -> dict[str, int]:
-        self.connection.executemany(
-            "INSERT OR IGNORE INTO cases (case_key, api, impl, fields) VALUES (?,?,?,?)",
-            [(r.case_key, r.api, r.impl, r.fields_json) for r in run.results],
-        )
-        keys = [r.case_key for r in run.results]
+        """The store's id of every case of the run, the new ones inserted first (their
+        fields JSON is made for them alone)."""
+        columns = ResultColumns.of(run.results)
+        ids = self._known_case_ids(columns.case_keys)
+        missing: dict[str, int] = {}
+        for position, key in enumerate(columns.case_keys):
+            if key not in ids:
+                missing.setdefault(key, position)
+        if missing:
+            self.connection.executemany(
+                "INSERT INTO cases (case_key, api, impl, fields) VALUES (?,?,?,?)",
+                (
+                    (key, columns.apis[at], columns.impls[at], columns.fields_json[at])
+                    for key, at in missing.items()
+                ),
+            )
+            ids.update(self._known_case_ids(list(missing)))
+        return ids
+
+    def _known_case_ids(self, keys: Sequence[str]) -> dict[str, int]:
         ids: dict[str, int] = {}
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
@@ -423,23 +514,48 @@ class RunStore:
 
     def run_case_rows(self, run_seq: int) -> dict[int, dict]:
         """The CSV rows of one run by the store's case id (one identity for every run)."""
-        rows = self._query(
-            "SELECT case_id, row FROM result_rows WHERE run_seq=? ORDER BY case_id", (run_seq,)
-        )
-        return {case_id: json.loads(row) for case_id, row in rows}
+        if "result_rows" in self._tables():  # a version-2 store, read without upgrading it
+            rows = self._query(
+                "SELECT case_id, row FROM result_rows WHERE run_seq=? ORDER BY case_id", (run_seq,)
+            )
+            return {case_id: json.loads(row) for case_id, row in rows}
+        found: dict[int, dict] = {}
+        for layout, data in self._query(
+            "SELECT layout, data FROM row_blocks WHERE run_seq=? ORDER BY block", (run_seq,)
+        ):
+            case_ids, block = RowBlock.decode(layout, data)
+            for case_id, row in zip(case_ids.tolist(), block.rows(), strict=True):
+                found.setdefault(case_id, row)
+        return dict(sorted(found.items()))
 
     def newest_ok_rows(self) -> list[dict]:
         """Per case, the CSV row of its newest run (by start time) where it was ok."""
-        rows = self._query(
-            "SELECT row FROM (SELECT rr.row, ROW_NUMBER() OVER (PARTITION BY rr.case_id"
-            " ORDER BY runs.started_utc DESC, runs.run_seq DESC) AS newest"
-            " FROM result_rows rr"
-            " JOIN results r ON r.run_seq = rr.run_seq AND r.case_id = rr.case_id"
-            " JOIN runs ON runs.run_seq = r.run_seq WHERE r.status = ?)"
-            " WHERE newest = 1",
+        if "result_rows" in self._tables():  # a version-2 store, read without upgrading it
+            rows = self._query(
+                "SELECT row FROM (SELECT rr.row, ROW_NUMBER() OVER (PARTITION BY rr.case_id"
+                " ORDER BY runs.started_utc DESC, runs.run_seq DESC) AS newest"
+                " FROM result_rows rr"
+                " JOIN results r ON r.run_seq = rr.run_seq AND r.case_id = rr.case_id"
+                " JOIN runs ON runs.run_seq = r.run_seq WHERE r.status = ?)"
+                " WHERE newest = 1",
+                (STATUS_OK,),
+            )
+            return [json.loads(row[0]) for row in rows]
+        newest = self._query(
+            "SELECT run_seq, case_id FROM (SELECT r.run_seq, r.case_id, ROW_NUMBER() OVER"
+            " (PARTITION BY r.case_id ORDER BY runs.started_utc DESC, runs.run_seq DESC)"
+            " AS newest FROM results r JOIN runs ON runs.run_seq = r.run_seq"
+            " WHERE r.status = ?) WHERE newest = 1",
             (STATUS_OK,),
         )
-        return [json.loads(row[0]) for row in rows]
+        wanted: dict[int, set[int]] = {}
+        for run_seq, case_id in newest:
+            wanted.setdefault(run_seq, set()).add(case_id)
+        found = []
+        for run_seq, cases in wanted.items():
+            rows = self.run_case_rows(run_seq)
+            found += [rows[case_id] for case_id in sorted(cases) if case_id in rows]
+        return found
 
     def _query(self, sql: str, parameters: Sequence = ()) -> list[tuple]:
         try:
@@ -483,6 +599,10 @@ class _Transaction:
         a second ROLLBACK would replace the cause with "no transaction is active")."""
         if self.connection.in_transaction:
             self.connection.execute("ROLLBACK")
+
+
+def _now_utc() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _sqlite_message(path: Path, exc: sqlite3.Error) -> str:

@@ -14,7 +14,6 @@ Google Benchmark's compare.py uses; scipy is not a dependency.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import zlib
@@ -23,6 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fi_attn_bench.results.input_limits import (
+    InputLimitError,
+    check_gzip_within_limits,
+    open_gzip_text,
+)
 from fi_attn_bench.results.schema import IDENTITY_DEFAULTS
 
 SAMPLES_PATTERN = "*.samples.jsonl.gz"
@@ -100,10 +104,13 @@ def read_samples(paths) -> SideSamples:
 
 def _records(path: Path):
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as stream:
+        check_gzip_within_limits(path)  # before any line is parsed: a bomb costs no memory
+        with open_gzip_text(path) as stream:
             for line_number, line in enumerate(stream, 1):
                 if line.strip():
                     yield line_number, json.loads(line)
+    except InputLimitError as exc:
+        raise SamplesError(f"{path}: {exc}") from None
     except (OSError, EOFError, zlib.error, UnicodeError) as exc:
         raise SamplesError(f"{path}: not a readable gzip samples file: {exc}") from None
     except json.JSONDecodeError as exc:

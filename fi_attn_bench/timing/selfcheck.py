@@ -66,6 +66,11 @@ def required_checks(timer: str, l2: str) -> tuple[str, ...]:
 def timer_verdicts(results: Sequence[CheckResult]) -> tuple[tuple[str, str], ...]:
     """For each GPU timer and L2 mode: whether it runs here, given these check results."""
     by_name = {result.name: result for result in results}
+    timer_checks = {name for needed in TIMER_CHECKS.values() for name in needed}
+    gpu_checked = any(
+        name in by_name and by_name[name].status is not CheckStatus.UNAVAILABLE
+        for name in timer_checks
+    )
     verdicts = []
     for (timer, l2), needed in TIMER_CHECKS.items():
         failed = [n for n in needed if n in by_name and by_name[n].failed]
@@ -77,7 +82,13 @@ def timer_verdicts(results: Sequence[CheckResult]) -> tuple[tuple[str, str], ...
         elif unknown:
             verdict = f"not checked: {', '.join(unknown)} unavailable"
         else:
-            verdict = f"runs ({', '.join(needed)} passed)" if needed else "depends on no check"
+            verdict = f"runs ({', '.join(needed)} passed)"
+        if not needed:  # nothing to refuse it for; on the CPU no GPU timer runs at all
+            verdict = (
+                "runs (needs no self-check)"
+                if gpu_checked
+                else "not checked: no GPU check ran here (on a GPU it needs none)"
+            )
         verdicts.append((f"--timer {timer} --l2 {l2}", verdict))
     return tuple(verdicts)
 
