@@ -263,6 +263,31 @@ def test_the_harness_clock_judges_the_median_batch_of_each_session():
     assert clock_failure(read_late, 3, on_cpu=True) is None
 
 
+def test_fresh_values_time_between_calls_is_allowed_only_up_to_what_it_costs_here():
+    """Under fresh values a batch also holds the refreshes and sampled checks between calls:
+    the worker's report of that time is accepted, capped by this process's own costs."""
+    from fi_attn_bench.sweep.crosscheck import (
+        BatchWindow,
+        HarnessCosts,
+        allow_harness_time,
+        clock_failure,
+    )
+
+    costs = HarnessCosts(refresh_ms=0.4, reference_ms=1.0, chance=lambda n: min(1.0, 1 / n))
+    honest = [BatchWindow(0, 100.0, 100, 48.0, harness_ms=50.0)] * 3  # 0.5 ms between calls
+    assert clock_failure(honest, 0, on_cpu=True) is not None  # without the allowance: 48%
+    assert clock_failure(allow_harness_time(honest, 0, costs), 0, on_cpu=True) is None
+    # a worker that shrinks its samples to a third and calls the rest harness time: the
+    # allowance is capped by what refreshes cost here (3 x 100 x 0.05; no sampled checks)
+    hiding = [BatchWindow(0, 100.0, 100, 16.0, harness_ms=82.0)] * 3
+    cheap = HarnessCosts(refresh_ms=0.05, reference_ms=0.1, chance=None)
+    allowed = allow_harness_time(hiding, 0, cheap)
+    assert all(abs(w.allowed_ms - 15.0) < 1e-9 for w in allowed)
+    assert clock_failure(allowed, 0, on_cpu=True) is not None
+    other = [BatchWindow(1, 100.0, 100, 16.0, harness_ms=82.0)]
+    assert allow_harness_time(other, 0, costs) == other  # another session's batches untouched
+
+
 def test_samples_must_be_what_the_batches_reported_and_fit_the_span():
     from fi_attn_bench.sweep.crosscheck import BatchWindow, batch_sum_failure, span_failure
 

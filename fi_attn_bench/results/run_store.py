@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -91,6 +92,16 @@ class ParsedRun:
 
 class StoreError(Exception):
     """The store cannot be used: newer, corrupt, locked or missing (exit 2)."""
+
+
+def _decoded(layout: bytes, data: bytes, run_seq: int) -> tuple[np.ndarray, RowBlock]:
+    """A stored row block; one that does not decode is a corrupt store, not a traceback."""
+    try:
+        return RowBlock.decode(layout, data)
+    except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise StoreError(
+            f"a row block of run {run_seq} is damaged (tampered?): {type(exc).__name__}: {exc}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -360,7 +371,7 @@ class RunStore:
         for run_seq, block, layout, data in self.connection.execute(
             "SELECT run_seq, block, layout, data FROM row_blocks"
         ).fetchall():
-            case_ids, rows = RowBlock.decode(layout, data)
+            case_ids, rows = _decoded(layout, data, run_seq)
             joined = np.array([moved.get(i, i) for i in case_ids.tolist()], dtype=np.int64)
             if np.array_equal(joined, case_ids):
                 continue
@@ -523,7 +534,7 @@ class RunStore:
         for layout, data in self._query(
             "SELECT layout, data FROM row_blocks WHERE run_seq=? ORDER BY block", (run_seq,)
         ):
-            case_ids, block = RowBlock.decode(layout, data)
+            case_ids, block = _decoded(layout, data, run_seq)
             for case_id, row in zip(case_ids.tolist(), block.rows(), strict=True):
                 found.setdefault(case_id, row)
         return dict(sorted(found.items()))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from fi_attn_bench.timing.paired import PairedRatio
 from fi_attn_bench.timing.statistics import MEDIAN_CI_FACTOR, quantile
@@ -56,6 +56,8 @@ class BatchWindow:
     wall_ms: float
     samples: int
     sum_ms: float
+    harness_ms: float = 0.0  # the worker's refreshes and checks between calls, as it says
+    allowed_ms: float = 0.0  # of that, what this process accepts (``allow_harness_time``)
 
 
 def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) -> str | None:
@@ -66,9 +68,9 @@ def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) ->
     mine = [w for w in windows if w.session == session and w.samples and w.wall_ms > 0]
     if not mine:
         return None
-    share = statistics.median(w.sum_ms / w.wall_ms for w in mine)
+    share = statistics.median(w.sum_ms / max(w.wall_ms - w.allowed_ms, 1e-9) for w in mine)
     unseen = statistics.median(
-        max(w.wall_ms - w.sum_ms - PIPE_LATENCY_MS, 0.0) / w.samples for w in mine
+        max(w.wall_ms - w.allowed_ms - w.sum_ms - PIPE_LATENCY_MS, 0.0) / w.samples for w in mine
     )
     if share >= CPU_CLOCK_SHARE or unseen <= CPU_UNSEEN_MS_PER_CALL:
         return None
@@ -78,6 +80,42 @@ def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) ->
         f"{CPU_CLOCK_SHARE:.0%}, or at most {CPU_UNSEEN_MS_PER_CALL:g} ms per call left out "
         f"beyond {PIPE_LATENCY_MS:g} ms per batch)"
     )
+
+
+HARNESS_COST_FACTOR = 3.0
+"""The worker's refreshes and sampled checks between calls are accepted up to this many times
+what they cost in this process (a loaded machine slows one process more than the other)."""
+
+
+@dataclass(frozen=True)
+class HarnessCosts:
+    """What one fresh-values refresh and one reference call cost in this process (ms), and
+    the chance that timed call n is checked (None: no sampled checks)."""
+
+    refresh_ms: float
+    reference_ms: float
+    chance: Callable[[int], float] | None
+
+
+def allow_harness_time(
+    windows: Sequence[BatchWindow], session: int, costs: HarnessCosts
+) -> list[BatchWindow]:
+    """``windows`` with each of ``session``'s batches allowed the harness time its worker
+    reported, capped by what its calls' refreshes and (at twice the expected count, plus
+    one) sampled checks cost here: a worker cannot hide a call's time as harness time."""
+    allowed, calls = [], 0
+    for window in windows:
+        if window.session != session:
+            allowed.append(window)
+            continue
+        numbers = range(calls + 1, calls + window.samples + 1)
+        calls += window.samples
+        checks = sum(map(costs.chance, numbers)) if costs.chance is not None else -0.5
+        cap = HARNESS_COST_FACTOR * (
+            window.samples * costs.refresh_ms + (2 * checks + 1) * costs.reference_ms
+        )
+        allowed.append(replace(window, allowed_ms=min(window.harness_ms, cap)))
+    return allowed
 
 
 def span_failure(windows: Sequence[BatchWindow], span_ms: float) -> str | None:

@@ -16,6 +16,7 @@ import json
 import math
 import multiprocessing
 import pickle
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,7 +54,14 @@ from fi_attn_bench.sweep.worker import (
     worker_main,
 )
 from fi_attn_bench.sweep.worker_data import MAX_MESSAGE_BYTES, MAX_TENSOR_BYTES, WorkerError
-from fi_attn_bench.timing.integrity import FRESH_TIMERS, IN_LOOP_TIMERS, IntegrityError
+from fi_attn_bench.timing.fresh import SAMPLE_RATES, Refresher
+from fi_attn_bench.timing.integrity import (
+    FRESH_TIMERS,
+    IN_LOOP_TIMERS,
+    SAMPLED_IN_LOOP,
+    IntegrityError,
+    floating_tensors,
+)
 from fi_attn_bench.timing.paired import paired_ratio
 from fi_attn_bench.timing.statistics import Measurement
 from fi_attn_bench.timing.timers import CudaGraphTimer, EventsTimer, ProfilerTimer, WallTimer
@@ -165,6 +173,7 @@ class Worker:
                         (now - begun.pop(session)) * 1e3,
                         data.int_field(message, "samples"),
                         data.float_field(message, "sum_ms"),
+                        max(data.float_field(message, "harness_ms"), 0.0),
                     )
                 )
                 last = now
@@ -321,7 +330,7 @@ class IsolatedCaseRunner(CaseRunner):
         if row.error is None:
             self._check_outputs(row, outputs, tensors, expected)
         if row.error is None and measurement is not None and self._integrity_on():
-            row.error = self._crosschecks(case, row, reply)
+            row.error = self._crosschecks(case, row, reply, expected)
         return row
 
     def _output(self, outputs, role: str, tensors) -> torch.Tensor | None:
@@ -380,7 +389,7 @@ class IsolatedCaseRunner(CaseRunner):
             and self.timer.name not in FRESH_TIMERS
         )
 
-    def _crosschecks(self, case, row: _Row, reply: Reply) -> Exception | None:
+    def _crosschecks(self, case, row: _Row, reply: Reply, expected) -> Exception | None:
         measurement = row.measurement
         on_cpu = self.options.device.type == "cpu"
         session = row.session if isinstance(row.session, int) else None
@@ -388,7 +397,11 @@ class IsolatedCaseRunner(CaseRunner):
             return WorkerError("the plugin worker did not say which timer session timed it")
         failure = crosscheck.span_failure(reply.windows, reply.span_ms)
         if failure is None and session is not None:
-            failure = crosscheck.clock_failure(reply.windows, session, on_cpu)
+            windows = reply.windows
+            if on_cpu and self.options.integrity and self.timer.name in FRESH_TIMERS:
+                costs = expected.harness_costs(self._sample_chance())
+                windows = crosscheck.allow_harness_time(windows, session, costs)
+            failure = crosscheck.clock_failure(windows, session, on_cpu)
             if failure is None and self._batches_are_the_samples(measurement):
                 failure = crosscheck.batch_sum_failure(reply.windows, session, measurement.samples)
         if failure is not None:
@@ -396,6 +409,12 @@ class IsolatedCaseRunner(CaseRunner):
         floor, basis = self._floor(case)
         failure = crosscheck.floor_failure(measurement.median, floor, basis)
         return IntegrityError(WORK_FLOOR, failure) if failure else None
+
+    def _sample_chance(self):
+        """The chance the worker checks timed call n (``timing.fresh.SampleRate``), or None."""
+        if self.timer.name not in SAMPLED_IN_LOOP:
+            return None
+        return SAMPLE_RATES["judge" if self.options.judge else "default"].chance
 
     def _batches_are_the_samples(self, measurement: Measurement) -> bool:
         """Whether the row's samples are exactly its batches' (not read from a profiler's
@@ -466,6 +485,9 @@ class _LazyReference:
 
     def __init__(self, runner: IsolatedCaseRunner, case):
         self.runner, self.case, self.found, self.done = runner, case, None, False
+        self.prepared = None
+        self.reference_ms = 0.0
+        self.costs: crosscheck.HarnessCosts | None = None
 
     def value(self) -> torch.Tensor | None:
         if not self.done:
@@ -474,15 +496,35 @@ class _LazyReference:
             options, spec = runner.options, runner.spec
             torch.manual_seed(case_seed(options.seed, self.case, spec.case_fields))
             settings = impl_settings(TORCH_IMPL, options.settings(self.case, spec.case_fields))
-            prepared = runner.phases.run(
+            self.prepared = runner.phases.run(
                 "parent reference", lambda: prepare_case(spec, self.case, settings, None)
             )
-            if prepared.reference is None:
+            if self.prepared.reference is None:
                 return None
-            self.found = (
-                runner.phases.run("parent reference", prepared.reference).detach().to("cpu")
-            )
+            started = time.perf_counter()
+            found = runner.phases.run("parent reference", self.prepared.reference)
+            self.found = found.detach().to("cpu")
+            self.reference_ms = (time.perf_counter() - started) * 1e3
         return self.found
+
+    def harness_costs(self, chance) -> crosscheck.HarnessCosts:
+        """What a refresh of fresh values (median of 5, on this process's own copy of the
+        inputs) and a reference call cost here, to bound the worker's time between calls."""
+        if self.costs is None:
+            self.value()
+            refresh_ms = 0.0
+            inputs = getattr(self.prepared, "inputs", None)
+            tensors = floating_tensors(inputs) if inputs is not None else []
+            if tensors:
+                refresher = Refresher.of(inputs, tensors, self.runner.options.device)
+                times = []
+                for _ in range(5):
+                    started = time.perf_counter()
+                    refresher()
+                    times.append((time.perf_counter() - started) * 1e3)
+                refresh_ms = statistics.median(times)
+            self.costs = crosscheck.HarnessCosts(refresh_ms, self.reference_ms, chance)
+        return self.costs
 
 
 def _picklable(value):

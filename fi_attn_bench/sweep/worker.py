@@ -106,20 +106,23 @@ def send_json(conn, payload: Mapping[str, object]) -> None:
 class BeaconSession:
     """A timer session that tells the parent when each batch starts and ends."""
 
-    def __init__(self, inner, conn, index: int):
-        self._inner, self._conn, self._index = inner, conn, index
+    def __init__(self, inner, conn, index: int, fn: object = None):
+        self._inner, self._conn, self._index, self._fn = inner, conn, index, fn
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
 
     def batch(self, calls: int) -> Batch:
         send_json(self._conn, {"kind": "begin", "session": self._index})
+        harness_s = getattr(self._fn, "harness_s", 0.0)  # fresh values' refreshes and checks
         found = self._inner.batch(calls)
         total = float(sum(found.samples_ms))
+        harness_ms = (getattr(self._fn, "harness_s", 0.0) - harness_s) * 1e3
         send_json(
             self._conn,
             {"kind": "end", "session": self._index, "samples": len(found.samples_ms),
-             "sum_ms": total if math.isfinite(total) else -1.0},
+             "sum_ms": total if math.isfinite(total) else -1.0,
+             "harness_ms": harness_ms if math.isfinite(harness_ms) else -1.0},
         )  # fmt: skip
         return found
 
@@ -138,7 +141,8 @@ class BeaconTimer:
         return getattr(self._inner, name)
 
     def open(self, fn, estimate_ms):
-        session = BeaconSession(self._inner.open(fn, estimate_ms), self._conn, len(self.opened))
+        opened = self._inner.open(fn, estimate_ms)
+        session = BeaconSession(opened, self._conn, len(self.opened), fn)
         self.opened.append((fn, session))
         return session
 

@@ -218,12 +218,15 @@ class FreshCalls:
     failure: SampledFailure | None = None
     result: object = None  # the last call's
     started: float = 0.0
+    harness_s: float = 0.0  # spent refreshing and checking, outside the timing windows
 
     def before_call(self) -> None:
         if self.calls == 0:
             self.on_first()
+        begun = time.perf_counter()
         self.refresh()
         self.started = time.perf_counter()
+        self.harness_s += self.started - begun
 
     def __call__(self) -> object:
         self.calls += 1
@@ -238,4 +241,6 @@ class FreshCalls:
         if self.draw() >= self.rate.chance(self.calls):
             return
         self.checked += 1
+        begun = time.perf_counter()
         self.failure = self.check(result)
+        self.harness_s += time.perf_counter() - begun
