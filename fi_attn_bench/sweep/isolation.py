@@ -310,12 +310,15 @@ class IsolatedCaseRunner(CaseRunner):
         if not isinstance(entry, dict) or entry.get("name") != impl.name:
             raise WorkerError(f"the plugin worker's answer for {impl.name} is missing or misnamed")
         columns = data.columns(entry.get("columns"))
-        if self.options.check and impl.checked:  # this process writes them from its own check
+        error = data.rebuilt_error(entry.get("error"))
+        # this process writes the check columns from its own check, except for a row the
+        # worker failed on its own check (a plugin may fail itself: its columns say how)
+        failed_itself = type(error).__name__ == CorrectnessError.__name__
+        if self.options.check and impl.checked and not failed_itself:
             for name in PARENT_COLUMNS:
                 columns.pop(name, None)
         measurement = data.measurement(entry.get("measurement"))
         rounds = data.samples(entry.get("round_medians"), "round medians")
-        error = data.rebuilt_error(entry.get("error"))
         if replaced:
             names = ", ".join(replaced[:6]) + (" ..." if len(replaced) > 6 else "")
             error = IntegrityError(
