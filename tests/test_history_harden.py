@@ -380,8 +380,10 @@ def test_noise_from_a_store_too_short_for_any_case_says_so(workspace, tmp_path, 
     paths = write_runs(tmp_path / "few", noisy_factors(3, 27, seed=4))
     assert main(["add", *map(str, paths), "--store", str(short)]) == 0
     capsys.readouterr()
-    assert regression(workspace, "--noise-from", str(short)) == 2
-    assert "excused nothing" in capsys.readouterr().err
+    # a warning, and the gate's own verdict: a CI history starts short (docs/ci's workflow)
+    assert regression(workspace, "--noise-from", str(short)) == regression(workspace)
+    err = capsys.readouterr().err
+    assert "warning: --noise-from" in err and "excused nothing" in err
     assert (workspace / "r.md").exists()  # the comparison is still reported
     assert regression(workspace, "--noise-from", str(workspace / "h.sqlite")) in (0, 1)
 

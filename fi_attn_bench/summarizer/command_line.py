@@ -332,6 +332,8 @@ def _run(args: argparse.Namespace) -> int:
         model = _regression(args, options, plots_module)
         if model is None:
             return EXIT_INPUT_ERROR
+        for why in _young_noise_store(args, model):
+            print(f"warning: {why}", file=sys.stderr)
         idle = _idle_checks(args, model) + _implausible_times(model.matched, "time_ms_candidate")
         if idle:
             status = _report(model, options, plots_module)
@@ -370,11 +372,8 @@ def _implausible_times(table, column: str) -> list[str]:
 
 
 def _idle_checks(args: argparse.Namespace, model) -> list[str]:
-    """The checks asked for that could check nothing (exit 2 after the reports): an energy
-    gate with no case measured on both sides, a --noise-from store that knows no matched
-    case's run-to-run noise (fewer than 10 runs of each)."""
-    from fi_attn_bench.results.series_noise import MIN_SERIES_RUNS
-
+    """The gates asked for that could check nothing (exit 2 after the reports): an energy
+    gate with no case measured on both sides."""
     if model.verdict is Verdict.NOT_COMPARABLE or not len(model.matched):
         return []
     idle = []
@@ -385,6 +384,18 @@ def _idle_checks(args: argparse.Namespace, model) -> list[str]:
                 "--fail-on-energy-regression: no matched case has energy_mJ on both sides,"
                 " so the energy gate checked nothing"
             )
+    return idle
+
+
+def _young_noise_store(args: argparse.Namespace, model) -> list[str]:
+    """A --noise-from store that knows no matched case's run-to-run noise (fewer than 10 runs
+    of each): said on stderr, the gate then judging as without it; not exit 2, since a CI
+    workflow's history starts empty and must still gate its first runs (docs/CI.md)."""
+    from fi_attn_bench.results.series_noise import MIN_SERIES_RUNS
+
+    if model.verdict is Verdict.NOT_COMPARABLE or not len(model.matched):
+        return []
+    idle = []
     if args.noise_from is not None:
         noise = model.matched["run_noise_pct"].to_numpy(dtype=float)
         if not (noise == noise).any():
