@@ -74,13 +74,11 @@ PARENT_COLUMNS = frozenset(("check", "max_abs_err", "mismatch_frac", "check_rtol
 REAL_TIMERS = (WallTimer, EventsTimer, ProfilerTimer, CudaGraphTimer)
 
 
-def isolates(options, timer) -> bool:
+def isolates(isolation: bool, impls: Sequence[Impl], timer) -> bool:
     """Whether this sweep runs its plugins in a worker: isolation on, a plugin among the
     impls, and a timer the worker can build itself (a test's scripted timer is in-process)."""
     return (
-        options.isolation
-        and any(impl.kind == PLUGIN for impl in options.impls)
-        and isinstance(timer, REAL_TIMERS)
+        isolation and any(impl.kind == PLUGIN for impl in impls) and isinstance(timer, REAL_TIMERS)
     )
 
 
@@ -573,6 +571,7 @@ def _device_peaks(options) -> tuple[float, float, str]:
     return bandwidth, tflops, f"peaks of {name}" if found else f"no peaks known for {name}"
 
 
-def case_runner_class(options, timer) -> type[CaseRunner]:
-    """The runner a sweep measures with (``isolates``)."""
-    return IsolatedCaseRunner if isolates(options, timer) else CaseRunner
+def case_runner_class(isolation: bool, impls: Sequence[Impl], timer) -> type[CaseRunner]:
+    """The runner a sweep measures with (``isolates``); given the two settings, not the run
+    options, so the request's path does not pass through this module."""
+    return IsolatedCaseRunner if isolates(isolation, impls, timer) else CaseRunner

@@ -123,7 +123,7 @@ class Sweep:
             if options.energy
             else EnergyAccess(None, reason="not read (--no-energy)")
         )
-        runner = case_runner_class(options, self.timer)(
+        runner = case_runner_class(options.isolation, options.impls, self.timer)(
             spec, options, self.timer, self.log, power=power, telemetry=telemetry, energy=energy
         )
         try:
