@@ -261,6 +261,22 @@ def test_the_harness_clock_judges_the_median_batch_of_each_session():
     read_late = [BatchWindow(3, 4.0, 100, 0.5)] * 3  # 0.5 ms batches read 3.5 ms late
     assert clock_failure(tiny_calls, 2, on_cpu=True) is None
     assert clock_failure(read_late, 3, on_cpu=True) is None
+    # preempted between calls on a loaded machine: the kernel's runqueue wait is left out
+    preempted = [BatchWindow(4, 50.0, 100, 20.0, preempted_ms=28.0)] * 2
+    assert clock_failure(preempted, 4, on_cpu=True) is None
+    assert clock_failure([BatchWindow(4, 50.0, 100, 20.0)] * 2, 4, on_cpu=True) is not None
+    # a third reported of calls preempted for a tenth of their time: still 2/3 unseen
+    third = [BatchWindow(5, 60.0, 100, 20.0, preempted_ms=6.0)] * 2
+    assert clock_failure(third, 5, on_cpu=True) is not None
+
+
+def test_the_worker_runqueue_wait_is_read_from_the_kernel():
+    import os
+
+    from fi_attn_bench.sweep.isolation import runqueue_wait_ms
+
+    assert runqueue_wait_ms(os.getpid()) >= 0.0
+    assert runqueue_wait_ms(None) == 0.0 and runqueue_wait_ms(-1) == 0.0
 
 
 def test_fresh_values_time_between_calls_is_allowed_only_up_to_what_it_costs_here():

@@ -58,6 +58,7 @@ class BatchWindow:
     sum_ms: float
     harness_ms: float = 0.0  # the worker's refreshes and checks between calls, as it says
     allowed_ms: float = 0.0  # of that, what this process accepts (``allow_harness_time``)
+    preempted_ms: float = 0.0  # the worker waited for a CPU meanwhile (the kernel's count)
 
 
 def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) -> str | None:
@@ -70,9 +71,12 @@ def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) ->
         return None
     # the best batch: a loaded machine preempts the worker between calls in some batches (time
     # its samples rightly leave out), while a worker that shrinks its samples shrinks every one
+    # preemption excuses only the unseen time: time a call was preempted is in its own sample
+    # too, so it must not shrink the share's wall time (a cheat's third would read as more)
     share = max(w.sum_ms / max(w.wall_ms - w.allowed_ms, 1e-9) for w in mine)
     unseen = min(
-        max(w.wall_ms - w.allowed_ms - w.sum_ms - PIPE_LATENCY_MS, 0.0) / w.samples for w in mine
+        max(w.wall_ms - w.allowed_ms - w.preempted_ms - w.sum_ms - PIPE_LATENCY_MS, 0.0) / w.samples
+        for w in mine
     )
     if share >= CPU_CLOCK_SHARE or unseen <= CPU_UNSEEN_MS_PER_CALL:
         return None

@@ -96,6 +96,16 @@ class Reply:
     span_ms: float
 
 
+def runqueue_wait_ms(pid: int | None) -> float:
+    """How long the worker's main thread has waited, runnable, for a CPU (the kernel's
+    ``/proc/PID/schedstat``, which the worker cannot forge); 0 where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as handle:
+            return int(handle.read().split()[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class Worker:
     """One worker process and its pipe."""
 
@@ -153,6 +163,7 @@ class Worker:
         self.conn.send(("case", dict(case)))
         windows: list[BatchWindow] = []
         begun: dict[int, float] = {}
+        waited: dict[int, float] = {}
         first = last = None
         while True:
             message = self._message(SILENCE_S, "during a case")
@@ -160,6 +171,7 @@ class Worker:
             kind = message.get("kind")
             if kind == "begin":
                 begun[data.int_field(message, "session")] = now
+                waited[data.int_field(message, "session")] = runqueue_wait_ms(self.process.pid)
                 first = now if first is None else first
             elif kind == "end":
                 session = data.int_field(message, "session")
@@ -172,6 +184,9 @@ class Worker:
                         data.int_field(message, "samples"),
                         data.float_field(message, "sum_ms"),
                         max(data.float_field(message, "harness_ms"), 0.0),
+                        preempted_ms=max(
+                            runqueue_wait_ms(self.process.pid) - waited.pop(session, 0.0), 0.0
+                        ),
                     )
                 )
                 last = now
