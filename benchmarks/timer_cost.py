@@ -15,7 +15,7 @@ writes ``DIR/timer_cost.json``:
   median, the worst memory-bound case (pct_peak_bw >= pct_peak_tflops), and the cases whose
   kernel lists differ (memset/memcpy names compared by kind only).
 
-Targets of issue 56: wall/timed <= 1.5 (cupti), <= 2.0 (profiler); median ratio within
+Targets: wall/timed <= 1.5 (cupti), <= 2.0 (profiler); median ratio within
 +-1 %, memory-bound cases within +-3 %, the same kernel lists.
 """
 

@@ -1,6 +1,6 @@
 """A run-wide shift that every unstepped case follows is the machine's, also when many cases
-step by themselves at the same time (issue 52: 40 % of the cases stepping during drift
-episodes left the episodes in every case, 10.9 false change points per 200 series)."""
+step by themselves at the same time (40 % of the cases stepping during drift episodes
+left the episodes in every case, 10.9 false change points per 200 series)."""
 
 from __future__ import annotations
 
