@@ -18,40 +18,35 @@ import functools
 import importlib
 import importlib.util
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 
-KERNEL, MEMSET, MEMCPY = "kernel", "memset", "memcpy"
+from fi_attn_bench.device.cupti_records import (  # noqa: F401 - re-exported: the timer and tests use them from here
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    ActivityRecord,
+    LayoutError,
+    RecordReader,
+    layouts_from,
+)
 
 # An odd size no attention wrapper sets: with the value sequence, what tells a marker apart.
 MARKER_BYTES = 4093
 
 BUFFER_BYTES = 8 * 1024 * 1024  # per CUPTI activity buffer (FlashInfer's and the samples' size)
+MAX_LIMIT_REACHED = 12  # CUPTI_ERROR_MAX_LIMIT_REACHED: cuptiActivityGetNextRecord's "no more"
 
-# CUpti_ActivityMemoryKind and CUpti_ActivityMemcpyKind values, for the names a row lists
-_MEMORY_KINDS = {1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed"}
-_COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA"}
-_COPY_KINDS.update({8: "DtoD", 9: "HtoH", 10: "PtoP"})
-
-
-class ActivityRecord(NamedTuple):
-    """One CUPTI record of GPU work (a named tuple: a sweep reads 100k+ of them)."""
-
-    kind: str  # KERNEL, MEMSET or MEMCPY
-    name: str
-    start_ns: int
-    end_ns: int
-    correlation_id: int  # the launching API call's, in launch order
-    stream_id: int
-    context_id: int
-    device_id: int
-    bytes: int = 0  # memset / memcpy size
-    value: int = 0  # memset value
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
+# CUpti_BuffersCallbackRequestFunc and CUpti_BuffersCallbackCompleteFunc
+_REQUESTED = ctypes.CFUNCTYPE(
+    None,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.POINTER(ctypes.c_size_t),
+    ctypes.POINTER(ctypes.c_size_t),
+)
+_COMPLETED = ctypes.CFUNCTYPE(
+    None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t
+)
 
 
 class CuptiUnavailable(RuntimeError):
@@ -108,85 +103,113 @@ def demangle(name: str) -> str:
         ctypes.CDLL(None).free(ctypes.c_void_p(pointer))
 
 
-def to_record(activity, kinds) -> ActivityRecord | None:
-    """Our record of one CUPTI activity (None for a kind we did not ask for); ``kinds``:
-    ``ActivityKind``'s three values as plain ints (an enum comparison per record costs)."""
-    kind = int(activity.kind)
-    if kind == kinds[0]:
-        return ActivityRecord(
-            KERNEL,
-            demangle(activity.name),
-            activity.start,
-            activity.end,
-            activity.correlation_id,
-            activity.stream_id,
-            activity.context_id,
-            activity.device_id,
-        )
-    if kind == kinds[1]:
-        memory = _MEMORY_KINDS.get(int(activity.memory_kind), "Unknown")
-        return ActivityRecord(
-            MEMSET,
-            f"Memset ({memory})",
-            activity.start,
-            activity.end,
-            activity.correlation_id,
-            activity.stream_id,
-            activity.context_id,
-            activity.device_id,
-            activity.bytes,
-            activity.value,
-        )
-    if kind == kinds[2]:
-        return ActivityRecord(
-            MEMCPY,
-            f"Memcpy {_COPY_KINDS.get(int(activity.copy_kind), 'Unknown')}",
-            activity.start,
-            activity.end,
-            activity.correlation_id,
-            activity.stream_id,
-            activity.context_id,
-            activity.device_id,
-            activity.bytes,
-        )
+def _loaded_library(name: str) -> str | None:
+    """The path of the shared library ``name`` this process has mapped, if any."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if name in path.rsplit("/", 1)[-1]:
+                    return path
+    except OSError:
+        return None
     return None
+
+
+def _libcupti(bindings) -> ctypes.CDLL:
+    """The libcupti that cupti-python loaded (one CUPTI per process: a second copy would
+    trace apart from the first), its functions typed."""
+    try:
+        bindings.get_timestamp()  # cupti-python opens its libcupti on first use
+    except Exception as exc:  # noqa: BLE001 - no driver or no library: name it
+        raise CuptiUnavailable(f"CUPTI cannot start ({type(exc).__name__}: {exc})") from exc
+    path = _loaded_library("libcupti.so")
+    if path is None:
+        raise CuptiUnavailable("cupti-python runs, but no libcupti.so is mapped in this process")
+    library = ctypes.CDLL(path)
+    pointer, size = ctypes.c_void_p, ctypes.c_size_t
+    library.cuptiActivityGetNextRecord.argtypes = [pointer, size, ctypes.POINTER(pointer)]
+    library.cuptiActivityRegisterCallbacks.argtypes = [_REQUESTED, _COMPLETED]
+    for function in ("cuptiActivityEnable", "cuptiActivityDisable", "cuptiActivityFlushAll"):
+        getattr(library, function).argtypes = [ctypes.c_uint32]
+    return library
+
+
+def _c_string(pointer: int) -> str:
+    return demangle(ctypes.string_at(pointer).decode(errors="replace"))
 
 
 class CuptiTracer:
     """Kernel, memset and memcpy records between ``start()`` and ``stop()``.
 
-    The buffer callbacks are registered at each start: torch's profiler registers its own
-    when it starts, and CUPTI keeps one pair per process."""
+    The activity buffers are ours (ctypes arrays) and are read as bytes
+    (``cupti_records``); cupti-python supplies the record layouts and the library.  The
+    buffer callbacks are registered at each start: torch's profiler registers its own when
+    it starts, and CUPTI keeps one pair per process."""
 
     def __init__(self):
         self.cupti = _import("cupti.cupti")
+        self.library = _libcupti(self.cupti)
         kinds = self.cupti.ActivityKind
-        self.enabled = (kinds.CONCURRENT_KERNEL, kinds.MEMSET, kinds.MEMCPY)
-        self.kinds = tuple(int(kind) for kind in self.enabled)
+        self.enabled = tuple(int(k) for k in (kinds.CONCURRENT_KERNEL, kinds.MEMSET, kinds.MEMCPY))
+        codes = {KERNEL: (int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL))}
+        codes.update({MEMSET: (int(kinds.MEMSET),), MEMCPY: (int(kinds.MEMCPY),)})
+        try:
+            layouts = layouts_from(self.cupti, codes)
+        except LayoutError as exc:
+            raise CuptiUnavailable(f"cupti-python's record layouts do not fit: {exc}") from exc
+        self.reader = RecordReader(layouts, _c_string)
         self.records: list[ActivityRecord] = []
+        self.failure: str | None = None
         self.tracing = False
+        self._held: dict[int, ctypes.Array] = {}  # buffers CUPTI is filling, by address
+        self._spare: list[ctypes.Array] = []
+        self._callbacks = (_REQUESTED(self._requested), _COMPLETED(self._completed))
 
-    def _requested(self):
-        return BUFFER_BYTES, 0
+    def _requested(self, buffer, size, max_records) -> None:
+        try:
+            array = self._spare.pop() if self._spare else (ctypes.c_uint64 * (BUFFER_BYTES // 8))()
+            address = ctypes.addressof(array)
+            self._held[address] = array
+            buffer[0], size[0], max_records[0] = address, BUFFER_BYTES, 0
+        except Exception as exc:  # noqa: BLE001 - an exception must not cross into CUPTI
+            self.failure = f"allocating an activity buffer failed ({exc})"
+            buffer[0], size[0] = None, 0
 
-    def _completed(self, activities) -> None:
-        kinds, keep = self.kinds, self.records.append
-        for activity in activities:
-            record = to_record(activity, kinds)
-            if record is not None:
-                keep(record)
+    def _completed(self, context, stream_id, buffer, size, valid) -> None:
+        array = self._held.pop(buffer, None)
+        try:
+            if array is not None and valid:
+                view = memoryview(array).cast("B")
+                self.records.extend(self.reader.read(view, self._offsets(buffer, valid)))
+        except Exception as exc:  # noqa: BLE001 - an exception must not cross into CUPTI
+            self.failure = f"reading an activity buffer failed ({type(exc).__name__}: {exc})"
+        finally:
+            if array is not None:
+                self._spare.append(array)
+
+    def _offsets(self, address: int, valid: int) -> list[int]:
+        record, found = ctypes.c_void_p(), []
+        next_record = self.library.cuptiActivityGetNextRecord
+        while (status := next_record(address, valid, ctypes.byref(record))) == 0:
+            found.append(record.value - address)
+        if status != MAX_LIMIT_REACHED:
+            self.failure = f"cuptiActivityGetNextRecord returned {status}"
+        return found
+
+    def _call(self, function: str, *arguments) -> None:
+        status = getattr(self.library, function)(*arguments)
+        if status != 0:
+            raise CuptiUnavailable(
+                f"{function} returned CUPTI error {status}; is another profiler (nsys, ncu) "
+                "attached?"
+            )
 
     def start(self) -> None:
-        self.records = []
-        try:
-            self.cupti.activity_register_callbacks(self._requested, self._completed)
-            for kind in self.enabled:
-                self.cupti.activity_enable(kind)
-        except Exception as exc:  # noqa: BLE001 - cuptiError or a binding mismatch: name it
-            raise CuptiUnavailable(
-                f"CUPTI refused to start tracing ({type(exc).__name__}: {exc}); is another "
-                "profiler (nsys, ncu) attached?"
-            ) from exc
+        self.records, self.failure = [], None
+        self._call("cuptiActivityRegisterCallbacks", *self._callbacks)
+        for kind in self.enabled:
+            self._call("cuptiActivityEnable", kind)
         self.tracing = True
 
     def stop(self) -> list[ActivityRecord]:
@@ -196,11 +219,13 @@ class CuptiTracer:
             return []
         self.tracing = False
         try:
-            self.cupti.activity_flush_all(1)
+            self._call("cuptiActivityFlushAll", 1)  # forced: delivers the buffers in use too
         finally:
             for kind in self.enabled:
-                self.cupti.activity_disable(kind)
+                self.library.cuptiActivityDisable(kind)
         records, self.records = self.records, []
+        if self.failure:
+            raise CuptiUnavailable(self.failure)
         return records
 
 
