@@ -547,7 +547,7 @@ def execute(
     if device.type == "cuda":
         torch.cuda.set_device(device)
     with (
-        shard_log(options),
+        shard_log(options.shard, options.log_path),
         _rows_stream(options.output) as csv_stream,
         _torch_threads(options.cpu_threads),
     ):

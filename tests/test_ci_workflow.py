@@ -341,36 +341,41 @@ def test_the_ci_guide_names_what_the_workflow_makes_and_runs():
     assert described and described <= runs, described - runs
 
 
-def test_mains_history_gives_a_pull_request_a_baseline_of_every_api_the_sweep_ran(tmp_path):
+def test_mains_history_gives_a_pull_request_a_baseline_of_every_api_the_sweep_ran(
+    tmp_path, monkeypatch, capsys
+):
     """The workflow's path on the CPU: main's bench_all runs (one CSV per API) into the store,
-    then a pull request's run against ``baseline --branch main --median-of 3``."""
-    import sys
+    then a pull request's run against ``baseline --branch main --median-of 3``.  Each program's
+    ``main`` runs in this process, in the folder the workflow would run it in (seven
+    interpreters importing torch cost ~20 s of a loaded 2-core runner for the same calls)."""
+    from fi_attn_bench import suite
+    from fi_attn_bench.history import command_line as history
+    from fi_attn_bench.summarizer import command_line as summarizer
 
-    sweep = [sys.executable, os.path.join(ROOT, "bench_all.py")]
-    sweep += ["--scripts", "bench_batch_decode", "bench_batch_prefill_paged"]
+    sweep = ["--scripts", "bench_batch_decode", "bench_batch_prefill_paged"]
     sweep += ["--device", "cpu", "--backend", "torch", "--preset", "cpu", "--filter"]
     sweep += ["batch_size=1", "--min-time-ms", "10"]
-    history = [sys.executable, "-m", "fi_attn_bench.history"]
     store = str(tmp_path / "history" / "fi-attn-history.sqlite")
+    monkeypatch.chdir(tmp_path)
 
-    def run(*argv: str, code: int = 0) -> subprocess.CompletedProcess:
-        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
-        assert done.returncode == code, done.stdout + done.stderr
-        return done
+    def run(main, *argv: str) -> str:
+        code = main(list(argv))
+        shown = capsys.readouterr()
+        assert code == 0, shown.out + shown.err
+        return shown.out
 
     for main_run in ("main-1", "main-2"):
-        run(*sweep, "--output-dir", main_run)
-        run(*history, "add", main_run, "--store", store, "--branch", "main")
-    run(*sweep, "--output-dir", "pr-results")
+        run(suite.main, *sweep, "--output-dir", main_run)
+        run(history.main, "add", main_run, "--store", store, "--branch", "main")
+    run(suite.main, *sweep, "--output-dir", "pr-results")
     median = ("--median-of", "3", "--store", store, "--out", "baseline")
-    run(*history, "baseline", "--branch", "main", *median)
+    run(history.main, "baseline", "--branch", "main", *median)
     assert len(list((tmp_path / "baseline").glob("*.csv"))) == 2  # decode and paged prefill
     compared = run(
-        sys.executable, os.path.join(ROOT, "summarize_results.py"), "--baseline", "baseline",
-        "--candidate", "pr-results", "--noise-from", store, "--output", "regression.md",
-        "--json", "regression.json",
+        summarizer.main, "--baseline", "baseline", "--candidate", "pr-results", "--noise-from",
+        store, "--output", "regression.md", "--json", "regression.json",
     )  # fmt: skip
-    assert "missing" not in compared.stdout.lower()
+    assert "missing" not in compared.lower()
     report = (tmp_path / "regression.json").read_text()
     for api in ("BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper"):
         assert api in report

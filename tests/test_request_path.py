@@ -1,6 +1,7 @@
 """The parsed request's path, traced on a real CPU sweep: from the command line to the CSV
-writer it enters at most six modules of the package and never goes back up a floor
-(bench_all adds its own two: the suite and its run record).
+writer it enters at most six modules of the package, never goes back up a floor, never climbs
+back to a module the path passed before, and revisits no module it had left (bench_all adds
+its own two: the suite and its run record).
 
 Every call a package function receives the request in (``SweepRequest``) or its resolved form
 (``RunOptions``) is recorded with the package module that passed it; a method of the value
@@ -8,6 +9,7 @@ itself is the value's own behaviour, not a module it visits."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 from collections.abc import Iterator
@@ -68,12 +70,20 @@ def _handover(frame) -> Handover | None:
     return Handover(_package_caller(frame.f_back), module, code.co_name)
 
 
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
 @contextmanager
 def traced() -> Iterator[list[Handover]]:
     found: list[Handover] = []
+    started: set = set()  # generator frames already entered: a resumption is the same call
 
     def profile(frame, event, arg):
-        if event == "call" and (handover := _handover(frame)) is not None:
+        if event != "call" or frame in started:
+            return
+        if frame.f_code.co_flags & _SUSPENDABLE:
+            started.add(frame)
+        if (handover := _handover(frame)) is not None:
             found.append(handover)
 
     sys.setprofile(profile)
@@ -99,6 +109,71 @@ def upward_handovers(handovers: list[Handover], floors: dict[str, int]) -> list[
             if h.caller and floors[room(h.callee)] > floors[room(h.caller)]
         }
     )
+
+
+def climbs_back(handovers: list[Handover]) -> list[str]:
+    """``caller -> callee.function`` for each handover into a module the path entered before
+    its caller (a call back up the path, whatever the floors)."""
+    order = {module: index for index, module in enumerate(modules_entered(handovers))}
+    return sorted(
+        {
+            f"{h.caller} -> {h.callee}.{h.function}"
+            for h in handovers
+            if h.caller in order and order[h.callee] < order[h.caller]
+        }
+    )
+
+
+def revisits(handovers: list[Handover]) -> list[str]:
+    """``callee.function`` for each handover into a module the request had left: entered
+    before, and handed to another module since (a loop calling one module is one stay)."""
+    found, entered, last = set(), set(), ""
+    for h in handovers:
+        if h.caller == h.callee:  # within a module: no module entered
+            continue
+        if h.callee != last and h.callee in entered:
+            found.add(f"{h.callee}.{h.function}")
+        entered.add(h.callee)
+        last = h.callee
+    return sorted(found)
+
+
+def test_climbs_back_and_revisits_on_a_made_up_path():
+    cl, run, case, options = (
+        "fi_attn_bench.command_line",
+        "fi_attn_bench.sweep.run",
+        "fi_attn_bench.sweep.case",
+        "fi_attn_bench.sweep.run_options",
+    )
+    straight = [
+        Handover("", cl, "main"),
+        Handover(cl, options, "resolve"),
+        Handover(options, options, "_part"),  # within a module
+        Handover(cl, run, "run"),
+        Handover(run, case, "measure"),
+        Handover(run, case, "measure"),  # a loop over cases stays in the module
+    ]
+    assert climbs_back(straight) == [] and revisits(straight) == []
+    back = [*straight, Handover(run, options, "repro"), Handover(run, case, "measure")]
+    assert climbs_back(back) == [f"{run} -> {options}.repro"]
+    assert revisits(back) == [f"{case}.measure", f"{options}.repro"]
+    again = [*straight[:2], Handover(cl, run, "run"), Handover(cl, options, "log")]
+    assert climbs_back(again) == []  # the caller entered the module itself, before
+    assert revisits(again) == [f"{options}.log"]
+
+
+def test_a_resumed_generator_is_the_call_it_continues():
+    def carried(options):
+        yield
+        yield
+
+    options = object.__new__(RunOptions)
+    module = sys.modules[RunOptions.__module__]
+    generator = type(carried)(carried.__code__, module.__dict__)(options)
+    with traced() as handovers:
+        for _ in generator:
+            pass
+    assert [h.function for h in handovers] == ["carried"]
 
 
 def test_upward_handovers_and_modules_entered_on_a_made_up_path():
@@ -156,6 +231,8 @@ def test_the_request_enters_at_most_six_modules_and_never_goes_back_up(tmp_path)
     assert entered[0] == "fi_attn_bench.command_line"  # parsed there, then handed down
     assert len(entered) <= MAX_MODULES, entered
     assert upward_handovers(handovers, FLOORS) == []
+    assert climbs_back(handovers) == []
+    assert revisits(handovers) == []
 
 
 def test_bench_all_adds_only_its_own_rooms_to_the_path_and_never_goes_back_up(tmp_path):
@@ -167,3 +244,4 @@ def test_bench_all_adds_only_its_own_rooms_to_the_path_and_never_goes_back_up(tm
     extra = set(modules_entered(handovers)) - alone
     assert extra <= {"fi_attn_bench.suite", "fi_attn_bench.suite_record"}, extra
     assert upward_handovers(handovers, FLOORS) == []
+    assert climbs_back(handovers) == []

@@ -5,6 +5,7 @@ counts as an import: a literal name, or a name the module spells out where it im
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,8 +103,10 @@ def room(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (a package's own parents left out)."""
+    """Module -> the package modules it imports (a package's own parents left out); parsed
+    once per session (the package does not change under the tests), so callers only read it."""
     modules = package_modules()
     known = set(modules)
     return {
@@ -195,6 +198,71 @@ def test_every_room_has_a_floor_and_no_import_runs_back_up_one():
     graph = import_graph()
     assert {room(name) for name in graph} == set(FLOORS)
     assert upward_imports(graph, FLOORS) == []
+
+
+# What ``sweep/`` may import from planning: the plan itself (``SweepPlan``), through the
+# package's front door, never the modules that build it.
+PLAN_FRONT = {"fi_attn_bench.plan"}
+# The imports from history into the summarizer that remain until reading and rendering are
+# shared floors below both (issue 53); the list may only shrink, and nothing may join it.
+HISTORY_BORROWS_TODAY = {
+    "fi_attn_bench.history.bisect_stats -> fi_attn_bench.summarizer.rank_test",
+    "fi_attn_bench.history.command_line -> fi_attn_bench.summarizer.output",
+    "fi_attn_bench.history.command_line -> fi_attn_bench.summarizer.terminal",
+    "fi_attn_bench.history.reading -> fi_attn_bench.summarizer.loading",
+    "fi_attn_bench.history.report -> fi_attn_bench.summarizer",  # its renderers module, by name
+    "fi_attn_bench.history.report -> fi_attn_bench.summarizer.markdown_text",
+    "fi_attn_bench.history.report -> fi_attn_bench.summarizer.model",
+    "fi_attn_bench.history.report -> fi_attn_bench.summarizer.renderers",
+}
+
+
+def imports_between(graph: dict[str, set[str]], source: str, target: str) -> set[str]:
+    """``a -> b`` for each import from room ``source`` into room ``target``."""
+    return {
+        f"{name} -> {m}"
+        for name, imported in graph.items()
+        if room(name) == source
+        for m in imported
+        if room(m) == target
+    }
+
+
+def internal_imports(graph: dict[str, set[str]], source: str, target: str, front: set[str]):
+    """The imports from room ``source`` into room ``target`` past its ``front`` modules."""
+    return sorted(
+        edge
+        for edge in imports_between(graph, source, target)
+        if edge.split(" -> ")[1] not in front
+    )
+
+
+def test_internal_imports_and_imports_between_on_a_made_up_graph():
+    graph = {
+        "fi_attn_bench.sweep.run": {"fi_attn_bench.plan", "fi_attn_bench.plan.cases"},
+        "fi_attn_bench.plan": {"fi_attn_bench.plan.cases"},
+        "fi_attn_bench.plan.cases": {"fi_attn_bench.results.schema"},
+    }
+    assert internal_imports(graph, "sweep", "plan", PLAN_FRONT) == [
+        "fi_attn_bench.sweep.run -> fi_attn_bench.plan.cases"
+    ]
+    assert internal_imports(graph, "plan", "sweep", set()) == []
+    assert imports_between(graph, "plan", "results") == {
+        "fi_attn_bench.plan.cases -> fi_attn_bench.results.schema"
+    }
+
+
+def test_sweep_imports_only_the_plan_from_planning():
+    assert internal_imports(import_graph(), "sweep", "plan", PLAN_FRONT) == []
+
+
+def test_the_summarizer_never_imports_history():
+    assert sorted(imports_between(import_graph(), "summarizer", "history")) == []
+
+
+def test_history_borrows_nothing_new_from_the_summarizer():
+    borrowed = imports_between(import_graph(), "history", "summarizer")
+    assert sorted(borrowed - HISTORY_BORROWS_TODAY) == []
 
 
 def test_no_module_of_the_package_imports_the_seed_names():

@@ -10,6 +10,7 @@ times what a real sweep writes (a 200,000-case CSV is 200 MB, 1 KB a row, 61 col
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 
@@ -38,9 +39,46 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+class OpenedOnce:
+    """A file opened once by ``open_regular``, each of whose readers in turn reads it from the
+    start (a stored-rows read checks, parses and reads its CSV through one open)."""
+
+    def __init__(self, path, max_bytes: int):
+        self.path = path
+        self._file = open_regular(path, max_bytes)
+
+    def rewound(self) -> io.BufferedReader:
+        """A reader from the file's start whose ``close`` leaves the file open."""
+        self._file.seek(0)
+        return io.BufferedReader(_Borrowed(self._file))
+
+    def __enter__(self) -> OpenedOnce:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._file.close()
+
+
+class _Borrowed(io.RawIOBase):
+    """Reads an open file that its owner closes."""
+
+    def __init__(self, file):
+        super().__init__()
+        self._file = file
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        return self._file.readinto(buffer)
+
+
 def open_regular(path, max_bytes: int):
     """``open(path, "rb")`` of a regular file of at most ``max_bytes``; InputLimitError
-    otherwise.  Opened with O_NONBLOCK so a FIFO without a writer cannot block the open."""
+    otherwise.  Opened with O_NONBLOCK so a FIFO without a writer cannot block the open.
+    An ``OpenedOnce`` is not opened again: its reader from the start is returned."""
+    if isinstance(path, OpenedOnce):
+        return path.rewound()
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     descriptor = os.open(path, flags)
     try:

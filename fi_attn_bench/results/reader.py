@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fi_attn_bench.results import input_limits
-from fi_attn_bench.results.input_limits import InputLimitError, open_regular
+from fi_attn_bench.results.input_limits import InputLimitError, OpenedOnce, open_regular
 from fi_attn_bench.results.marked_stream import (
     LINE_MARK,
     MARKER,
@@ -614,11 +614,13 @@ def read_stored_rows(path) -> StoredRows:
     """A result CSV's header and complete rows, cells as written (for a sweep that resumes
     it and rewrites them byte for byte).  A last line without its line end (a write cut off
     by a kill or a full disk) is left out, as is any row whose cell count differs from the
-    header's.  OSError and UnicodeDecodeError pass to the caller."""
-    header = _read_header(path)
-    if not header:
-        return StoredRows((), ())
-    frame = _unmarked(_parse(path, header, text=True, complete_lines=True))
+    header's.  OSError and UnicodeDecodeError pass to the caller.  The file is opened once
+    (a resumed sweep's CSV: tests/test_resume_opens.py counts)."""
+    with OpenedOnce(path, input_limits.MAX_CSV_BYTES) as source:
+        header = _read_header(source)
+        if not header:
+            return StoredRows((), ())
+        frame = _unmarked(_parse(source, header, text=True, complete_lines=True))
     cells = frame.to_numpy(dtype=object)
     whole = cells[:, len(header)] == MARKER
     rows = tuple(

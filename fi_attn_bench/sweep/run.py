@@ -6,7 +6,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 import torch
@@ -44,10 +44,9 @@ from fi_attn_bench.sweep.environment import (
 from fi_attn_bench.sweep.isolation import case_runner_class
 from fi_attn_bench.sweep.outputs import back_up, move_aside, writes_stdout
 from fi_attn_bench.sweep.progress import Eta, Progress, clip_error, summary_line
-from fi_attn_bench.sweep.run_options import RunOptions, repro_command, resume_command
+from fi_attn_bench.sweep.run_options import RunOptions
 from fi_attn_bench.sweep.sample_writer import append_samples, samples_line
-from fi_attn_bench.sweep.shard_plan import predicted_case_call_ms
-from fi_attn_bench.sweep.sharding import shard_columns
+from fi_attn_bench.sweep.sharding import CostPeaks, case_call_ms, reference_peaks, shard_columns
 from fi_attn_bench.sweep.storage import (
     ResultStore,
     load_resume_rows,
@@ -79,6 +78,8 @@ class Sweep:
         todo = list(options.cases)
         if options.resume:
             store.rows = load_resume_rows(options.output, spec, options)
+            # The rows are in the store now: a plugin worker is sent the options without them.
+            self.options = options = replace(options, resumed=None)
             remove_stale_temporaries(options.output)
             todo, stale = resume_todo(todo, store.rows, spec.case_fields, options.impls)
             note = (
@@ -134,7 +135,9 @@ class Sweep:
     def _cases(self, runner, todo, store, metadata, roofline) -> int:
         spec, options = self.spec, self.options
         freeze_startup_objects()
-        eta = Eta([_predicted_call_ms(spec, options, case) for case in todo], options.timing)
+        peaks = reference_peaks(options.peak_bandwidth, options.peak_tflops, options.dtype_name)
+        calls_ms = [_predicted_call_ms(spec, case, options.dtype_name, peaks) for case in todo]
+        eta = Eta(calls_ms, options.timing)
         progress = Progress.start(len(todo) * len(options.impls), eta)
         failed, index, started = 0, 0, time.monotonic()
         slower: list[str] = []
@@ -181,7 +184,7 @@ class Sweep:
                 else "No case finished yet"
             )
             self.log(f"{saved}; continue with:")
-            self.log(f"  {resume_command(spec, options)}")
+            self.log(f"  {options.resume_command_of(spec)}")
             return 130
         progress.close()
         self.log(_cost_line(runner, time.monotonic() - started))
@@ -215,7 +218,7 @@ class Sweep:
     def _one(self, runner: CaseRunner, case, metadata) -> tuple[list[dict], tuple[CaseResult, ...]]:
         known = {
             **metadata,
-            "repro": repro_command(self.spec, self.options, case),
+            "repro": self.options.repro_command(self.spec, case),
             **serving.shape_columns(case),  # known before the run: failed rows carry them too
         }
         impls = self.options.impls
@@ -253,11 +256,11 @@ class Sweep:
         return records, results
 
 
-def _predicted_call_ms(spec: BenchmarkSpec, options: RunOptions, case) -> float:
+def _predicted_call_ms(spec: BenchmarkSpec, case, dtype_name: str, peaks: CostPeaks) -> float:
     """The case's predicted call time for the ETA; 0 (its fixed costs only) where the
     script's formulas fail on it (the case then fails and says why)."""
     try:
-        return predicted_case_call_ms(spec, options, case)
+        return case_call_ms(spec, case, dtype_name, peaks)
     except Exception:  # noqa: BLE001 - a broken formula fails its case, not the sweep
         return 0.0
 

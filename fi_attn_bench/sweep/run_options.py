@@ -6,7 +6,7 @@ import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,6 +22,7 @@ from fi_attn_bench.errors import NoMatchingCase, UsageError
 from fi_attn_bench.fib.selection import FibSelection
 from fi_attn_bench.fib.selection import select as fib_select
 from fi_attn_bench.program import face_path, rerun_words
+from fi_attn_bench.results.reader import StoredRows
 from fi_attn_bench.sweep.outputs import (
     check_new_output,
     default_csv_path,
@@ -33,6 +34,7 @@ from fi_attn_bench.sweep.outputs import (
 from fi_attn_bench.sweep.selection_record import (
     Selection,
     check_unrecorded_cases,
+    read_resumed,
     recorded_selection,
     resume_selection,
 )
@@ -99,6 +101,8 @@ class RunOptions:
     energy: bool = True  # read the energy counter around the timed batches (--no-energy: off)
     fib: str = ""  # --fib DIR: the FlashInfer-Bench dataset the cases come from
     fib_traces: str = ""  # --fib-traces DIR: FlashInfer-Bench traces written after the sweep
+    # The resumed CSV as planning read it, so that the sweep opens it once; None: not resuming.
+    resumed: StoredRows | None = field(default=None, compare=False, repr=False)
 
     @property
     def impls(self) -> tuple[Impl, ...]:
@@ -111,6 +115,15 @@ class RunOptions:
     def paired(self) -> bool:
         """Several implementations per case: measured in interleaved rounds."""
         return len(self.impls) > 1
+
+    def repro_command(self, spec: BenchmarkSpec, case: Mapping[str, int]) -> str:
+        """The rerun of one case: the options describe themselves, so the sweep that runs
+        them does not hand them back to the module that resolved them."""
+        return repro_command(spec, self, case)
+
+    def resume_command_of(self, spec: BenchmarkSpec) -> str:
+        """The command that finishes this sweep (``resume_command``)."""
+        return resume_command(spec, self)
 
     def settings(self, case: Mapping[str, int], fields: Sequence[str]) -> Settings:
         return Settings(
@@ -307,14 +320,15 @@ def _selection(spec: BenchmarkSpec, asked, device, output: str, resume: bool):
     default_preset = run_preset(spec, asked, device)
     if not resume:
         selection = Selection(default_preset, tuple(asked.filter))
-        return selection, selected_cases(spec, asked, selection.preset)
-    recorded = recorded_selection(output, spec)
+        return selection, selected_cases(spec, asked, selection.preset), None
+    stored = read_resumed(output)
+    recorded = recorded_selection(output, spec, stored)
     _check_resumed_source(asked, recorded, output)
     selection = resume_selection(spec, asked, recorded, output, default_preset)
     cases = selected_cases(spec, asked, selection.preset, selection.filters)
     if recorded is None:
-        check_unrecorded_cases(output, spec, selection, cases)
-    return selection, cases
+        check_unrecorded_cases(output, spec, selection, cases, stored)
+    return selection, cases, stored
 
 
 def _check_resumed_source(asked, recorded: Selection | None, output: str) -> None:
@@ -346,12 +360,12 @@ def resolve_options(
     device = choice.device
     if listing:
         output, resume = "", False
-        selection, cases = _selection(spec, asked, device, output, resume)
+        selection, cases, resumed = _selection(spec, asked, device, output, resume)
     elif asked.resume:  # the CSV gives the selection
         output, resume = _output_path(spec, asked)
-        selection, cases = _selection(spec, asked, device, output, resume)
+        selection, cases, resumed = _selection(spec, asked, device, output, resume)
     else:  # a selection with no case creates no output directory
-        selection, cases = _selection(spec, asked, device, "", False)
+        selection, cases, resumed = _selection(spec, asked, device, "", False)
         output, resume = _output_path(spec, asked)
     dtype_name, page_size = asked.dtype, asked.page_size
     if getattr(asked, "fib", None):
@@ -395,6 +409,7 @@ def resolve_options(
         energy=asked.energy,
         fib=getattr(asked, "fib", None) or "",
         fib_traces="" if listing else _fib_traces(asked, output),
+        resumed=resumed,
     )
 
 

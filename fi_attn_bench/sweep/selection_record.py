@@ -10,7 +10,7 @@ from fi_attn_bench.cases import serving
 from fi_attn_bench.cases.selection import case_key, parse_filter
 from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.errors import UsageError
-from fi_attn_bench.results.reader import read_stored_rows
+from fi_attn_bench.results.reader import StoredRows, read_stored_rows
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,21 @@ class Selection:
         return words + "".join(f" --filter '{text}'" for text in self.filters)
 
 
-def recorded_selection(path: str, spec: BenchmarkSpec) -> Selection | None:
-    """The selection a results CSV records, or None when it records none (written before the
-    ``preset`` column existed, or no row yet)."""
+def read_resumed(path: str) -> StoredRows:
+    """The rows of ``--resume path``; UsageError where it cannot be read."""
     try:
-        stored = read_stored_rows(path)
-        header, rows = list(stored.header), list(stored.rows)
+        return read_stored_rows(path)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"--resume {path}: cannot read it ({type(exc).__name__}: {exc})") from None
+
+
+def recorded_selection(
+    path: str, spec: BenchmarkSpec, stored: StoredRows | None = None
+) -> Selection | None:
+    """The selection a results CSV records, or None when it records none (written before the
+    ``preset`` column existed, or no row yet); ``stored``: its rows, already read."""
+    stored = read_resumed(path) if stored is None else stored
+    header, rows = list(stored.header), list(stored.rows)
     rows = [row for row in rows if row.get("preset", "")]
     if "preset" not in header or not rows:
         return None
@@ -80,10 +87,14 @@ def resume_selection(
 
 
 def check_unrecorded_cases(
-    path: str, spec: BenchmarkSpec, selection: Selection, cases: Sequence[Mapping[str, int]]
+    path: str,
+    spec: BenchmarkSpec,
+    selection: Selection,
+    cases: Sequence[Mapping[str, int]],
+    stored: StoredRows | None = None,
 ) -> None:
     """A CSV without a recorded selection may only be resumed by a selection holding its cases."""
-    rows = list(read_stored_rows(path).rows)
+    rows = list((read_stored_rows(path) if stored is None else stored).rows)
     wanted = {case_key(case, spec.case_fields) for case in cases}
     if any(case_key(row, spec.case_fields) not in wanted for row in rows):
         raise UsageError(

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from fi_attn_bench.cases.selection import case_key
-from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec
+from fi_attn_bench.cases.spec import BenchmarkSpec
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.results.reader import read_file, result_layout
 from fi_attn_bench.results.run_store import DEFAULT_STORE_NAME, RunStore, StoreError
@@ -32,10 +32,10 @@ from fi_attn_bench.sweep.sharding import (
     ShardItem,
     ShardSpec,
     Split,
+    case_call_ms,
     case_item,
     cost_us,
     parse_shard,
-    predicted_call_ms,
     reference_peaks,
     shard_of_path,
     with_shard_tag,
@@ -219,9 +219,8 @@ def predicted_case_call_ms(
 ) -> float:
     """One call's time on the reference roofline (``sharding.predicted_call_ms``), from the
     script's I/O and FLOP formulas for ``case``."""
-    element_size = DTYPES[options.dtype_name].itemsize
     peaks = reference_peaks(options.peak_bandwidth, options.peak_tflops, options.dtype_name)
-    return predicted_call_ms(spec.io_bytes(case, element_size), spec.flops(case), peaks)
+    return case_call_ms(spec, case, options.dtype_name, peaks)
 
 
 def costed_cases(
@@ -368,15 +367,15 @@ def check_resumed_rows(
 
 
 @contextlib.contextmanager
-def shard_log(options: RunOptions) -> Iterator[None]:
-    """A non-leader shard's output goes to ``<csv>.log`` (appended), not the shared terminal."""
-    if not options.log_path:
+def shard_log(shard: ShardSpec | None, log_path: str) -> Iterator[None]:
+    """A non-leader shard's output goes to ``log_path`` (appended), not the shared terminal."""
+    if not log_path:
         yield
         return
-    os.makedirs(os.path.dirname(os.path.abspath(options.log_path)), exist_ok=True)
-    print(f"shard {options.shard}: log in {options.log_path}", file=sys.stderr, flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    print(f"shard {shard}: log in {log_path}", file=sys.stderr, flush=True)
     with (
-        open(options.log_path, "a", encoding="utf-8") as handle,
+        open(log_path, "a", encoding="utf-8") as handle,
         contextlib.redirect_stdout(handle),
         contextlib.redirect_stderr(handle),
     ):

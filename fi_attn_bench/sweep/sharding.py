@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from fi_attn_bench.cases.spec import DTYPES, BenchmarkSpec
 from fi_attn_bench.device.peaks import find_published
 from fi_attn_bench.errors import UsageError
 from fi_attn_bench.timing.options import TimingOptions
@@ -130,6 +131,14 @@ def predicted_call_ms(io_bytes: float, flops: float, peaks: CostPeaks) -> float:
     memory_ms = io_bytes / (peaks.bandwidth_GB_s * 1e6)
     compute_ms = flops / (peaks.tflops * 1e9)
     return LAUNCH_MS + max(memory_ms, compute_ms) / ROOFLINE_EFFICIENCY
+
+
+def case_call_ms(
+    spec: BenchmarkSpec, case: Mapping[str, object], dtype_name: str, peaks: CostPeaks
+) -> float:
+    """``predicted_call_ms`` of ``case`` from the script's I/O and FLOP formulas."""
+    element_size = DTYPES[dtype_name].itemsize
+    return predicted_call_ms(spec.io_bytes(case, element_size), spec.flops(case), peaks)
 
 
 def predicted_samples(call_ms: float, timing: TimingOptions) -> int:

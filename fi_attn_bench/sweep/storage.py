@@ -89,11 +89,16 @@ def load_resume_rows(
     path: str, spec: BenchmarkSpec, options: RunOptions
 ) -> dict[tuple[str, ...], dict]:
     """Rows of a resume CSV by case, one per case (an ok row wins over a failed one)."""
-    try:
-        stored = read_stored_rows(path)
-        header, rows = list(stored.header), list(stored.rows)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"--resume {path}: cannot read it ({type(exc).__name__}: {exc})") from None
+    if options.resumed is not None:  # planning read it: the sweep opens the file once
+        stored = options.resumed
+    else:
+        try:
+            stored = read_stored_rows(path)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(
+                f"--resume {path}: cannot read it ({type(exc).__name__}: {exc})"
+            ) from None
+    header, rows = list(stored.header), list(stored.rows)
     if not header:
         return {}
     missing = [name for name in ("api", "status", *spec.case_fields) if name not in header]
