@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import pickle
+import secrets
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -106,6 +108,19 @@ def runqueue_wait_ms(pid: int | None) -> float:
         return 0.0
 
 
+def on_cpu_ms(pid: int | None) -> float | None:
+    """How long all the worker's threads have run on a CPU (the kernel's per-thread
+    ``schedstat``, which the worker cannot forge); None where it cannot be read."""
+    try:
+        total = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
+                total += int(handle.read().split()[0])
+        return total / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Worker:
     """One worker process and its pipe."""
 
@@ -160,18 +175,29 @@ class Worker:
 
     def case(self, case: Mapping[str, int]) -> Reply:
         """Send one case and read its answer, timing the batch beacons."""
-        self.conn.send(("case", dict(case)))
+        nonce = secrets.token_hex(16)  # echoed by every message of the case's answer
+        try:
+            self.conn.send(("case", dict(case), nonce))
+        except OSError as exc:  # the worker is gone (it ended itself after the last case)
+            raise WorkerError(f"the plugin worker could not be sent the case: {exc}") from None
         windows: list[BatchWindow] = []
         begun: dict[int, float] = {}
         waited: dict[int, float] = {}
+        ran: dict[int, float | None] = {}
         first = last = None
         while True:
             message = self._message(SILENCE_S, "during a case")
+            if message.get("nonce") != nonce:
+                raise WorkerError(
+                    "the plugin worker sent a message without the case's nonce (a reply written "
+                    "by something other than the worker's loop)"
+                )
             now = time.perf_counter()
             kind = message.get("kind")
             if kind == "begin":
                 begun[data.int_field(message, "session")] = now
                 waited[data.int_field(message, "session")] = runqueue_wait_ms(self.process.pid)
+                ran[data.int_field(message, "session")] = on_cpu_ms(self.process.pid)
                 first = now if first is None else first
             elif kind == "end":
                 session = data.int_field(message, "session")
@@ -187,6 +213,7 @@ class Worker:
                         preempted_ms=max(
                             runqueue_wait_ms(self.process.pid) - waited.pop(session, 0.0), 0.0
                         ),
+                        on_cpu_ms=_ran_since(ran.pop(session, None), self.process.pid),
                     )
                 )
                 last = now
@@ -541,6 +568,13 @@ class _LazyReference:
                 refresh_ms = statistics.median(times)
             self.costs = crosscheck.HarnessCosts(refresh_ms, self.reference_ms, chance)
         return self.costs
+
+
+def _ran_since(before: float | None, pid: int | None) -> float | None:
+    if before is None:
+        return None
+    now = on_cpu_ms(pid)  # None: the worker was gone when its batch ended (it ran no more)
+    return 0.0 if now is None else max(now - before, 0.0)
 
 
 def _picklable(value):

@@ -99,7 +99,14 @@ class SpecReference:
         return replace(base, **self.changed) if self.changed else base
 
 
+CASE_NONCE: dict[str, str] = {}
+"""The nonce of the case being answered, echoed by its messages: a reply written into the pipe
+by a plugin that does not read the worker's memory lacks it."""
+
+
 def send_json(conn, payload: Mapping[str, object]) -> None:
+    if "nonce" in CASE_NONCE:
+        payload = {**payload, "nonce": CASE_NONCE["nonce"]}
     conn.send_bytes(json.dumps(payload, allow_nan=False).encode())
 
 
@@ -340,6 +347,7 @@ def worker_main(conn, setup: WorkerSetup) -> None:
             return
         if message[0] != "case":
             return
+        CASE_NONCE["nonce"] = str(message[2]) if len(message) > 2 else ""
         runner.begin_case()
         timer.opened.clear()
         runner.phases.seconds.clear()
