@@ -59,7 +59,6 @@ class BatchWindow:
     harness_ms: float = 0.0  # the worker's refreshes and checks between calls, as it says
     allowed_ms: float = 0.0  # of that, what this process accepts (``allow_harness_time``)
     preempted_ms: float = 0.0  # the worker waited for a CPU meanwhile (the kernel's count)
-    on_cpu_ms: float | None = None  # its threads ran on a CPU meanwhile (None: not known)
 
 
 def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) -> str | None:
@@ -70,9 +69,6 @@ def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) ->
     mine = [w for w in windows if w.session == session and w.samples and w.wall_ms > 0]
     if not mine:
         return None
-    idle = _idle_failure(windows)
-    if idle is not None:
-        return idle
     # the best batch: a loaded machine preempts the worker between calls in some batches (time
     # its samples rightly leave out), while a worker that shrinks its samples shrinks every one
     # preemption excuses only the unseen time: time a call was preempted is in its own sample
@@ -93,26 +89,25 @@ def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) ->
 
 
 CPU_BUSY_SHARE = 0.5
-"""On the CPU the worker computes (or waits for a CPU) from one beacon to the next: over a
-case's timed batches its threads must have run on a CPU or waited for one for at least this
-share of the wall time the parent saw (about 1.0 honestly).  A worker that sleeps through
-batches it reports (beacons and samples forged to match the parent's clock) is near 0."""
+"""On the CPU the worker computes its timed calls itself: from the first beacon of a case to
+its result, its threads must have run on a CPU (or waited for one) for at least this share
+of the samples all its batches report (honestly more than all of them: the checks run too).
+A worker that sleeps through batches it reports (a reply forged into the pipe, its beacons
+paced to match the parent's clock) is near 0."""
 
-CPU_BUSY_MIN_WALL_MS = 1.0  # less in all: too short to hold against scheduling noise
 
-
-def _idle_failure(windows: Sequence[BatchWindow]) -> str | None:
-    """All the case's batches (every session: a worker that slept taints them all)."""
-    known = [w for w in windows if w.on_cpu_ms is not None and w.wall_ms > 0]
-    wall = sum(w.wall_ms for w in known)
-    if wall < CPU_BUSY_MIN_WALL_MS:
+def idle_failure(windows: Sequence[BatchWindow], busy_ms: float | None) -> str | None:
+    """``busy_ms``: the kernel's count of the worker's CPU time and runqueue wait from the
+    first beacon to the result; the parent may read the first beacon late, by up to
+    ``PIPE_LATENCY_MS``, so that much is allowed."""
+    if busy_ms is None:
         return None
-    busy = sum(w.on_cpu_ms + w.preempted_ms for w in known) / wall
-    if busy >= CPU_BUSY_SHARE:
+    reported = sum(w.sum_ms for w in windows)
+    if busy_ms + PIPE_LATENCY_MS >= CPU_BUSY_SHARE * reported:
         return None
     return (
-        f"the worker ran on a CPU for {busy:.0%} of the wall time the harness saw for the "
-        f"case's {len(known)} timed batches (on the CPU at least {CPU_BUSY_SHARE:.0%}): it "
+        f"the worker ran on a CPU for {busy_ms:.4g} ms while its batches reported "
+        f"{reported:.4g} ms of samples (on the CPU at least {CPU_BUSY_SHARE:.0%}): it "
         "reported samples while it slept"
     )
 
