@@ -21,6 +21,8 @@ from types import ModuleType
 
 import torch
 
+from fi_attn_bench.timing.fresh import active_modes
+
 HARNESS_MODULES = (
     "fi_attn_bench.timing.timers",
     "fi_attn_bench.timing.loop",
@@ -128,17 +130,6 @@ def snapshot(modules: Sequence[ModuleType] = ()) -> dict[str, object]:
     for owner in TENSOR_CLASSES:
         for name, value in list(vars(owner).items()):
             found[f"{owner.__module__}.{owner.__qualname__}.{name}"] = value
-    return found
-
-
-def active_modes() -> list[str]:
-    """The torch function and dispatch modes left on: a mode sees every torch call, the
-    harness's reads of an output included, and can run deferred work in them."""
-    found = []
-    if torch._C._len_torch_function_stack() > 0:
-        found.append("a torch function mode (torch.overrides.TorchFunctionMode) is on")
-    if torch._C._len_torch_dispatch_stack() > 0:
-        found.append("a torch dispatch mode (TorchDispatchMode) is on")
     return found
 
 

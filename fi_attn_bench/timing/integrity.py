@@ -70,8 +70,8 @@ from fi_attn_bench.timing.fresh import (
     Refresher,
     SampledFailure,
     SampleRate,
+    active_modes,
 )
-from fi_attn_bench.timing.guard import active_modes
 from fi_attn_bench.timing.timers import HostStopwatch, Stopwatch
 
 TIME_FACTOR = 5.0
