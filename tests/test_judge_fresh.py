@@ -234,6 +234,11 @@ SCREENED = {
     "l2_persisting_window.py": "ctypes",
     "patches_builtins.py": "builtins",
     "runs_hidden_code.py": "dynamic_code",
+    "walks_subclasses.py": "reflection",
+    "swaps_code.py": "reflection",
+    "builds_attribute_names.py": "dynamic_code",
+    "writes_pipe_fd.py": "process",
+    "pushes_function_mode.py": "reflection",
 }
 
 

@@ -382,3 +382,77 @@ def test_a_serving_batch_reaches_the_worker_with_its_workload_field(tmp_path):
     assert run_main(argv, spec=bench_batch_decode.SPEC) == 0
     rows = read_rows(out)
     assert [(row["status"], row["workload"]) for row in rows] == [("ok", "2d@10+1d@90")]
+
+
+# ------------------------------------------------- the worker's process reached sideways
+# (the external exploit set's families, docs/VALIDATION.md: each found its classes by walking
+# object.__subclasses__(), past the static screen's plain routes)
+
+SIDEWAYS = {
+    "refresher_noop": "fi_attn_bench.timing.fresh.Refresher.__call__",
+    "code_swap_refresher": "FreshCalls.before_call.<0>.__code__",
+    "pipe_rewrite": "multiprocessing.connection._ConnectionBase.send_bytes",
+    "function_mode": "a torch function mode",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIDEWAYS))
+def test_a_plugin_that_disarms_the_worker_from_inside_fails_timer_identity(
+    tmp_path, code_restored, name
+):
+    """A no-op refresher (on its class), the fresh-value hooks' bytecode swapped, the pipe's
+    send_bytes rewritten, a torch function mode left on: each won (a cache or a 1.8x lie
+    timed as ok); the guard now names what changed and every row of the case fails."""
+    rows = _sweep(tmp_path, HONEST, f"{EXPLOITS}:{name}")
+    assert len(rows) == 2
+    for row in rows:
+        assert row["status"] == "failed", row
+        assert row["integrity"] == "timer_identity", row
+        assert SIDEWAYS[name] in row["error"], row
+
+
+def test_an_output_that_defers_its_work_until_it_is_read_fails(tmp_path):
+    """A Tensor subclass output ran its kernel in the harness's reads (ratio 0.00, ok); a
+    plugin's output must be a plain torch.Tensor."""
+    rows = _sweep(tmp_path, HONEST, f"{EXPLOITS}:lazy_output")
+    cheat = {row["impl"]: row for row in rows}["isolation_exploits:lazy_output"]
+    assert cheat["status"] == "failed" and cheat["error_type"] == "TypeError", cheat
+    assert "not a plain torch.Tensor" in cheat["error"]
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("forged_reply", "without the case's nonce"),
+        ("forged_reply_with_nonce", "it reported samples while it slept"),
+    ],
+)
+def test_a_reply_forged_into_the_pipe_fails_the_case(tmp_path, name, reason):
+    """A plugin that writes its own reply (a third of the time, beacons paced by sleeping)
+    into the worker's socket and ends the worker: it lacks the nonce; with the nonce read from
+    the worker's memory and the ping after it answered, the kernel saw the worker idle through
+    its batches."""
+    rows = _sweep(tmp_path, HONEST, f"{EXPLOITS}:{name}")
+    assert len(rows) == 2
+    for row in rows:
+        assert row["status"] == "failed", row
+        assert reason in row["error"], row
+
+
+def test_the_busy_share_fails_a_worker_idle_through_its_batches():
+    from fi_attn_bench.sweep.crosscheck import BatchWindow, idle_failure
+
+    windows = [BatchWindow(0, 20.0, 100, 19.0), BatchWindow(1, 20.0, 100, 19.0)]
+    assert idle_failure(windows, 45.0) is None  # busy through its batches and checks
+    assert idle_failure(windows, 20.0) is None  # half of 38 ms, less the pipe's 2 ms
+    assert "while it slept" in idle_failure(windows, 3.0)
+    assert idle_failure(windows, None) is None  # not readable: nothing to judge
+
+
+def test_the_worker_cpu_time_is_read_from_the_kernel():
+    from fi_attn_bench.sweep.isolation import on_cpu_ms
+
+    before = on_cpu_ms(os.getpid())
+    sum(i * i for i in range(200_000))
+    assert before is not None and on_cpu_ms(os.getpid()) > before
+    assert on_cpu_ms(-1) is None

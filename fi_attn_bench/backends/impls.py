@@ -380,6 +380,8 @@ def prepare_impl(
             f"plugin {impl.target} returned {type(made).__name__}, not a PluginRun "
             "(fi_attn_bench.backends.impls.PluginRun(run, plan=None, output=None))"
         )
+    if made.output is not None and type(made.output) is not torch.Tensor:
+        raise TypeError(plain_tensor_needed(impl.target, made.output))
     plan_ms = 0.0
     if made.plan is not None:
         plan_ms = timed_ms(made.plan, settings.device, warm_first=True)
@@ -389,6 +391,16 @@ def prepare_impl(
         reference=shared.reference,
         plan_ms=plan_ms,
         inputs=shared.inputs,
+    )
+
+
+def plain_tensor_needed(target: str, found: object) -> str:
+    """Why an output that is not a plain ``torch.Tensor`` is refused: a subclass runs code of
+    its own (``__torch_function__``) whenever the harness reads it, so its work could wait
+    until it is checked."""
+    return (
+        f"plugin {target}'s output is a {type(found).__module__}.{type(found).__qualname__}, "
+        "not a plain torch.Tensor (a subclass runs its own code when the harness reads it)"
     )
 
 

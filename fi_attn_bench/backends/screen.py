@@ -27,6 +27,11 @@ FORBIDDEN_MODULES = {
     "torch.profiler": "profiler",
     "torch.autograd.profiler": "profiler",
     "torch._C._profiler": "profiler",
+    "torch.overrides": "reflection",
+    "torch.utils._python_dispatch": "reflection",
+    "multiprocessing": "process",
+    "socket": "process",
+    "signal": "process",
 }
 """Module (or its prefix) -> rule, for ``import`` and ``from ... import``."""
 
@@ -49,6 +54,15 @@ FORBIDDEN_ATTRIBUTES = {
     "monotonic": ("time", "clock"),
     "process_time": ("time", "clock"),
     "thread_time": ("time", "clock"),
+    "__subclasses__": (None, "reflection"),
+    "__code__": (None, "reflection"),
+    "__closure__": (None, "reflection"),
+    "fork": ("os", "process"),
+    "forkpty": ("os", "process"),
+    "write": ("os", "process"),
+    "dup2": ("os", "process"),
+    "kill": ("os", "process"),
+    "_exit": ("os", "process"),
 }
 """Attribute -> (the name it must follow, or None for any; rule)."""
 
@@ -255,6 +269,10 @@ def _call_findings(node: ast.Call, modules: set[str]) -> list[tuple[str, str]]:
     name = node.func.id
     if name in DYNAMIC_CALLS:
         return [("dynamic_code", f"calls {name}()")]
+    computed = len(node.args) > 1 and not isinstance(node.args[1], ast.Constant)
+    if name in ("getattr", "setattr", "delattr", "hasattr") and computed:
+        # a name built at run time ("__glo" + "bals__") hides the attribute from this screen
+        return [("dynamic_code", f"calls {name}() with a computed name")]
     if name in ("setattr", "delattr") and node.args:
         base = _dotted(node.args[0])
         if base and base.split(".")[0] in modules:

@@ -88,6 +88,30 @@ def clock_failure(windows: Sequence[BatchWindow], session: int, on_cpu: bool) ->
     )
 
 
+CPU_BUSY_SHARE = 0.5
+"""On the CPU the worker computes its timed calls itself: from the first beacon of a case to
+its result, its threads must have run on a CPU (or waited for one) for at least this share
+of the samples all its batches report (honestly more than all of them: the checks run too).
+A worker that sleeps through batches it reports (a reply forged into the pipe, its beacons
+paced to match the parent's clock) is near 0."""
+
+
+def idle_failure(windows: Sequence[BatchWindow], busy_ms: float | None) -> str | None:
+    """``busy_ms``: the kernel's count of the worker's CPU time and runqueue wait from the
+    first beacon to the result; the parent may read the first beacon late, by up to
+    ``PIPE_LATENCY_MS``, so that much is allowed."""
+    if busy_ms is None:
+        return None
+    reported = sum(w.sum_ms for w in windows)
+    if busy_ms + PIPE_LATENCY_MS >= CPU_BUSY_SHARE * reported:
+        return None
+    return (
+        f"the worker ran on a CPU for {busy_ms:.4g} ms while its batches reported "
+        f"{reported:.4g} ms of samples (on the CPU at least {CPU_BUSY_SHARE:.0%}): it "
+        "reported samples while it slept"
+    )
+
+
 HARNESS_COST_FACTOR = 3.0
 """The worker's refreshes and sampled checks between calls are accepted up to this many times
 what they cost in this process (a loaded machine slows one process more than the other)."""

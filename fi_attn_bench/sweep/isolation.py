@@ -16,6 +16,7 @@ import json
 import math
 import multiprocessing
 import pickle
+import secrets
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -67,6 +68,7 @@ from fi_attn_bench.timing.statistics import Measurement
 from fi_attn_bench.timing.timers import CudaGraphTimer, EventsTimer, ProfilerTimer, WallTimer
 
 READY_S = 300.0  # the worker's start: torch's import, the plugins' import, the timer's checks
+PONG_S = 60.0  # the worker's loop answers a ping at once; a loaded machine may delay it
 SILENCE_S = 600.0  # no message for this long: the worker hangs (a batch beacons every few ms)
 PARENT_COLUMNS = frozenset(("check", "max_abs_err", "mismatch_frac", "check_rtol", "check_atol"))
 """Columns this process writes from its own check, whatever the worker says."""
@@ -94,6 +96,7 @@ class Reply:
     tensors: list[bytes]
     windows: list[BatchWindow]
     span_ms: float
+    busy_ms: float | None = None  # the worker ran or waited for a CPU, first beacon to result
 
 
 def runqueue_wait_ms(pid: int | None) -> float:
@@ -104,6 +107,17 @@ def runqueue_wait_ms(pid: int | None) -> float:
             return int(handle.read().split()[1]) / 1e6
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def on_cpu_ms(pid: int | None) -> float | None:
+    """How long the worker's main thread, which runs every timed call, has run on a CPU (the
+    kernel's ``/proc/PID/schedstat``, which the worker cannot forge; not its other threads,
+    which an OpenMP pool keeps spinning after a parallel region); None where not readable."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as handle:
+            return int(handle.read().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class Worker:
@@ -134,7 +148,7 @@ class Worker:
             raise WorkerError(f"the plugin worker sent nothing for {timeout_s:g} s {what} (hung?)")
         try:
             return self.conn.recv_bytes(limit)
-        except EOFError:
+        except (EOFError, ConnectionResetError):
             raise WorkerError(f"the plugin worker died {what} ({self._exit()})") from None
         except OSError as exc:
             raise WorkerError(
@@ -160,18 +174,30 @@ class Worker:
 
     def case(self, case: Mapping[str, int]) -> Reply:
         """Send one case and read its answer, timing the batch beacons."""
-        self.conn.send(("case", dict(case)))
+        nonce = secrets.token_hex(16)  # echoed by every message of the case's answer
+        try:
+            self.conn.send(("case", dict(case), nonce))
+        except OSError as exc:  # the worker is gone (it ended itself after the last case)
+            raise WorkerError(f"the plugin worker could not be sent the case: {exc}") from None
         windows: list[BatchWindow] = []
         begun: dict[int, float] = {}
         waited: dict[int, float] = {}
+        busy_from: tuple[float | None, float] | None = None  # at the first beacon
         first = last = None
         while True:
             message = self._message(SILENCE_S, "during a case")
+            if message.get("nonce") != nonce:
+                raise WorkerError(
+                    "the plugin worker sent a message without the case's nonce (a reply written "
+                    "by something other than the worker's loop)"
+                )
             now = time.perf_counter()
             kind = message.get("kind")
             if kind == "begin":
                 begun[data.int_field(message, "session")] = now
                 waited[data.int_field(message, "session")] = runqueue_wait_ms(self.process.pid)
+                if busy_from is None:
+                    busy_from = (on_cpu_ms(self.process.pid), runqueue_wait_ms(self.process.pid))
                 first = now if first is None else first
             elif kind == "end":
                 session = data.int_field(message, "session")
@@ -195,9 +221,27 @@ class Worker:
                     self._tensor_bytes(entry) for entry in data.list_field(message, "tensors")
                 ]
                 span = (last - first) * 1e3 if first is not None and last is not None else 0.0
-                return Reply(message, tensors, windows, span)
+                self._pong(nonce)
+                return Reply(
+                    message, tensors, windows, span, _busy_since(busy_from, self.process.pid)
+                )
             else:
                 raise WorkerError(f"the plugin worker sent an unknown message kind {kind!r}")
+
+    def _pong(self, nonce: str) -> None:
+        """The worker's loop must still be there to answer a ping after its reply: a reply
+        written into the pipe by a plugin that then ended the worker (or left the loop stuck,
+        or let its real reply follow) gets no pong."""
+        try:
+            self.conn.send(("ping",))
+        except OSError as exc:
+            raise WorkerError(f"the plugin worker was gone right after its reply: {exc}") from None
+        answer = self._message(PONG_S, "after its reply")
+        if answer.get("kind") != "pong" or answer.get("nonce") != nonce:
+            raise WorkerError(
+                "the plugin worker did not answer a ping after its reply with the case's nonce "
+                "(a reply written by something other than the worker's loop)"
+            )
 
     def _tensor_bytes(self, entry: object) -> bytes:
         if not isinstance(entry, dict):
@@ -412,6 +456,8 @@ class IsolatedCaseRunner(CaseRunner):
         if row.impl.kind == PLUGIN and session is None:
             return WorkerError("the plugin worker did not say which timer session timed it")
         failure = crosscheck.span_failure(reply.windows, reply.span_ms)
+        if failure is None and on_cpu:
+            failure = crosscheck.idle_failure(reply.windows, reply.busy_ms)
         if failure is None and session is not None:
             windows = reply.windows
             if on_cpu and self.options.integrity and self.timer.name in FRESH_TIMERS:
@@ -541,6 +587,15 @@ class _LazyReference:
                 refresh_ms = statistics.median(times)
             self.costs = crosscheck.HarnessCosts(refresh_ms, self.reference_ms, chance)
         return self.costs
+
+
+def _busy_since(start: tuple[float | None, float] | None, pid: int | None) -> float | None:
+    """CPU time plus runqueue wait of the worker since ``start`` (None: not readable)."""
+    if start is None or start[0] is None:
+        return None
+    now = on_cpu_ms(pid)  # None: the worker was gone when its result came (it ran no more)
+    ran = 0.0 if now is None else max(now - start[0], 0.0)
+    return ran + max(runqueue_wait_ms(pid) - start[1], 0.0) if now is not None else ran
 
 
 def _picklable(value):

@@ -99,7 +99,14 @@ class SpecReference:
         return replace(base, **self.changed) if self.changed else base
 
 
+CASE_NONCE: dict[str, str] = {}
+"""The nonce of the case being answered, echoed by its messages: a reply written into the pipe
+by a plugin that does not read the worker's memory lacks it."""
+
+
 def send_json(conn, payload: Mapping[str, object]) -> None:
+    if "nonce" in CASE_NONCE:
+        payload = {**payload, "nonce": CASE_NONCE["nonce"]}
     conn.send_bytes(json.dumps(payload, allow_nan=False).encode())
 
 
@@ -338,8 +345,12 @@ def worker_main(conn, setup: WorkerSetup) -> None:
             message = conn.recv()
         except (EOFError, OSError):
             return
+        if message[0] == "ping":  # after a case's reply: this loop is still the one answering
+            send_json(conn, {"kind": "pong"})
+            continue
         if message[0] != "case":
             return
+        CASE_NONCE["nonce"] = str(message[2]) if len(message) > 2 else ""
         runner.begin_case()
         timer.opened.clear()
         runner.phases.seconds.clear()
@@ -347,8 +358,13 @@ def worker_main(conn, setup: WorkerSetup) -> None:
         results = _case_results(runner, message[1]) if not changed else ()
         changed = changed or guard.replaced(before, guarded)
         _send_case(conn, runner, timer, results or _nothing(options), changed)
-        if changed:
-            return  # this process's timing can no longer be trusted: the parent starts anew
+        if changed:  # this process's timing can no longer be trusted: the parent starts anew
+            try:
+                if conn.recv()[0] == "ping":  # the reply above is still this loop's
+                    send_json(conn, {"kind": "pong"})
+            except (EOFError, OSError):
+                pass
+            return
 
 
 def _quiet_stdout() -> None:

@@ -189,6 +189,17 @@ class Refresher:
         return None
 
 
+def active_modes() -> list[str]:
+    """The torch function and dispatch modes left on: a mode sees every torch call, the
+    harness's reads of an output included, and can run deferred work in them."""
+    found = []
+    if torch._C._len_torch_function_stack() > 0:
+        found.append("a torch function mode (torch.overrides.TorchFunctionMode) is on")
+    if torch._C._len_torch_dispatch_stack() > 0:
+        found.append("a torch dispatch mode (TorchDispatchMode) is on")
+    return found
+
+
 @dataclass(frozen=True)
 class SampledFailure:
     """A sampled timed call whose output disagreed with the reference on its own values."""

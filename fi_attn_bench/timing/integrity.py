@@ -70,6 +70,7 @@ from fi_attn_bench.timing.fresh import (
     Refresher,
     SampledFailure,
     SampleRate,
+    active_modes,
 )
 from fi_attn_bench.timing.timers import HostStopwatch, Stopwatch
 
@@ -195,6 +196,11 @@ class Subject:
             result = result[0]
         if not isinstance(result, Tensor):
             raise TypeError("nothing to check: no output buffer and run() returned no tensor")
+        if type(result) is not Tensor:  # a subclass can defer its work until it is read
+            raise TypeError(
+                f"run() returned a {type(result).__qualname__}, not a plain torch.Tensor (a "
+                "subclass runs its own code when the harness reads it)"
+            )
         return result
 
     def sync(self) -> None:
@@ -324,6 +330,9 @@ class IntegrityProbe:
         checked against itself)."""
         if self.subject.run is self.subject.reference:
             return None
+        modes = active_modes()  # a mode would run deferred work in the harness's reads below
+        if modes:
+            return SampledFailure(f"{modes[0]} when a timed call's output was read", False)
         snapshot = self.subject.output_of(result).clone()
         self.subject.sync()
         overwritten = self.refresher.overwritten() if self.refresher is not None else None
