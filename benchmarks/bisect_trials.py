@@ -275,6 +275,7 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
                     seed=seed,
                     test=args.test,
                     same_confidence=args.same_confidence,
+                    trim=args.trim,
                 ),
                 on_step=print_step if args.verbose else lambda step: None,
             )
@@ -300,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=5, help="timed calls per CPU run")
     parser.add_argument("--max-repeats", type=int, default=BisectSettings().max_repeats)
     parser.add_argument("--test", choices=TESTS, default=BisectSettings().test)
+    parser.add_argument("--trim", type=float, default=BisectSettings().trim)
     parser.add_argument("--same-confidence", type=float, default=BisectSettings().same_confidence)
     parser.add_argument("--workspace", help="keep the repositories here (default: a temp dir)")
     parser.add_argument("--verbose", action="store_true", help="print every step's evidence")
