@@ -666,3 +666,38 @@ def test_trial_repositories_slow_the_plugin_at_the_hidden_commit_only(tmp_path):
 
     (run,) = runs_in_file(output)
     assert run.results[0].time_ms > 0 and run.results[0].status == "ok"
+
+
+def import_trials():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bisect_trials
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return bisect_trials
+
+
+def test_torch_trial_repositories_add_matmuls_at_the_hidden_commit_and_time_them(tmp_path):
+    bisect_trials = import_trials()
+    plugin = bisect_trials.TORCH_PLUGIN.replace("{size}", "32")
+    runner = bisect_trials.TORCH_RUNNER.format(device="cpu", calls=3)
+    repo = bisect_trials.make_repository(tmp_path / "r", 4, 2, plugin, runner, (50, 51))
+    hashes = git(repo.path, "rev-list", "--reverse", "HEAD").split()
+    repeats = [git(repo.path, "show", f"{c}:plugin.py").count("REPEATS = 51") for c in hashes]
+    assert repeats == [0, 0, 1, 1] and repo.hidden == hashes[2]
+    output = tmp_path / "run.csv"
+    subprocess.run([sys.executable, "-I", str(repo.path / "run_case.py"), str(output)], check=True)
+    from fi_attn_bench.history.analysis import parse_case_filter
+    from fi_attn_bench.history.bisect_runs import case_time
+    from fi_attn_bench.history.reading import runs_in_file
+
+    runs = runs_in_file(output)
+    case = bisect_trials.TORCH_CASE
+    assert case_time(runs, parse_case_filter(case), case) > 0
+
+
+def test_trials_on_cuda_without_a_gpu_are_one_line_exit_2(monkeypatch, capsys):
+    bisect_trials = import_trials()
+    monkeypatch.setattr(bisect_trials, "cuda_available", lambda: False)
+    assert bisect_trials.main(["--device", "cuda", "--trials", "1"]) == 2
+    assert one_error(capsys) == "error: --device cuda: torch sees no CUDA device\n"
