@@ -645,11 +645,7 @@ def test_versions_refuses_wheels_of_two_packages_and_unknown_versions(tmp_path, 
 
 
 def test_trial_repositories_slow_the_plugin_at_the_hidden_commit_only(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import bisect_trials
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    bisect_trials = import_trials()
     plugin, runner = bisect_trials.CPU_PLUGIN, bisect_trials.CPU_RUNNER.format(calls=3)
     repo = bisect_trials.make_repository(tmp_path / "r", 6, 4, plugin, runner, (250, 258))
     hashes = git(repo.path, "rev-list", "--reverse", "HEAD").split()
