@@ -4,15 +4,20 @@ plugin repositories whose plugin gets slower at one hidden commit, measured for 
 CPU (default): a repository of 64 commits whose plugin, a small pure-Python decode attention,
 does 3 % more work from the hidden commit on (it repeats its kernel about 258 times instead of 250:
 real extra work, no sleep; the ratio is calibrated by measurement before the trials).  Each run
-is a fresh process that times the plugin's calls with ``time.perf_counter`` around each call, as
+is a fresh process that times the plugin's calls with ``time.thread_time`` around each call, as
 the harness's CPU timer (``WallTimer``) does, and writes one schema-v1 row.  It does not go
 through ``bench_batch_decode.py`` because importing torch costs 2-4 s a process on this 2-core
-machine, and a trial makes about 200 runs.
+machine, and a trial makes about 300-500 runs.
+
+GPU (``--device cuda``): 16 commits whose torch plugin runs 50 bf16 matmuls of 2048^2 a call,
+51 from the hidden commit on (2 % more of the same kernel); each run is a fresh process that
+imports torch and times 20 calls with CUDA events (the median call).  ``--torch`` runs the same
+plugin on the CPU (for checking the path here); ``--harness`` instead runs
+``bench_batch_decode.py`` with an SDPA plugin (a full sweep per run: slow).
 
     python benchmarks/bisect_trials.py --trials 40                 # the issue's target
     python benchmarks/bisect_trials.py --trials 10 --step-pct 0.5  # must end in "cannot tell"
-    python benchmarks/bisect_trials.py --device cuda --trials 1    # H100: 16 commits, 2 %,
-                                                                   # through bench_batch_decode.py
+    python benchmarks/bisect_trials.py --device cuda --trials 1 --verbose   # a GPU: 16, 2 %
 
 A trial is right when the bisect names the hidden commit, "cannot tell" when it names none, and
 wrong otherwise.  Prints the counts, the mean number of revisions probed and runs made, and the
@@ -103,6 +108,79 @@ row = {{
     "head_dim": str(plugin.DIM), "impl": "plugin", "status": "ok",
     "time_ms": repr(min(samples)), "bandwidth_GB_s": "0", "tflops": "0",
     "error_type": "", "error": "", "timer": "wall", "device": "cpu", "samples": str(CALLS),
+    "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    "run_id": uuid.uuid4().hex,
+}}
+with open(sys.argv[1], "w", newline="") as stream:
+    writer = csv.DictWriter(stream, fieldnames=list(row))
+    writer.writeheader()
+    writer.writerow(row)
+'''
+
+TORCH_BASE_REPEATS = 50  # matmuls per call at the good commits (2 %: 51)
+TORCH_CASE = "api=BatchDecodeWithPagedKVCacheWrapper,batch_size=1,seq_len_kv=2048"
+
+TORCH_PLUGIN = '''"""A torch plugin: REPEATS matmuls of SIZE x SIZE per call (the hidden commit adds some:
+more kernel work of the same kind, so the time ratio is the repeats' ratio)."""
+import torch
+
+REPEATS = {repeats}
+SIZE = {size}
+
+
+def make(device):
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(SIZE, SIZE, generator=generator).to(device, dtype)
+    b = torch.randn(SIZE, SIZE, generator=generator).to(device, dtype) / SIZE**0.5
+    out = torch.empty_like(a)
+
+    def run():
+        for _ in range(REPEATS):
+            torch.matmul(a, b, out=out)
+        return out
+
+    return run
+'''
+
+TORCH_RUNNER = '''"""One run: time the plugin's calls on DEVICE (CUDA events on a GPU, thread CPU time on a
+CPU) and write one CSV row; the run's time is the median call."""
+import csv
+import datetime
+import os
+import statistics
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plugin
+import torch
+
+DEVICE, CALLS, WARMUP = {device!r}, {calls}, 3
+run = plugin.make(DEVICE)
+for _ in range(WARMUP):
+    run()
+samples = []
+for _ in range(CALLS):
+    if DEVICE == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    else:
+        began = time.thread_time()
+        run()
+        samples.append((time.thread_time() - began) * 1e3)
+row = {{
+    "schema_version": "1", "api": "BatchDecodeWithPagedKVCacheWrapper", "batch_size": "1",
+    "seq_len_q": "1", "seq_len_kv": "2048", "num_qo_heads": "1", "num_kv_heads": "1",
+    "head_dim": str(plugin.SIZE), "impl": "plugin", "status": "ok",
+    "time_ms": repr(statistics.median(samples)), "bandwidth_GB_s": "0", "tflops": "0",
+    "error_type": "", "error": "", "timer": "events" if DEVICE == "cuda" else "wall",
+    "device": DEVICE, "samples": str(CALLS),
     "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     "run_id": uuid.uuid4().hex,
 }}
@@ -225,15 +303,17 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
     commits = args.commits
     hidden_at = rng.randint(1, commits - 1)
     cuda = args.harness
-    repo = make_repository(
-        workspace / f"trial{seed}",
-        commits,
-        hidden_at,
-        CUDA_PLUGIN if cuda else CPU_PLUGIN,
-        None if cuda else CPU_RUNNER.format(calls=args.calls),
-        repeats,
-    )
-    if cuda:
+    if args.torch:
+        plugin = TORCH_PLUGIN.replace("{size}", str(args.size))
+        runner = TORCH_RUNNER.format(device=args.device, calls=args.calls)
+    else:
+        plugin = CUDA_PLUGIN if cuda else CPU_PLUGIN
+        runner = None if cuda else CPU_RUNNER.format(calls=args.calls)
+    repo = make_repository(workspace / f"trial{seed}", commits, hidden_at, plugin, runner, repeats)
+    if args.torch:
+        argv = ("{python}", "-I", "{rev_dir}/run_case.py", "{output}")  # site-packages: torch
+        case = TORCH_CASE
+    elif cuda:
         case = CUDA_CASE if args.device == "cuda" else HARNESS_CPU_CASE
         argv = (
             "{python}", str(HARNESS / "bench_batch_decode.py"), "--device", args.device,
@@ -275,6 +355,8 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
                     seed=seed,
                     test=args.test,
                     same_confidence=args.same_confidence,
+                    trim=args.trim,
+                    alpha=args.alpha,
                 ),
                 on_step=print_step if args.verbose else lambda step: None,
             )
@@ -290,6 +372,14 @@ def trial(seed: int, args, repeats: tuple, workspace: Path) -> tuple[str, int, i
     return verdict, result.probes, len(runs), note
 
 
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=40)
@@ -297,22 +387,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--commits", type=int, help="default 64 (cpu), 16 (cuda)")
     parser.add_argument("--step-pct", type=float, help="default 3 (cpu), 2 (cuda)")
-    parser.add_argument("--calls", type=int, default=5, help="timed calls per CPU run")
+    parser.add_argument("--calls", type=int, help="timed calls per run (default 5; torch: 20)")
+    parser.add_argument("--alpha", type=float, default=BisectSettings().alpha)
     parser.add_argument("--max-repeats", type=int, default=BisectSettings().max_repeats)
     parser.add_argument("--test", choices=TESTS, default=BisectSettings().test)
+    parser.add_argument("--trim", type=float, default=BisectSettings().trim)
     parser.add_argument("--same-confidence", type=float, default=BisectSettings().same_confidence)
     parser.add_argument("--workspace", help="keep the repositories here (default: a temp dir)")
     parser.add_argument("--verbose", action="store_true", help="print every step's evidence")
     parser.add_argument(
+        "--torch",
+        action="store_true",
+        help="the torch matmul plugin on --device (the default with --device cuda)",
+    )
+    parser.add_argument("--size", type=int, default=2048, help="the torch plugin's matrix side")
+    parser.add_argument(
         "--harness",
         action="store_true",
-        help="run bench_batch_decode.py with an SDPA plugin (always with --device cuda)",
+        help="run bench_batch_decode.py with an SDPA plugin instead (slow: a full sweep a run)",
     )
     args = parser.parse_args(argv)
-    cuda = args.harness = args.harness or args.device == "cuda"
-    args.commits = args.commits or (16 if cuda else 64)
-    step = args.step_pct if args.step_pct is not None else (2.0 if cuda else 3.0)
-    if cuda:
+    args.torch = not args.harness and (args.torch or args.device == "cuda")
+    if args.device == "cuda" and not cuda_available():
+        print("error: --device cuda: torch sees no CUDA device", file=sys.stderr)
+        return 2
+    gpu_like = args.torch or args.harness
+    args.calls = args.calls or (20 if args.torch else 5)
+    args.commits = args.commits or (16 if gpu_like else 64)
+    step = args.step_pct if args.step_pct is not None else (2.0 if gpu_like else 3.0)
+    if args.torch:
+        repeats = (TORCH_BASE_REPEATS, round(TORCH_BASE_REPEATS * (1 + step / 100)))
+        print(f"plugin: {repeats[0]} -> {repeats[1]} matmuls of {args.size}^2 per call")
+    elif args.harness:
         repeats = (CUDA_BASE_REPEATS, round(CUDA_BASE_REPEATS * (1 + step / 100)))
         print(f"plugin: {repeats[0]} -> {repeats[1]} SDPA launches per call (kernel work ratio)")
     else:
@@ -339,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     n = args.trials
     print(
-        f"{args.device}, {args.commits} commits, {step:g} % step, {n} trials: right {tally['right']}, "
+        f"{args.device}{' torch' if args.torch else ''}, {args.commits} commits, {step:g} % step, {n} trials: right {tally['right']}, "
         f"cannot tell {tally['cannot tell']}, wrong {tally['wrong']}; mean probes "
         f"{probes / n:.2f}, mean runs {runs / n:.1f}; {elapsed:.0f} s"
     )

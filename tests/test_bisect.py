@@ -37,6 +37,7 @@ from fi_attn_bench.history.bisect_stats import (
     SIGNED_RANK,
     compare,
     fewest_repeats_for,
+    kept_pairs,
     paired_ratio_estimate,
     ratio_estimate,
     signed_rank_p,
@@ -86,6 +87,58 @@ def test_a_comparison_says_same_only_when_its_interval_excludes_the_margin():
     assert narrow.within(math.log(1.01))
 
 
+def spells(rng, count, slow=1.43, share=0.4, noise=0.02):
+    """Run times of a machine that is ``slow`` times slower in spells of 1-8 runs (``share`` of
+    them), with lognormal noise: this VM's bimodal speed (VALIDATION "Bisect")."""
+    out, is_slow = [], False
+    while len(out) < count:
+        length = int(rng.integers(1, 9))
+        out += list((slow if is_slow else 1.0) * np.exp(rng.normal(0, noise, length)))
+        is_slow = rng.random() < share
+    return np.array(out[:count])
+
+
+def test_kept_pairs_leave_out_only_pairs_far_beyond_the_median_ratio():
+    d = np.array([0.01, -0.02, 0.015, 0.36, -0.005, -0.35, 0.02, 0.0])
+    assert sorted(kept_pairs(d, 4.0)) == sorted([0.01, -0.02, 0.015, -0.005, 0.02, 0.0])
+    assert list(kept_pairs(d, 0.0)) == list(d)  # trim 0 keeps every pair
+    assert list(kept_pairs(np.zeros(5), 4.0)) == [0.0] * 5  # no spread: nothing to judge by
+    assert len(kept_pairs(d, 1.0)) >= len(d) // 2  # at least the pairs up to the median
+
+
+def test_trimmed_signed_rank_keeps_its_level_and_sees_through_slow_spells():
+    """No change: p <= 0.05 in about 5 % of seeded draws (the choice looks at |log ratio|
+    only).  20 rounds inside slow spells: a 3 % change is found, and no change is "the same"
+    within 1.5 %, far more often with the trim than without."""
+    rng = np.random.default_rng(11)
+    null_hits = 0
+    for _ in range(300):
+        chain = spells(rng, 120)  # 60 rounds of two back-to-back runs
+        null = compare(chain[0::2], chain[1::2], test=SIGNED_RANK, trim=4.0)
+        null_hits += null.p_value <= 0.05
+        assert null.pairs_kept is not None and 30 <= null.pairs_kept <= 60
+    assert 5 <= null_hits <= 27  # 15 expected of 300
+    found, same = {4.0: 0, 0.0: 0}, {4.0: 0, 0.0: 0}
+    for _ in range(200):
+        changed, unchanged = spells(rng, 40), spells(rng, 40)
+        for trim in found:
+            step = compare(changed[0::2], changed[1::2] * 1.03, test=SIGNED_RANK, trim=trim)
+            found[trim] += step.p_value <= 0.001
+            flat = compare(unchanged[0::2], unchanged[1::2], test=SIGNED_RANK, trim=trim)
+            same[trim] += flat.within(math.log(1.015))
+    assert found[4.0] >= found[0.0] + 25 and same[4.0] >= same[0.0] + 20, (found, same)
+
+
+def test_a_comparison_says_how_many_pairs_its_trim_kept():
+    rng = np.random.default_rng(5)
+    first = np.exp(rng.normal(0, 0.01, 20))
+    second = first * np.exp(rng.normal(0, 0.01, 20))
+    second[:3] *= 1.5
+    trimmed = compare(first, second, test=SIGNED_RANK, trim=4.0)
+    assert trimmed.pairs_kept == 17 and "17 pairs kept" in trimmed.describe()
+    assert compare(first, second, test=SIGNED_RANK).pairs_kept is None
+
+
 # --- the search, with stand-in measurements -----------------------------------------------
 
 
@@ -129,6 +182,41 @@ def test_the_search_names_the_step_in_few_probes(step_at, test):
     assert result.first_bad.key == str(step_at) and result.last_good.key == str(step_at - 1)
     assert result.probes <= 2 + 6  # the ends and log2(64) midpoints
     assert [s.outcome for s in result.steps[1:]].count("bad") + 1 <= 7
+
+
+class Spells(StandIn):
+    """StandIn whose runs also meet the machine's slow spells, in the order they are made."""
+
+    def __init__(self, step_at, seed):
+        super().__init__(step_at, step=0.03, noise=0.0, seed=seed)
+        self.chain, self.made = spells(np.random.default_rng(seed), 20000), 0
+
+    def measure(self, revision):
+        self.made += 1
+        return super().measure(revision) * self.chain[self.made]
+
+
+def test_slow_spells_do_not_hide_a_3_percent_step_from_the_trimmed_search():
+    """With the trim the search names the step in fewer runs, and within a budget of 40 rounds
+    a step where the untrimmed test says "cannot tell" throughout."""
+    named, runs = {}, {}
+    for trim, budget in ((4.0, 100), (0.0, 100), (4.0, 40), (0.0, 40)):
+        named[trim, budget] = runs[trim, budget] = 0
+        for seed in range(6):
+            prober = Spells(37, seed)
+            settings = BisectSettings(seed=seed, trim=trim, max_repeats=budget)
+            result = bisect(line(64), prober, settings)
+            assert result.outcome is Outcome.CANNOT_TELL or result.first_bad.key == "37"
+            named[trim, budget] += result.outcome is Outcome.FOUND
+            runs[trim, budget] += prober.made
+    assert named[4.0, 100] == 6 and runs[4.0, 100] < 0.75 * runs[0.0, 100], (named, runs)
+    assert named[4.0, 40] >= 4 and named[0.0, 40] <= 1, named
+
+
+def test_an_end_whose_runs_keep_failing_is_cannot_tell():
+    result = bisect(line(10), StandIn(5, failing_runs={0}), BisectSettings())
+    assert result.outcome is Outcome.CANNOT_TELL and result.exit_code == 3
+    assert "kept failing" in result.reason
 
 
 def test_a_faster_revision_is_bisected_too():
@@ -354,11 +442,16 @@ def small_repo(tmp_path):
             ),
             "does not exist",
         ),
+        (lambda a, h: a.__setitem__(a.index("--bad") + 1, "no-such-rev"), "does not exist"),
         (lambda a, h: a.__setitem__(a.index("--good") + 1, h[-1]), "the same revision"),
         (lambda a, h: a.__setitem__(a.index("--bad") + 1, h[0]), "the same revision"),
         (lambda a, h: a.__setitem__(a.index("--case") + 1, "seq_len_kv"), "not NAME=VALUE"),
         (lambda a, h: a.__setitem__(a.index("--max-repeats") + 1, "3"), "too few"),
         (lambda a, h: a.__setitem__(a.index("--alpha") + 1, "0"), "--alpha"),
+        (
+            lambda a, h: a.__setitem__(slice(a.index("--"), a.index("--")), ["--trim", "0.5"]),
+            "--trim 0.5 must be 0",
+        ),
         (lambda a, h: a.__setitem__(a.index("{python}"), "/no/such/program"), "not found"),
     ],
 )
@@ -552,11 +645,7 @@ def test_versions_refuses_wheels_of_two_packages_and_unknown_versions(tmp_path, 
 
 
 def test_trial_repositories_slow_the_plugin_at_the_hidden_commit_only(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import bisect_trials
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    bisect_trials = import_trials()
     plugin, runner = bisect_trials.CPU_PLUGIN, bisect_trials.CPU_RUNNER.format(calls=3)
     repo = bisect_trials.make_repository(tmp_path / "r", 6, 4, plugin, runner, (250, 258))
     hashes = git(repo.path, "rev-list", "--reverse", "HEAD").split()
@@ -573,3 +662,38 @@ def test_trial_repositories_slow_the_plugin_at_the_hidden_commit_only(tmp_path):
 
     (run,) = runs_in_file(output)
     assert run.results[0].time_ms > 0 and run.results[0].status == "ok"
+
+
+def import_trials():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bisect_trials
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return bisect_trials
+
+
+def test_torch_trial_repositories_add_matmuls_at_the_hidden_commit_and_time_them(tmp_path):
+    bisect_trials = import_trials()
+    plugin = bisect_trials.TORCH_PLUGIN.replace("{size}", "32")
+    runner = bisect_trials.TORCH_RUNNER.format(device="cpu", calls=3)
+    repo = bisect_trials.make_repository(tmp_path / "r", 4, 2, plugin, runner, (50, 51))
+    hashes = git(repo.path, "rev-list", "--reverse", "HEAD").split()
+    repeats = [git(repo.path, "show", f"{c}:plugin.py").count("REPEATS = 51") for c in hashes]
+    assert repeats == [0, 0, 1, 1] and repo.hidden == hashes[2]
+    output = tmp_path / "run.csv"
+    subprocess.run([sys.executable, "-I", str(repo.path / "run_case.py"), str(output)], check=True)
+    from fi_attn_bench.history.analysis import parse_case_filter
+    from fi_attn_bench.history.bisect_runs import case_time
+    from fi_attn_bench.history.reading import runs_in_file
+
+    runs = runs_in_file(output)
+    case = bisect_trials.TORCH_CASE
+    assert case_time(runs, parse_case_filter(case), case) > 0
+
+
+def test_trials_on_cuda_without_a_gpu_are_one_line_exit_2(monkeypatch, capsys):
+    bisect_trials = import_trials()
+    monkeypatch.setattr(bisect_trials, "cuda_available", lambda: False)
+    assert bisect_trials.main(["--device", "cuda", "--trials", "1"]) == 2
+    assert one_error(capsys) == "error: --device cuda: torch sees no CUDA device\n"

@@ -18,6 +18,7 @@ from fi_attn_bench.history.bisect_stats import (
     DEFAULT_ALPHA,
     DEFAULT_INTERVAL,
     DEFAULT_SAME_INTERVAL,
+    DEFAULT_TRIM,
     SIGNED_RANK,
     Comparison,
     Verdict,
@@ -71,10 +72,11 @@ class BisectSettings:
     alpha: float = DEFAULT_ALPHA
     confidence: float = DEFAULT_INTERVAL
     same_confidence: float = DEFAULT_SAME_INTERVAL
-    max_repeats: int = 60  # runs of each revision within one step
+    max_repeats: int = 100  # runs of each revision within one step
     min_change_pct: float = 1.0  # good and bad closer than this are "the same"
     seed: int = 0
     test: str = SIGNED_RANK
+    trim: float = DEFAULT_TRIM  # signed-rank only: pairs beyond this many median |log ratio|
 
     @property
     def min_repeats(self) -> int:
@@ -88,7 +90,12 @@ class BisectSettings:
         else:
             first_values, second_values = list(first.values()), list(second.values())
         return compare(
-            first_values, second_values, self.confidence, self.test, self.same_confidence
+            first_values,
+            second_values,
+            self.confidence,
+            self.test,
+            self.same_confidence,
+            self.trim,
         )
 
 

@@ -20,6 +20,7 @@ import fi_attn_bench
 from fi_attn_bench.history.bisect_sources import BisectInputError
 from fi_attn_bench.history.bisect_stats import (
     DEFAULT_ALPHA,
+    DEFAULT_TRIM,
     SIGNED_RANK,
     TESTS,
     fewest_repeats_for,
@@ -31,7 +32,7 @@ DEFAULT_STORE = Path("results") / DEFAULT_STORE_NAME
 DEFAULT_SCRIPT = "bench_batch_decode"
 DEFAULT_BRANCH = "bisect"
 # BisectSettings' defaults (a test holds them equal), here so that --help imports no more
-DEFAULT_MAX_REPEATS, DEFAULT_MIN_CHANGE_PCT, DEFAULT_TEST = 60, 1.0, SIGNED_RANK
+DEFAULT_MAX_REPEATS, DEFAULT_MIN_CHANGE_PCT, DEFAULT_TEST = 100, 1.0, SIGNED_RANK
 DEFAULT_RUN_TIMEOUT_S = 1800.0
 # Case fields the bench scripts' --filter does not take (they name the API and the impl).
 NOT_FILTER_FIELDS = ("api", "impl")
@@ -90,6 +91,11 @@ def add_parser(commands) -> None:
         "mann-whitney: Pinpoint's test on the two sides' runs",
     )  # fmt: skip
     statistics.add_argument(
+        "--trim", type=float, default=DEFAULT_TRIM, metavar="K",
+        help="signed-rank: leave out pairs of runs whose |log ratio| is over K times the "
+        "median one (a run that met a slow spell of the machine); 0 keeps every pair",
+    )  # fmt: skip
+    statistics.add_argument(
         "--max-repeats", type=int, default=DEFAULT_MAX_REPEATS, metavar="N",
         help="runs of each revision within one step before it says cannot tell",
     )  # fmt: skip
@@ -117,12 +123,15 @@ def settings_from(args):
         )
     if not args.min_change > 0:
         raise BisectInputError("--min-change must be above 0")
+    if not (args.trim == 0 or args.trim >= 1):
+        raise BisectInputError(f"--trim {args.trim:g} must be 0 (keep every pair) or at least 1")
     return BisectSettings(
         alpha=args.alpha,
         max_repeats=args.max_repeats,
         min_change_pct=args.min_change,
         seed=args.seed,
         test=args.test,
+        trim=args.trim,
     )
 
 

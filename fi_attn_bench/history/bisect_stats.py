@@ -26,6 +26,9 @@ DEFAULT_INTERVAL = 0.95  # confidence of the reported ratio interval
 # Confidence of the interval that "the same" needs: a wrong "same" also needs a wrong
 # "different" (at alpha) on the other end, so this one can be looser (benchmarks/bisect_trials.py).
 DEFAULT_SAME_INTERVAL = 0.80
+# Paired runs farther apart than this many times their median |log ratio| are left out: a run
+# that met one of the machine's slow spells (VALIDATION "Bisect: trimmed pairs") swamps the ranks.
+DEFAULT_TRIM = 4.0
 MANN_WHITNEY, SIGNED_RANK = "mann-whitney", "signed-rank"
 TESTS = (MANN_WHITNEY, SIGNED_RANK)
 EXACT_SIGNED_RANK_PAIRS = 40  # up to this many pairs without ties, the exact distribution
@@ -60,6 +63,7 @@ class Comparison:
     second_repeats: int
     test: str = MANN_WHITNEY
     same_interval: RatioEstimate | None = None  # the interval "the same" is judged on
+    pairs_kept: int | None = None  # signed-rank with a trim: the pairs the test used
 
     def different(self, alpha: float) -> bool:
         return self.p_value <= alpha
@@ -75,6 +79,7 @@ class Comparison:
             f"{self.first_median_ms:.4g} -> {self.second_median_ms:.4g} ms, ratio {e.ratio:.4f} "
             f"[{e.low:.4f}, {e.high:.4f}] ({e.confidence:.0%}), p {self.p_value:.2g} "
             f"({self.test}), repeats {self.first_repeats}+{self.second_repeats}"
+            + (f", {self.pairs_kept} pairs kept" if self.pairs_kept is not None else "")
         )
 
 
@@ -144,16 +149,33 @@ def signed_rank_p(differences) -> float:
     return min(1.0, math.erfc(z / math.sqrt(2.0)))
 
 
+def kept_pairs(log_ratios, trim: float) -> np.ndarray:
+    """The pairs whose |log ratio| is at most ``trim`` times the pairs' median |log ratio|
+    (all of them for trim 0).  A run that met a slow spell of the machine makes its pair's
+    ratio large in either direction; the choice looks at |log ratio| only, so with no change
+    each kept pair's sign is still a fair coin and the signed-rank test stays exact."""
+    d = np.asarray(log_ratios, dtype=np.float64)
+    if trim <= 0 or len(d) == 0:
+        return d
+    limit = trim * float(np.median(np.abs(d)))
+    return d[np.abs(d) <= limit] if limit > 0 else d
+
+
 def compare(
     first,
     second,
     confidence: float = DEFAULT_INTERVAL,
     test: str = MANN_WHITNEY,
     same_confidence: float = DEFAULT_SAME_INTERVAL,
+    trim: float = 0.0,
 ) -> Comparison:
-    """second against first; for SIGNED_RANK the two are aligned by round (equal lengths)."""
+    """second against first; for SIGNED_RANK the two are aligned by round (equal lengths) and
+    pairs beyond ``trim`` (``kept_pairs``) are left out."""
+    pairs_kept = None
     if test == SIGNED_RANK:
         log_ratios = np.log(np.asarray(second, float)) - np.log(np.asarray(first, float))
+        log_ratios = kept_pairs(log_ratios, trim)
+        pairs_kept = len(log_ratios) if trim > 0 else None
         estimate = paired_ratio_estimate(log_ratios, confidence)
         same_interval = paired_ratio_estimate(log_ratios, same_confidence)
         p_value = signed_rank_p(log_ratios)
@@ -170,6 +192,7 @@ def compare(
         second_repeats=len(second),
         test=test,
         same_interval=same_interval,
+        pairs_kept=pairs_kept,
     )
 
 
