@@ -56,7 +56,8 @@ class DetectionSettings:
     drift_keep_pct: float = 0.5  # the smallest lasting run-wide shift left in the cases
     machine_shift_share: float = 0.8  # a lasting shift this share follows is the machine's (0: all)
     median_filter: bool = True
-    min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
+    min_segment_runs: int = 4  # a new level must hold this many (filtered) runs: a step and the
+    # 3 runs after it, so a two-run excursion and its neighbour are not one
     min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
     min_change_sigmas: float = 2.0  # a reported change is also this many noise levels large
     false_alarm_p: float = 1e-4  # one-sided p of the shift test (noise from the series itself)
