@@ -1,6 +1,7 @@
 """A run-wide shift that every unstepped case follows is the machine's, also when many cases
 step by themselves at the same time (40 % of the cases stepping during drift episodes
-left the episodes in every case, 10.9 false change points per 200 series)."""
+left the episodes in every case, 10.9 false change points per 200 series), and two
+heavy-tailed runs in a row are not a new level (issue 52's false alarms)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,22 @@ def test_a_drift_episode_that_few_cases_can_tell_is_removed_despite_one_chance_s
     assert [(point.series, point.run) for point in found.change_points if point.series < 0] == [
         (-1, 36)
     ]
+
+
+def test_two_slow_runs_at_the_end_are_seldom_a_change_and_a_step_held_four_runs_is_one():
+    """Heavy-tailed noise gives two slow runs in a row: the last two 2.5 % slow and the one
+    before 0.5 %.  With 3-run levels, 14 of these 20 series reported a change; a new level
+    now holds 4 runs, the step's own and the 3 after it that a step is found by."""
+    excursions = steps = 0
+    for seed in range(20):
+        log_time = np.random.default_rng(seed).normal(0, 0.003, (30, 12))
+        stepped = log_time.copy()
+        log_time[-2:, 5] += np.log(1.025)
+        log_time[-3, 5] += np.log(1.005)
+        stepped[-4:, 5] += np.log(1.02)
+        clock = np.full(log_time.shape, np.nan)
+        excursions += any(p.series == 5 for p in detect(np.exp(log_time), clock).change_points)
+        found = detect(np.exp(stepped), clock).change_points
+        steps += [(p.series, abs(p.run - 26) <= 1) for p in found] == [(5, True)]
+    assert excursions <= 5
+    assert steps == 20
