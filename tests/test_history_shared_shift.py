@@ -82,8 +82,8 @@ def test_a_drift_episode_that_few_cases_can_tell_is_removed_despite_one_chance_s
 
 def test_two_slow_runs_at_the_end_are_seldom_a_change_and_a_step_held_four_runs_is_one():
     """Heavy-tailed noise gives two slow runs in a row: the last two 2.5 % slow and the one
-    before 0.5 %.  With 3-run levels, 14 of these 20 series reported a change; a new level
-    now holds 4 runs, the step's own and the 3 after it that a step is found by."""
+    before 0.5 %.  With 3-run levels, 14 of these 20 series reported a change (3 now); a new
+    level now holds 4 runs, the step's own and the 3 after it that a step is found by."""
     excursions = steps = 0
     for seed in range(20):
         log_time = np.random.default_rng(seed).normal(0, 0.003, (30, 12))
