@@ -12,8 +12,9 @@ least-squares segmentation with a penalty) looks at each case:
    on each case, so the cases that stepped do not pull the factor.  It is removed from
    every case and searched on its own, except a lasting shift of it that fewer than 80 %
    of the cases follow, of those that either followed it or stayed (a case that stepped
-   itself in the window does neither): one commit slowing many cases moves the factor, and
-   that stays in the cases it touched (a machine change moves them all, and is removed);
+   itself in the window does neither), where more stayed than a machine shift leaves by
+   chance: one commit slowing many cases moves the factor, and that stays in the cases it
+   touched (a machine change moves them all, and is removed);
 3. one-run blips: the search sees a running median of three (the newest run included).
 
 A change point is the first run at a new level, its size the ratio of the medians around
@@ -38,6 +39,8 @@ SHARED_DRIFT_MIN_CASES = 8  # fewer cases cannot tell a run-wide factor from a c
 MIN_CLOCK_SPREAD = 1e-4  # log-clock spread below this: the clock did not move, nothing to fit
 MAX_CLOCK_EXPONENT = 1.5
 MIN_CLOCK_T = 2.0  # a case is scaled where its exponent is this many standard errors above 0
+CHANCE_STAYER_SHARE = 0.1  # a telling case that followed a machine shift reads as stayed
+CHANCE_STAYER_P = 0.05  # a commit's shift needs stayers this improbable under a machine shift
 REPORT_DELAY_RUNS = 3  # sensitivity is quoted for a step seen by the third run after it
 
 
@@ -53,7 +56,8 @@ class DetectionSettings:
     drift_keep_pct: float = 0.5  # the smallest lasting run-wide shift left in the cases
     machine_shift_share: float = 0.8  # a lasting shift this share follows is the machine's (0: all)
     median_filter: bool = True
-    min_segment_runs: int = 3  # a new level must hold this many (filtered) runs
+    min_segment_runs: int = 4  # a new level must hold this many (filtered) runs: a step and the
+    # 3 runs after it, so a two-run excursion and its neighbour are not one
     min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
     min_change_sigmas: float = 2.0  # a reported change is also this many noise levels large
     false_alarm_p: float = 1e-4  # one-sided p of the shift test (noise from the series itself)
@@ -272,19 +276,45 @@ def lasting_levels(
     for index in range(1, len(medians)):
         shift = medians[index] - medians[index - 1]
         before, start, end = bounds[index - 1], bounds[index], bounds[index + 1]
-        if share_following(log_time[before:start], log_time[start:end], shift) < (
-            settings.machine_shift_share
-        ):
+        if cases_own_shift(log_time[before:start], log_time[start:end], shift, settings):
             kept += shift
         levels[start:end] = kept
     return levels
 
 
+def cases_own_shift(
+    before: np.ndarray, after: np.ndarray, shift: float, settings: DetectionSettings
+) -> bool:
+    """Whether a lasting run-wide shift is the cases' own (a commit), not the machine's: fewer
+    than ``machine_shift_share`` of the cases that can tell followed it, and more of them
+    stayed than a machine shift leaves by chance (each telling case misread as staying with
+    probability ``CHANCE_STAYER_SHARE``: heavy-tailed noise, or its own step cancelling the
+    shift).  Without that test, 1 or 2 chance stayers among the 3-7 cases that can tell 3-4
+    runs after a drift episode left the episode in every case (6 false points at once)."""
+    from scipy import stats
+
+    followed, stayed = follow_counts(before, after, shift)
+    telling = followed + stayed
+    if telling == 0 or followed / telling >= settings.machine_shift_share:
+        return False
+    return float(stats.binom.sf(stayed - 1, telling, CHANCE_STAYER_SHARE)) < CHANCE_STAYER_P
+
+
 def share_following(before: np.ndarray, after: np.ndarray, shift: float) -> float:
     """Of the cases whose own level either moved by about ``shift`` or stayed (each within
-    half of it), the share that moved.  A case that stepped itself near the shift moved by
-    neither and is left out: counted as not following, the 40 % of cases that stepped during
-    a machine's drift episode made it look like their code change, left in every case."""
+    half of it), the share that moved (1.0 when none can tell)."""
+    followed, stayed = follow_counts(before, after, shift)
+    if followed + stayed == 0:
+        return 1.0
+    return followed / (followed + stayed)
+
+
+def follow_counts(before: np.ndarray, after: np.ndarray, shift: float) -> tuple[int, int]:
+    """(followed, stayed): the cases whose own level moved by about ``shift``, and those
+    whose level stayed (each within half of it).  A case that stepped itself near the shift
+    moved by neither and is left out: counted as not following, the 40 % of cases that
+    stepped during a machine's drift episode made it look like their code change, left in
+    every case."""
     level_before, level_after = nanmedian(before, axis=0), nanmedian(after, axis=0)
     moved = level_after - level_before
     residual = np.vstack([before - level_before, after - level_after])
@@ -297,9 +327,7 @@ def share_following(before: np.ndarray, after: np.ndarray, shift: float) -> floa
     moved = moved[telling]
     followed = int(np.sum(np.abs(moved - shift) <= 0.5 * abs(shift)))
     stayed = int(np.sum(np.abs(moved) <= 0.5 * abs(shift)))
-    if followed + stayed == 0:
-        return 1.0
-    return followed / (followed + stayed)
+    return followed, stayed
 
 
 def series_change_points(
