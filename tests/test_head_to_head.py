@@ -476,6 +476,7 @@ FAST = ["--preset", "smoke", "--max-time-per-case", "0.3", "--min-samples", "3"]
 @pytest.fixture
 def quick_script(monkeypatch):
     monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.001")
+    monkeypatch.setenv("FAKE_BENCH_BURN", "1")  # a plugin worker that sleeps fails own_clock
 
 
 def _by_impl(rows):
@@ -656,7 +657,7 @@ def test_a_file_plugins_default_name_is_its_stem_and_factory(typed):
     assert impl.name == "h2h_plugins:same"
 
 
-def test_the_repro_of_an_unnamed_file_plugin_names_it_as_typed(tmp_path):
+def test_the_repro_of_an_unnamed_file_plugin_names_it_as_typed(tmp_path, quick_script):
     out = tmp_path / "h.csv"
     argv = ["--impl", "torch", "--impl", f"./{PLUGIN}:same", "--output", str(out), *FAST]
     assert run_main([*argv, "--filter", "batch_size=1"]) == 0

@@ -12,6 +12,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import isolation_exploits
@@ -450,9 +451,25 @@ def test_the_busy_share_fails_a_worker_idle_through_its_batches():
 
 
 def test_the_worker_cpu_time_is_read_from_the_kernel():
-    from fi_attn_bench.sweep.isolation import on_cpu_ms
+    from fi_attn_bench.sweep.isolation import busy_ms
 
-    before = on_cpu_ms(os.getpid())
+    before = busy_ms(os.getpid())
     sum(i * i for i in range(200_000))
-    assert before is not None and on_cpu_ms(os.getpid()) > before
-    assert on_cpu_ms(-1) is None
+    assert before is not None and busy_ms(os.getpid()) > before
+    assert busy_ms(-1) is None
+
+
+def test_the_worker_cpu_time_counts_threads_the_main_thread_waits_for():
+    """torch's intra-op threads compute while the main thread waits: their time counts."""
+    import threading
+
+    from fi_attn_bench.sweep.isolation import busy_ms
+
+    before = busy_ms(os.getpid())
+    started = time.thread_time()
+    helper = threading.Thread(target=lambda: sum(i * i for i in range(2_000_000)))
+    helper.start()
+    helper.join()  # the main thread blocks, off the CPU and off the runqueue
+    main_ms = (time.thread_time() - started) * 1e3
+    helper_ms = busy_ms(os.getpid()) - before - main_ms
+    assert helper_ms > 20 * max(main_ms, 0.5)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import pickle
 import secrets
 import statistics
@@ -109,15 +110,24 @@ def runqueue_wait_ms(pid: int | None) -> float:
         return 0.0
 
 
-def on_cpu_ms(pid: int | None) -> float | None:
-    """How long the worker's main thread, which runs every timed call, has run on a CPU (the
-    kernel's ``/proc/PID/schedstat``, which the worker cannot forge; not its other threads,
-    which an OpenMP pool keeps spinning after a parallel region); None where not readable."""
+def busy_ms(pid: int | None) -> float | None:
+    """How long the worker's threads have run on a CPU or waited, runnable, for one, summed
+    over its threads (the kernel's ``/proc/PID/task/*/schedstat``, which the worker cannot
+    forge): torch's intra-op threads compute while the main thread waits for them, so the main
+    thread alone read 197 ms for 497 ms of honest samples.  None where not readable."""
     try:
-        with open(f"/proc/{pid}/schedstat") as handle:
-            return int(handle.read().split()[0]) / 1e6
-    except (OSError, ValueError, IndexError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return None
+    total, read = 0.0, False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
+                fields = handle.read().split()
+            total, read = total + (int(fields[0]) + int(fields[1])) / 1e6, True
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total if read else None
 
 
 class Worker:
@@ -182,7 +192,7 @@ class Worker:
         windows: list[BatchWindow] = []
         begun: dict[int, float] = {}
         waited: dict[int, float] = {}
-        busy_from: tuple[float | None, float] | None = None  # at the first beacon
+        busy_from: float | None = None  # the worker's busy_ms at the first beacon
         first = last = None
         while True:
             message = self._message(SILENCE_S, "during a case")
@@ -197,7 +207,7 @@ class Worker:
                 begun[data.int_field(message, "session")] = now
                 waited[data.int_field(message, "session")] = runqueue_wait_ms(self.process.pid)
                 if busy_from is None:
-                    busy_from = (on_cpu_ms(self.process.pid), runqueue_wait_ms(self.process.pid))
+                    busy_from = busy_ms(self.process.pid)
                 first = now if first is None else first
             elif kind == "end":
                 session = data.int_field(message, "session")
@@ -589,13 +599,13 @@ class _LazyReference:
         return self.costs
 
 
-def _busy_since(start: tuple[float | None, float] | None, pid: int | None) -> float | None:
-    """CPU time plus runqueue wait of the worker since ``start`` (None: not readable)."""
-    if start is None or start[0] is None:
+def _busy_since(start: float | None, pid: int | None) -> float | None:
+    """The worker's CPU time plus runqueue wait since ``start`` (None: not readable); 0 when
+    the worker was gone when its result came (it ran no more)."""
+    if start is None:
         return None
-    now = on_cpu_ms(pid)  # None: the worker was gone when its result came (it ran no more)
-    ran = 0.0 if now is None else max(now - start[0], 0.0)
-    return ran + max(runqueue_wait_ms(pid) - start[1], 0.0) if now is not None else ran
+    now = busy_ms(pid)
+    return 0.0 if now is None else max(now - start, 0.0)
 
 
 def _picklable(value):
