@@ -72,15 +72,18 @@ def _randn_like_rows(tensor: Tensor, count: int, generator: torch.Generator) -> 
     return drawn if native else drawn.to(tensor.dtype)
 
 
-SCATTER_SHARE = 16
-"""Each refresh also rewrites 1/16 of the elements (at least one) of every vector (the last
-dim: one token's head) of every request's K/V rows, at positions drawn anew per vector and
-call: a fingerprint reading a few elements per row misses most changes, so a plugin that keeps
-K/V between calls must read all of it to know which rows are still valid."""
+SCATTERED_PER_VECTOR = 1
+"""Each refresh also rewrites this many elements of every vector (the last dim: one token's
+head, or one token's latent) of every request's K/V rows, at a position drawn anew per vector
+and call: a fingerprint of k of a vector's d elements sees the change with probability k/d, so
+a plugin that keeps K/V between calls must read all of it to know which rows are still valid.
+One suffices: the stale K/V of a one-element-per-head fingerprint put 23-60 % of the output
+out of tolerance after a single refresh (docs/VALIDATION.md), and more would cost more time
+between timed calls."""
 
 SCATTER_CHUNK = 1 << 22
-"""At most this many elements are written per step, which bounds the step's temporaries (long
-offsets, values) at ~48 MiB however large the cache."""
+"""At most about this many elements are written per step, which bounds the step's temporaries
+(long offsets and positions, values) at ~100 MiB however large the cache."""
 
 
 def _as_storage_bits(tensor: Tensor) -> Tensor:
@@ -93,13 +96,13 @@ def _as_storage_bits(tensor: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class ScatteredElements:
-    """One K/V tensor's per-call scattered rewrite: ``per_vector`` elements at random positions
-    of each vector (the last dim) of each row a request reads, whatever the tensor's strides."""
+    """One K/V tensor's per-call scattered rewrite: ``SCATTERED_PER_VECTOR`` elements at random
+    positions of each vector (the last dim) of each row a request reads, whatever the strides."""
 
     tensor: Tensor
     flat: Tensor  # a 1-D view over the tensor's storage, from its first element
-    vectors: Tensor  # long, each vector's first element in ``flat``, row by row
-    per_vector: int
+    rows: Tensor  # long, each used row's first element in ``flat``
+    within: Tensor  # long, each vector's first element within a row
     width: int  # the last dim's size
     step: int  # the last dim's stride
 
@@ -109,27 +112,29 @@ class ScatteredElements:
             return None
         device = tensor.device
         used = torch.unique(rows.to(device, torch.long))
-        within = torch.zeros(1, dtype=torch.long, device=device)  # a vector's offset in a row
+        within = torch.zeros(1, dtype=torch.long, device=device)
         for size, stride in zip(tensor.shape[1:-1], tensor.stride()[1:-1], strict=True):
             steps = torch.arange(size, dtype=torch.long, device=device) * stride
             within = (within[:, None] + steps[None, :]).reshape(-1)
-        vectors = (used[:, None] * tensor.stride(0) + within[None, :]).reshape(-1)
         span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride(), strict=True))
         flat = _as_storage_bits(tensor).as_strided((span,), (1,), tensor.storage_offset())
-        width = tensor.shape[-1]
-        per_vector = max(1, width // SCATTER_SHARE)
-        return cls(tensor, flat, vectors, per_vector, width, tensor.stride(-1))
+        return cls(
+            tensor, flat, used * tensor.stride(0), within, tensor.shape[-1], tensor.stride(-1)
+        )
 
     def rewrite(self, generator: torch.Generator) -> None:
         """Writes new values at new positions (drawn from ``generator``)."""
-        chunk = max(1, SCATTER_CHUNK // self.per_vector)
-        for first in range(0, self.vectors.numel(), chunk):
-            vectors = self.vectors[first : first + chunk]
-            shape = (vectors.numel(), self.per_vector)
-            columns = torch.randint(
-                self.width, shape, generator=generator, device=vectors.device
-            )  # repeats within a vector are harmless: the element is written twice
-            offsets = columns.mul_(self.step).add_(vectors[:, None]).reshape(-1)
+        count = self.within.numel() * SCATTERED_PER_VECTOR  # elements per row
+        chunk = max(1, SCATTER_CHUNK // count)  # rows per step
+        for first in range(0, self.rows.numel(), chunk):
+            rows = self.rows[first : first + chunk]
+            shape = (rows.numel(), self.within.numel(), SCATTERED_PER_VECTOR)
+            # repeated positions within a vector are harmless: that element is written twice
+            positions = torch.randint(self.width, shape, generator=generator, device=rows.device)
+            if self.step != 1:
+                positions.mul_(self.step)
+            positions.add_(self.within[None, :, None]).add_(rows[:, None, None])
+            offsets = positions.reshape(-1)
             values = _randn_like_rows(self.tensor.reshape(-1), offsets.numel(), generator)
             self.flat.index_copy_(0, offsets, _as_storage_bits(values))
 
