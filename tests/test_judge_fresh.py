@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import exploits
 import pytest
@@ -138,6 +139,72 @@ def test_ragged_inputs_get_a_window_of_every_requests_tokens():
     indptr = made.kv_indptr.tolist()
     for request in range(len(indptr) - 1):
         assert changed[indptr[request] : indptr[request + 1]].any()
+
+
+def test_a_refresh_rewrites_scattered_elements_of_every_token_of_every_request():
+    """Issue 51's x08: a fingerprint of one element per row saw every change while refreshes
+    rewrote whole rows.  Now every token's every head changes at positions drawn per call, so
+    that fingerprint misses most of them, and the window stays a window."""
+    inputs = _decode_inputs()
+    refresher = Refresher.of(inputs, [inputs.q, inputs.k_cache, inputs.v_cache], inputs.q.device)
+    table = inputs.table
+    used = table.kv_indices.long()
+    for cache in (inputs.k_cache, inputs.v_cache):
+        before = cache.clone()
+        refresher()
+        window = refresher.rows[0][0]
+        assert 0 < window.numel() < used.numel()  # the whole-row window: a share of the pages
+        changed = cache != before  # [pages, page_size, heads, dim]
+        outside = used[~torch.isin(used, window)]
+        assert changed[used].any(-1).all()  # every token's every head, windowed or not
+        share = changed[outside].float().mean().item()
+        assert 0 < share <= fresh.SCATTERED_PER_VECTOR / cache.shape[-1]  # scattered: a few
+        first = changed[outside][..., 0].float().mean().item()
+        assert first < 0.25  # what x08 read: its fingerprint misses most changed vectors
+        spare = torch.ones(cache.shape[0], dtype=torch.bool)
+        spare[used] = False
+        assert not changed[spare].any()  # no spare page
+
+
+def test_scattered_positions_are_drawn_anew_each_call():
+    inputs = _decode_inputs()
+    refresher = Refresher.of(inputs, [inputs.q, inputs.k_cache, inputs.v_cache], inputs.q.device)
+    positions = []
+    for _ in range(2):
+        before = inputs.k_cache.clone()
+        refresher()
+        window = refresher.rows[0][0]
+        changed = inputs.k_cache != before
+        changed[window] = False
+        positions.append(changed)
+    assert positions[0].any() and not torch.equal(positions[0], positions[1])
+
+
+def test_scattered_rewrites_follow_a_non_contiguous_caches_strides():
+    """A K/V that is a view (K and V halves of one tensor) gets its own elements written,
+    its neighbour's never."""
+    both = torch.zeros(6, 2, 4, 2, 32)  # [pages, K/V, page_size, heads, dim]
+    k = both[:, 0]
+    rows = KvRows((k,), torch.tensor([0, 2, 3]), torch.tensor([4, 1, 5]))
+    refresher = Refresher.of(SimpleNamespace(kv_rows=lambda: rows), [k], torch.device("cpu"))
+    refresher()
+    assert not both[:, 1].any()  # V untouched
+    assert (k[[1, 4, 5]] != 0).any(-1).all()  # every vector of every used page
+    assert not k[[0, 2, 3]].any()  # unused pages untouched
+
+
+def test_a_kept_kv_refreshed_by_fingerprint_fails_timed_output():
+    """x08's family: a correct kernel on a K/V kept between calls, re-gathered where a
+    one-element-per-head fingerprint changed; its stale rows give a wrong output."""
+    probe = _probe(_subject(exploits.row_fingerprint_kv), "wall")
+    probe.rate = SampleRate(1.0, 1.0)
+    session = WallTimer().open(probe.timed_fn(), 1.0)
+    exploits.STALE.clear()
+    session.batch(6)
+    assert exploits.STALE["row_fingerprint_kv"] > 0  # it skipped re-gathering stale tokens
+    with pytest.raises(IntegrityError) as caught:
+        probe.check_timed_output(session)
+    assert caught.value.check == TIMED_OUTPUT
 
 
 def test_inputs_without_kv_rows_are_rewritten_whole():

@@ -1,11 +1,13 @@
 """Fresh input values before every timed call, and checks of sampled timed calls' outputs.
 
 Under the per-call timers (the CPU wall clock), each timed call sees values no earlier call
-saw: before it, outside its timing window, all of q (every floating input that is not K/V)
-and a window of every request's K/V rows (``KvRows``; an input without them is rewritten
-whole) are written in place from a generator seeded by the OS's entropy.  So an output cache,
-keyed on pointers, versions or a fingerprint, never hits, and a kernel that skips work
-returns a wrong output.  The outputs of a random sample of timed calls (drawn from the OS's
+saw: before it, outside its timing window, all of q (every floating input that is not K/V),
+a window of every request's K/V rows (``KvRows``; an input without them is rewritten whole)
+and elements at scattered positions of every vector of every request's K/V rows
+(``ScatteredElements``) are written in place from a generator seeded by the OS's entropy.  So
+an output cache, keyed on pointers, versions or a fingerprint, never hits, a K/V cache kept
+by a plugin is stale in every row unless the plugin reads all of K/V, and a kernel that skips
+work returns a wrong output.  The outputs of a random sample of timed calls (drawn from the OS's
 entropy, not announced: every call gets the same preparation) are compared, after the call
 returns and outside its window, with the float32 reference on that call's own values.
 """
@@ -68,6 +70,73 @@ def _randn_like_rows(tensor: Tensor, count: int, generator: torch.Generator) -> 
     dtype = tensor.dtype if native else torch.float32  # fp8: drawn in float32, converted
     drawn = torch.randn(shape, generator=generator, device=tensor.device, dtype=dtype)
     return drawn if native else drawn.to(tensor.dtype)
+
+
+SCATTERED_PER_VECTOR = 1
+"""Each refresh also rewrites this many elements of every vector (the last dim: one token's
+head, or one token's latent) of every request's K/V rows, at a position drawn anew per vector
+and call: a fingerprint of k of a vector's d elements sees the change with probability k/d, so
+a plugin that keeps K/V between calls must read all of it to know which rows are still valid.
+One suffices: the stale K/V of a one-element-per-head fingerprint put 23-60 % of the output
+out of tolerance after a single refresh (docs/VALIDATION.md), and more would cost more time
+between timed calls."""
+
+SCATTER_CHUNK = 1 << 22
+"""At most about this many elements are written per step, which bounds the step's temporaries
+(long offsets and positions, values) at ~100 MiB however large the cache."""
+
+
+def _as_storage_bits(tensor: Tensor) -> Tensor:
+    """``tensor``, or, for a storage type index_copy_ may lack (fp8), its bits as an integer."""
+    if tensor.dtype in NATIVE_NORMAL:
+        return tensor
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return tensor.view(bits[tensor.element_size()])
+
+
+@dataclass(frozen=True)
+class ScatteredElements:
+    """One K/V tensor's per-call scattered rewrite: ``SCATTERED_PER_VECTOR`` elements at random
+    positions of each vector (the last dim) of each row a request reads, whatever the strides."""
+
+    tensor: Tensor
+    flat: Tensor  # a 1-D view over the tensor's storage, from its first element
+    rows: Tensor  # long, each used row's first element in ``flat``
+    within: Tensor  # long, each vector's first element within a row
+    width: int  # the last dim's size
+    step: int  # the last dim's stride
+
+    @classmethod
+    def of(cls, tensor: Tensor, rows: Tensor) -> ScatteredElements | None:
+        if tensor.dim() < 2 or tensor.numel() == 0 or rows.numel() == 0:
+            return None
+        device = tensor.device
+        used = torch.unique(rows.to(device, torch.long))
+        within = torch.zeros(1, dtype=torch.long, device=device)
+        for size, stride in zip(tensor.shape[1:-1], tensor.stride()[1:-1], strict=True):
+            steps = torch.arange(size, dtype=torch.long, device=device) * stride
+            within = (within[:, None] + steps[None, :]).reshape(-1)
+        span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride(), strict=True))
+        flat = _as_storage_bits(tensor).as_strided((span,), (1,), tensor.storage_offset())
+        return cls(
+            tensor, flat, used * tensor.stride(0), within, tensor.shape[-1], tensor.stride(-1)
+        )
+
+    def rewrite(self, generator: torch.Generator) -> None:
+        """Writes new values at new positions (drawn from ``generator``)."""
+        count = self.within.numel() * SCATTERED_PER_VECTOR  # elements per row
+        chunk = max(1, SCATTER_CHUNK // count)  # rows per step
+        for first in range(0, self.rows.numel(), chunk):
+            rows = self.rows[first : first + chunk]
+            shape = (rows.numel(), self.within.numel(), SCATTERED_PER_VECTOR)
+            # repeated positions within a vector are harmless: that element is written twice
+            positions = torch.randint(self.width, shape, generator=generator, device=rows.device)
+            if self.step != 1:
+                positions.mul_(self.step)
+            positions.add_(self.within[None, :, None]).add_(rows[:, None, None])
+            offsets = positions.reshape(-1)
+            values = _randn_like_rows(self.tensor.reshape(-1), offsets.numel(), generator)
+            self.flat.index_copy_(0, offsets, _as_storage_bits(values))
 
 
 @dataclass(frozen=True)
@@ -134,6 +203,7 @@ class Refresher:
     whole: list[Tensor]
     windows: list[RowWindows]
     generator: torch.Generator
+    scattered: list[ScatteredElements] = field(default_factory=list)
     kept: list[Tensor] = field(default_factory=list)  # the values the last refresh wrote
     rows: list[tuple[Tensor, list[Tensor]]] = field(default_factory=list)
 
@@ -142,14 +212,18 @@ class Refresher:
         """``tensors``: the inputs' floating tensors; those ``inputs.kv_rows()`` names get
         windows, the rest are rewritten whole."""
         windows: list[RowWindows] = []
+        scattered: list[ScatteredElements] = []
         kv_rows = getattr(inputs, "kv_rows", None)
         kv = kv_rows() if callable(kv_rows) else None
         if isinstance(kv, KvRows):
             found = RowWindows.of(kv)
             windows = [found] if found is not None else []
+            if found is not None:
+                spread = (ScatteredElements.of(t, found.rows) for t in kv.tensors)
+                scattered = [each for each in spread if each is not None]
         windowed = {id(t) for w in windows for t in w.kv.tensors}
         whole = [t for t in tensors if id(t) not in windowed]
-        made = cls(whole, windows, _generator(device))
+        made = cls(whole, windows, _generator(device), scattered)
         made.claim()  # the inputs' values are this one's to check until another writes
         return made
 
@@ -167,6 +241,8 @@ class Refresher:
         for tensor, kept in zip(self.whole, self.kept, strict=True):
             _normal_(kept, self.generator)
             tensor.copy_(kept)
+        for each in self.scattered:  # first: the windows' rows then hold what overwritten() reads
+            each.rewrite(self.generator)
         self.rows = [window.rewrite(self.generator) for window in self.windows]
 
     def wrote_last(self) -> bool:
