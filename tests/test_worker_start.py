@@ -26,14 +26,15 @@ with open(f"/proc/{parent}/cmdline", "rb") as handle:
     command = handle.read().replace(b"\\0", b" ").decode()
 facts = {"parent": parent, "parent_command": command,
          "sweep_state": hasattr(torch, "sweep_state"),
-         "cuda": torch.cuda.is_initialized()}
+         "cuda": torch.cuda.is_initialized(),
+         "per_test": os.environ.get("PYTEST_CURRENT_TEST")}
 with open(os.path.join(os.path.dirname(__file__), "facts.jsonl"), "a") as out:
     out.write(json.dumps(facts) + "\\n")
 print("plugin-stderr-marker", file=sys.stderr)
 """
 
-# Three sweeps in one process: forked; forked with standard error moved since the server
-# started; and with this process's torch somewhere else than the server's (spawned again).
+# Three sweeps in one process: forked; forked with standard error and pytest's test name
+# changed since the server started; and with this process's torch somewhere else than the server's (spawned again).
 DRIVER = """
 import json, os, sys
 import torch
@@ -53,6 +54,7 @@ if __name__ == "__main__":
     saved = os.dup(2)
     with open(os.path.join(HERE, "moved.err"), "wb") as moved:
         os.dup2(moved.fileno(), 2)
+        os.environ["PYTEST_CURRENT_TEST"] = "the second sweep"  # pytest renames it per test
         sweep("second")
         os.dup2(saved, 2)
     torch.__file__ = "/elsewhere/torch/__init__.py"
@@ -82,6 +84,7 @@ def test_a_cpu_worker_is_forked_from_a_clean_server_and_spawned_when_the_torch_d
     for forked in (first, second):
         assert forked["parent"] != driver["pid"], forked
         assert "multiprocessing.forkserver" in forked["parent_command"], forked
+    assert second["per_test"] == "the second sweep", second
     assert third["parent"] == driver["pid"], third  # spawned by the sweep itself
     assert driver["server"] is None  # and every later worker is spawned too
     for found in facts:
@@ -99,5 +102,5 @@ def test_a_gpu_worker_and_a_changed_environment_are_spawned(monkeypatch):
     monkeypatch.setitem(worker_start._SERVER, "context", forkserver)
     monkeypatch.setitem(worker_start._SERVER, "environment", {"ONLY": "this"})
     assert worker_start.context_for("cpu").get_start_method() == "spawn"
-    monkeypatch.setitem(worker_start._SERVER, "environment", dict(os.environ))
+    monkeypatch.setitem(worker_start._SERVER, "environment", worker_start._comparable(os.environ))
     assert worker_start.context_for("cpu") is forkserver

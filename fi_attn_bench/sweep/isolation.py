@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import pickle
 import secrets
 import statistics
@@ -148,7 +149,7 @@ class Worker:
         target, args = worker_main, (child, setup)
         if worker_start.forked(context):
             target = worker_start.forked_worker_main
-            args = (child, setup, worker_start.ParentStderr(), torch.__file__)
+            args = (child, setup, worker_start.ParentStderr(), torch.__file__, dict(os.environ))
         self.process = context.Process(
             target=target, args=args, name="fi-attn-bench-plugin-worker", daemon=True
         )

@@ -25,13 +25,21 @@ may point at another checkout)."""
 
 _SERVER: dict[str, object] = {}  # the environment the fork server started with
 
+PER_TEST = "PYTEST_CURRENT_TEST"
+"""The one variable allowed to differ from the server's: pytest renames it at each test's
+phase, and the forked worker is given this process's value before anything runs."""
+
+
+def _comparable(environment) -> dict[str, str]:
+    return {name: value for name, value in environment.items() if name != PER_TEST}
+
 
 def context_for(device_type: str):
     """The multiprocessing context a worker for ``device_type`` starts in (module docstring)."""
     spawn = multiprocessing.get_context("spawn")
     if device_type != "cpu" or "forkserver" not in multiprocessing.get_all_start_methods():
         return spawn
-    environment = dict(os.environ)
+    environment = _comparable(os.environ)
     if "environment" not in _SERVER:
         forkserver = multiprocessing.get_context("forkserver")
         forkserver.set_forkserver_preload(PRELOAD)
@@ -64,10 +72,15 @@ def _adopt_stderr(duplicate) -> None:
     os.close(descriptor)
 
 
-def forked_worker_main(conn, setup, _stderr=None, torch_file: str = "") -> None:
-    """``worker_main`` in a forked worker, after a check that the server's torch is the
+def forked_worker_main(conn, setup, _stderr=None, torch_file: str = "", environment=None) -> None:
+    """``worker_main`` in a forked worker, with this process's environment (it differs from
+    the server's in ``PER_TEST`` at most), after a check that the server's torch is the
     sweep's (a ``sys.path`` entry of the sweep's may hold another)."""
     import torch
+
+    if environment is not None:
+        os.environ.clear()
+        os.environ.update(environment)
 
     if torch.__file__ != torch_file:
         conn.send_bytes(b'{"kind": "respawn"}')
