@@ -38,7 +38,7 @@ from fi_attn_bench.results.schema import (
     TIMER_IDENTITY,
     WORK_FLOOR,
 )
-from fi_attn_bench.sweep import crosscheck
+from fi_attn_bench.sweep import crosscheck, worker_start
 from fi_attn_bench.sweep import worker_data as data
 from fi_attn_bench.sweep.case import (
     CaseResult,
@@ -134,14 +134,14 @@ class Worker:
     """One worker process and its pipe."""
 
     def __init__(self, setup: WorkerSetup):
-        context = multiprocessing.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(
-            target=worker_main, args=(child, setup), name="fi-attn-bench-plugin-worker", daemon=True
-        )
-        self.process.start()
-        child.close()
-        first = self._message(READY_S, "while starting")
+        context = worker_start.context_for(setup.options.device.type)
+        first = self._start(context, setup)
+        if (
+            worker_start.forked(context) and first.get("kind") == "respawn"
+        ):  # the fork server's torch is not this process's
+            self.close()
+            worker_start.give_up_forking()
+            first = self._start(multiprocessing.get_context("spawn"), setup)
         if first.get("kind") == "failed":
             self.close()
             error = first.get("error")
@@ -152,6 +152,19 @@ class Worker:
         if first.get("kind") != "ready":
             self.close()
             raise WorkerError("the plugin worker did not start with the protocol's first message")
+
+    def _start(self, context, setup: WorkerSetup) -> dict:
+        self.conn, child = context.Pipe()
+        target, args = worker_main, (child, setup)
+        if worker_start.forked(context):
+            target = worker_start.forked_worker_main
+            args = (child, setup, worker_start.ParentStderr(), torch.__file__, dict(os.environ))
+        self.process = context.Process(
+            target=target, args=args, name="fi-attn-bench-plugin-worker", daemon=True
+        )
+        self.process.start()
+        child.close()
+        return self._message(READY_S, "while starting")
 
     def _raw(self, timeout_s: float, what: str, limit: int = MAX_MESSAGE_BYTES) -> bytes:
         if not self.conn.poll(timeout_s):
