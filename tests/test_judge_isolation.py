@@ -460,7 +460,8 @@ def test_the_worker_cpu_time_is_read_from_the_kernel():
 
 
 def test_the_worker_cpu_time_counts_threads_the_main_thread_waits_for():
-    """torch's intra-op threads compute while the main thread waits: their time counts."""
+    """Threads compute while the main thread waits (torch's intra-op pool): their time counts,
+    also once they have ended."""
     import threading
 
     from fi_attn_bench.sweep.isolation import busy_ms

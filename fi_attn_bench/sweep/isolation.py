@@ -110,24 +110,32 @@ def runqueue_wait_ms(pid: int | None) -> float:
         return 0.0
 
 
+_TICK_MS = 1e3 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 10.0
+
+
 def busy_ms(pid: int | None) -> float | None:
-    """How long the worker's threads have run on a CPU or waited, runnable, for one, summed
-    over its threads (the kernel's ``/proc/PID/task/*/schedstat``, which the worker cannot
-    forge): torch's intra-op threads compute while the main thread waits for them, so the main
-    thread alone read 197 ms for 497 ms of honest samples.  None where not readable."""
+    """How long the worker's threads have run on a CPU or waited, runnable, for one (the
+    kernel's counts, which the worker cannot forge): torch's intra-op threads compute while
+    the main thread waits for them (the main thread alone read 197 ms for 497 ms of honest
+    samples).  CPU time: the live threads' ``schedstat``, or the process's ``stat`` (in clock
+    ticks, but with its ended threads) where that is more; waits: the live threads'.  None
+    where not readable."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+        ticks_ms = (int(fields[11]) + int(fields[12])) * _TICK_MS  # utime + stime
+    except (OSError, ValueError, IndexError):
         return None
-    total, read = 0.0, False
+    ran = waited = 0.0
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
-                fields = handle.read().split()
-            total, read = total + (int(fields[0]) + int(fields[1])) / 1e6, True
+                counts = handle.read().split()
+            ran, waited = ran + int(counts[0]) / 1e6, waited + int(counts[1]) / 1e6
         except (OSError, ValueError, IndexError):
-            continue  # a thread that ended meanwhile
-    return total if read else None
+            continue  # a thread that ended meanwhile: the process's stat still counts it
+    return max(ran, ticks_ms) + waited
 
 
 class Worker:
