@@ -58,6 +58,8 @@ class DetectionSettings:
     median_filter: bool = True
     min_segment_runs: int = 4  # a new level must hold this many (filtered) runs: a step and the
     # 3 runs after it, so a two-run excursion and its neighbour are not one
+    moved_level_runs: int = 3  # a shorter level counts when each of its runs moved by half its
+    # shift: a step seen 3 runs has all 3 at the new level, two slow runs and a neighbour do not
     min_confidence: float = 0.9  # Welch confidence between the segments; drops most chance levels
     min_change_sigmas: float = 2.0  # a reported change is also this many noise levels large
     false_alarm_p: float = 1e-4  # one-sided p of the shift test (noise from the series itself)
@@ -137,9 +139,10 @@ def detect(
         for run, size, confidence in series_change_points(residual[:, column], settings, engine)
     ]
     if np.any(removed):  # the run-wide series; a shift left in the cases is theirs
+        whole = replace(settings, moved_level_runs=settings.min_segment_runs)  # episodes: 1-3 runs
         points += [
             ChangePoint(-1, run, size, confidence)
-            for run, size, confidence in series_change_points(removed, settings, engine)
+            for run, size, confidence in series_change_points(removed, whole, engine)
         ]
     noise = np.array([series_noise(residual[:, column]) for column in range(residual.shape[1])])
     return Detection(tuple(points), normalization, removed, noise)
@@ -267,7 +270,9 @@ def lasting_levels(
     """The run-wide factor's lasting shifts that most cases do not share (a code change in
     some of them pulls the factor; a machine change moves them all): a step function at the
     changes the factor's own search reports, down to ``drift_keep_pct``."""
-    confirmed = replace(settings, min_change_pct=settings.drift_keep_pct)
+    confirmed = replace(
+        settings, min_change_pct=settings.drift_keep_pct, moved_level_runs=settings.min_segment_runs
+    )  # a 1-3 run drift episode at the series' end moves every run: not a lasting shift
     starts = [run for run, _, _ in series_change_points(drift, confirmed, engine)]
     bounds = [0, *starts, len(drift)]
     medians = [float(np.median(drift[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
@@ -343,15 +348,19 @@ def series_change_points(
     tamed = cleaned + np.clip(
         series - cleaned, -settings.outlier_sigmas * sigma, settings.outlier_sigmas * sigma
     )
-    starts = engine((cleaned / sigma).reshape(-1, 1), settings.penalty, settings.min_segment_runs)
+    shortest = min(settings.min_segment_runs, settings.moved_level_runs)
+    starts = engine((cleaned / sigma).reshape(-1, 1), settings.penalty, shortest)
     bounds = [0, *starts, len(series)]
     found = []
     for before, start, after in zip(bounds, bounds[1:], bounds[2:], strict=False):
         if start < settings.min_baseline_runs:
             continue
-        size = float(
-            np.expm1(np.median(series[start:after]) - np.median(series[before:start])) * 100
-        )
+        shift = float(np.median(series[start:after]) - np.median(series[before:start]))
+        if after - start < settings.min_segment_runs and not all_moved(
+            series[start:after] - np.median(series[before:start]), shift
+        ):
+            continue
+        size = float(np.expm1(shift) * 100)
         confidence = welch_confidence(series[before:start], series[start:after])
         p_value = shift_p_value(tamed[before:start], tamed[start:after], sigma, len(series) - 2)
         floor = max(settings.min_change_pct, settings.min_change_sigmas * sigma * 100)
@@ -362,6 +371,11 @@ def series_change_points(
         ):
             found.append((int(positions[start]), size, confidence))
     return found
+
+
+def all_moved(deviation: np.ndarray, shift: float) -> bool:
+    """Whether each run of a level moved from the level before by over half its ``shift``."""
+    return bool(np.all(deviation * np.sign(shift) > 0.5 * abs(shift)))
 
 
 def shift_p_limit(size_pct: float, settings: DetectionSettings) -> float:
