@@ -9,13 +9,15 @@ import torch
 from fi_attn_bench.backends.impls import ImplContext, PluginRun
 
 
-def _doubling(context: ImplContext, factor: float = 2.0, sleep_s: float = 0.0) -> PluginRun:
+def _doubling(context: ImplContext, factor: float = 2.0, burn_s: float = 0.0) -> PluginRun:
     q = context.inputs
     out = torch.empty_like(q)
 
     def run():
-        if sleep_s:
-            time.sleep(sleep_s)
+        # CPU work, not sleep: a plugin worker that sleeps through its samples fails own_clock
+        deadline = time.thread_time() + burn_s
+        while time.thread_time() < deadline:
+            pass
         torch.mul(q, factor, out=out)
         return out
 
@@ -28,8 +30,9 @@ def same(context: ImplContext) -> PluginRun:
 
 
 def slow(context: ImplContext) -> PluginRun:
-    """Right values, 4 ms per call (the fake script's run() sleeps 1 ms in these tests)."""
-    return _doubling(context, sleep_s=0.004)
+    """Right values, 4 ms of CPU work per call (the fake script's run() burns 1 ms in these
+    tests)."""
+    return _doubling(context, burn_s=0.004)
 
 
 def slow_burn(context: ImplContext) -> PluginRun:
