@@ -80,7 +80,15 @@ def make():
     return run
 '''
 
-CPU_RUNNER = '''"""One run: time the plugin's calls and write one CSV row.  Each call is timed by this thread's
+# How every runner ends: its one row written as a CSV (no braces: the runners are .format()ed).
+WRITE_ROW = """with open(sys.argv[1], "w", newline="") as stream:
+    writer = csv.DictWriter(stream, fieldnames=list(row))
+    writer.writeheader()
+    writer.writerow(row)
+"""
+
+CPU_RUNNER = (
+    '''"""One run: time the plugin's calls and write one CSV row.  Each call is timed by this thread's
 CPU time (the clock the harness's CPU stopwatch reads: on a shared CPU, wall time includes
 whatever the OS ran instead), and the run's time is its fastest call."""
 import csv
@@ -111,11 +119,9 @@ row = {{
     "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     "run_id": uuid.uuid4().hex,
 }}
-with open(sys.argv[1], "w", newline="") as stream:
-    writer = csv.DictWriter(stream, fieldnames=list(row))
-    writer.writeheader()
-    writer.writerow(row)
 '''
+    + WRITE_ROW
+)
 
 TORCH_BASE_REPEATS = 50  # matmuls per call at the good commits (2 %: 51)
 TORCH_CASE = "api=BatchDecodeWithPagedKVCacheWrapper,batch_size=1,seq_len_kv=2048"
@@ -143,7 +149,8 @@ def make(device):
     return run
 '''
 
-TORCH_RUNNER = '''"""One run: time the plugin's calls on DEVICE (CUDA events on a GPU, thread CPU time on a
+TORCH_RUNNER = (
+    '''"""One run: time the plugin's calls on DEVICE (CUDA events on a GPU, thread CPU time on a
 CPU) and write one CSV row; the run's time is the median call."""
 import csv
 import datetime
@@ -184,11 +191,9 @@ row = {{
     "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     "run_id": uuid.uuid4().hex,
 }}
-with open(sys.argv[1], "w", newline="") as stream:
-    writer = csv.DictWriter(stream, fieldnames=list(row))
-    writer.writeheader()
-    writer.writerow(row)
 '''
+    + WRITE_ROW
+)
 
 CUDA_PLUGIN = '''"""A CUDA plugin for bench_batch_decode.py: dense SDPA over the gathered pages, REPEATS
 launches per call (the hidden commit adds one: 2 % more kernel work)."""
