@@ -1,7 +1,7 @@
 """A run-wide shift that every unstepped case follows is the machine's, also when many cases
 step by themselves at the same time (40 % of the cases stepping during drift episodes
 left the episodes in every case, 10.9 false change points per 200 series), and two
-heavy-tailed runs in a row are not a new level (issue 52's false alarms)."""
+heavy-tailed runs in a row are not a new level."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A step seen for 3 runs is a change when each of them moved (issue 52: the 4-run level cost
-quiet cases' 2 % steps their report at the third run after the step, 90.24 -> 89.82 %)."""
+"""A step seen for 3 runs is a change when each of them moved (a 4-run minimum cost quiet
+cases' 2 % steps their report at the third run after the step, 90.24 -> 89.82 %)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Fresh values before every timed call, sampled checks on their own values, the static
-screen of plugin source and --judge (issue 51): each check against the cheapest attack on it,
+screen of plugin source and --judge: each check against the cheapest attack on it,
 and the honest implementations unflagged."""
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def _sweep(tmp_path, *impls: str, extra=(), spec=bench_batch_decode.SPEC) -> lis
 
 
 def test_the_version_cache_runs_its_kernel_on_every_timed_call():
-    """Issue 51's first exploit: keyed on data_ptr() and _version, it skipped every other
-    call while nothing changed (1.45-3.8x faster, head to head "faster").  Each timed call
+    """A cache keyed on data_ptr() and _version skipped every other call while nothing
+    changed (1.45-3.8x faster, head to head "faster").  Each timed call
     now sees values no earlier call saw, so none is answered from the cache."""
     probe = _probe(_subject(exploits.version_cache_every_other), "wall")
     session = WallTimer().open(probe.timed_fn(), 1.0)
@@ -142,7 +142,7 @@ def test_ragged_inputs_get_a_window_of_every_requests_tokens():
 
 
 def test_a_refresh_rewrites_scattered_elements_of_every_token_of_every_request():
-    """Issue 51's x08: a fingerprint of one element per row saw every change while refreshes
+    """A K/V cache refreshed by a fingerprint of one element per row saw every change while refreshes
     rewrote whole rows.  Now every token's every head changes at positions drawn per call, so
     that fingerprint misses most of them, and the window stays a window."""
     inputs = _decode_inputs()

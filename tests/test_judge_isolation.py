@@ -1,4 +1,4 @@
-"""Plugins out of the harness's reach (issue 51): a plugin that patches the harness's row
+"""Plugins out of the harness's reach: a plugin that patches the harness's row
 builder, CSV writer, statistics, clocks, CUDA events or profiler from its factory
 (``tests/isolation_exploits.py``) gets its honest time or a failed row, and the sweep's own
 objects stay as they were."""

@@ -204,7 +204,7 @@ def test_every_room_has_a_floor_and_no_import_runs_back_up_one():
 # package's front door, never the modules that build it.
 PLAN_FRONT = {"fi_attn_bench.plan"}
 # The imports from history into the summarizer that remain until reading and rendering are
-# shared floors below both (issue 53); the list may only shrink, and nothing may join it.
+# shared floors below both; the list may only shrink, and nothing may join it.
 HISTORY_BORROWS_TODAY = {
     "fi_attn_bench.history.bisect_stats -> fi_attn_bench.summarizer.rank_test",
     "fi_attn_bench.history.command_line -> fi_attn_bench.summarizer.output",
